@@ -1,0 +1,140 @@
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgfence/pgfence/internal/dbenv"
+	"github.com/pgfence/pgfence/migrations"
+)
+
+var (
+	server *dbenv.Server
+	dbURL  string
+)
+
+// Main resolves the server, creates and migrates a database named
+// pgfence_test_<random>, runs the tests, drops the database and exits.
+func Main(m interface{ Run() int }) {
+	os.Exit(run(m))
+}
+
+func run(m interface{ Run() int }) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	var err error
+	server, err = dbenv.Open(ctx, os.Stderr)
+	if err != nil {
+		cancel()
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer server.Close()
+	url, drop, err := CreateDatabase(ctx, server.URL)
+	cancel()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "pgtest: create a test database on %s: %v\n", server.Source, err)
+		return 1
+	}
+	defer drop()
+	dbURL = url
+	return m.Run()
+}
+
+// CreateDatabase creates a fresh database on the server at adminURL, applies
+// pgfence's migrations to it, and returns its URL and a function that drops
+// it.
+func CreateDatabase(ctx context.Context, adminURL string) (url string, drop func(), err error) {
+	cfg, err := pgx.ParseConfig(adminURL)
+	if err != nil {
+		return "", nil, err
+	}
+	admin, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return "", nil, err
+	}
+	defer admin.Close(ctx)
+	var b [6]byte
+	rand.Read(b[:])
+	name := "pgfence_test_" + hex.EncodeToString(b[:])
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", nil, err
+	}
+	drop = func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if c, err := pgx.ConnectConfig(ctx, cfg); err == nil {
+			c.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+			c.Close(ctx)
+		}
+	}
+	dbCfg := cfg.Copy()
+	dbCfg.Database = name
+	url = ConnString(dbCfg)
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		drop()
+		return "", nil, err
+	}
+	defer pool.Close()
+	if err := migrations.Up(ctx, pool); err != nil {
+		drop()
+		return "", nil, err
+	}
+	return url, drop, nil
+}
+
+// ConnString rebuilds a URL from a parsed config (after its database was
+// changed). Host may be a Unix socket directory; both go in the query.
+func ConnString(cfg *pgx.ConnConfig) string {
+	u := &url.URL{Scheme: "postgres", User: url.User(cfg.User), Path: "/" + cfg.Database}
+	if cfg.Password != "" {
+		u.User = url.UserPassword(cfg.User, cfg.Password)
+	}
+	q := url.Values{"host": {cfg.Host}, "port": {strconv.Itoa(int(cfg.Port))}}
+	if cfg.TLSConfig == nil {
+		q.Set("sslmode", "disable")
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// URL is the package's test database. It is valid only after Main started.
+func URL() string {
+	if dbURL == "" {
+		panic("pgtest: call pgtest.Main(m) from TestMain first")
+	}
+	return dbURL
+}
+
+// ServerURL is the admin URL of the server the test database lives on, for
+// tests that create databases of their own.
+func ServerURL() string { return server.URL }
+
+// Pool opens a pool on the package's database and closes it when the test
+// ends. Options may adjust the pool's config first.
+func Pool(t testing.TB, opts ...func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range opts {
+		o(cfg)
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}

@@ -1,0 +1,324 @@
+package pglease
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/validate"
+)
+
+// Client acquires leases from the lock_leases table through a pool. It is
+// safe for concurrent use. Close it to stop renewals and release what it
+// still holds.
+type Client struct {
+	pool *pgxpool.Pool
+	q    *fencedb.Queries
+	cfg  config
+
+	// renewHook, when set by tests, replaces the renew statement (a seam to
+	// stall or fail renewals).
+	renewHook func(ctx context.Context, l *Lease) (time.Time, error)
+
+	mu     sync.Mutex
+	closed bool
+	leases map[*Lease]struct{}
+	wg     sync.WaitGroup // renewal and ambiguity-recheck goroutines
+}
+
+// New returns a client that takes leases through pool. The pool must reach a
+// database on which pgfence's migrations ran (see package migrations or
+// `pgfence migrate up`).
+func New(pool *pgxpool.Pool, opts ...Option) (*Client, error) {
+	if pool == nil {
+		return nil, invalid("nil pool")
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	return &Client{pool: pool, q: fencedb.New(pool), cfg: cfg, leases: map[*Lease]struct{}{}}, nil
+}
+
+// Close stops every renewal, releases every lease this client still holds
+// (best effort, each within a few seconds) and waits for the client's
+// goroutines to end. Later calls fail with ErrClosed.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	held := make([]*Lease, 0, len(c.leases))
+	for l := range c.leases {
+		held = append(held, l)
+	}
+	c.mu.Unlock()
+	var errs []error
+	for _, l := range held {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := l.Release(ctx); err != nil && !errors.Is(err, ErrLeaseLost) {
+			errs = append(errs, err)
+		}
+		cancel()
+	}
+	c.wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Owner is the owner label this client stores with its leases.
+func (c *Client) Owner() string { return c.cfg.owner }
+
+func (c *Client) checkArgs(key string, ttl time.Duration) error {
+	if err := validate.Key(key); err != nil {
+		return invalid("%v", err)
+	}
+	if ttl < MinTTL || ttl > MaxTTL {
+		return invalid("TTL %v is outside [%v, %v]", ttl, MinTTL, MaxTTL)
+	}
+	if c.cfg.autoRenew && c.cfg.renewInterval >= ttl {
+		return invalid("renew interval %v must be shorter than the TTL %v (a third of it is the default)", c.cfg.renewInterval, ttl)
+	}
+	if c.cfg.safetyMargin >= ttl {
+		return invalid("safety margin %v must be shorter than the TTL %v", c.cfg.safetyMargin, ttl)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// TryAcquire takes the lease on key for ttl if no other owner holds an
+// unexpired one, and returns ErrNotAcquired at once otherwise. Expiry is
+// judged by the database's now(), never by this machine's clock.
+func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
+	if err := c.checkArgs(key, ttl); err != nil {
+		return nil, err
+	}
+	return c.tryAcquire(ctx, key, ttl)
+}
+
+// Acquire takes the lease on key, waiting while another owner holds it:
+// retries back off exponentially with full jitter (WithBackoff) until the
+// lease is granted, ctx ends, or the maximum wait (WithMaxWait) passes. Then
+// it returns a *WaitError, which satisfies errors.Is(err, ErrNotAcquired) and
+// says how long it waited. Transient errors (a dropped connection, a server
+// restarting) are retried the same way; definite ones (a missing schema, bad
+// input) end it at once.
+func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
+	if err := c.checkArgs(key, ttl); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	bound := c.cfg.backoffMin
+	var lastErr error
+	for attempt := 1; ; attempt++ {
+		l, err := c.tryAcquire(ctx, key, ttl)
+		if err == nil {
+			return l, nil
+		}
+		if errors.Is(err, ErrNotAcquired) {
+			lastErr = nil
+		} else if isTransient(err) && ctx.Err() == nil {
+			lastErr = err
+			c.cfg.logger.Warn("pglease: acquire failed, retrying", "key", key, "err", err)
+		} else if ctx.Err() == nil {
+			return nil, err
+		}
+		waitErr := func(cause error) error {
+			return &WaitError{Key: key, Waited: time.Since(start), Attempts: attempt, Cause: cause, LastErr: lastErr}
+		}
+		if ctx.Err() != nil {
+			return nil, waitErr(context.Cause(ctx))
+		}
+		sleep := time.Duration(mrand.Int64N(int64(bound))) + time.Millisecond
+		bound = min(2*bound, c.cfg.backoffMax)
+		if c.cfg.maxWait > 0 {
+			left := c.cfg.maxWait - time.Since(start)
+			if left <= 0 {
+				return nil, waitErr(nil)
+			}
+			sleep = min(sleep, left)
+		}
+		t := time.NewTimer(sleep)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, waitErr(context.Cause(ctx))
+		case <-t.C:
+		}
+	}
+}
+
+// Do acquires key (waiting as Acquire does), runs fn with a context that ends
+// when fn's caller's ctx ends or the lease is lost (context.Cause then says
+// which), and releases the lease when fn returns. fn should pass l.Fence() to
+// every protected write, so that the resource can refuse it if the lease was
+// lost on the way. The error joins fn's error and the release's.
+func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context, l *Lease) error) error {
+	l, err := c.Acquire(ctx, key, ttl)
+	if err != nil {
+		return err
+	}
+	return c.run(ctx, l, fn)
+}
+
+// TryDo is Do that does not wait: when another owner holds key it returns
+// ErrNotAcquired at once without running fn. It suits scheduled work, where a
+// held key means another instance is doing this tick's work.
+func (c *Client) TryDo(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context, l *Lease) error) error {
+	l, err := c.TryAcquire(ctx, key, ttl)
+	if err != nil {
+		return err
+	}
+	return c.run(ctx, l, fn)
+}
+
+func (c *Client) run(ctx context.Context, l *Lease, fn func(context.Context, *Lease) error) error {
+	fnCtx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
+	fnErr := fn(fnCtx, l)
+	stop()
+	cancel(nil)
+	relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer relCancel()
+	relErr := l.Release(relCtx)
+	return errors.Join(fnErr, relErr)
+}
+
+func newToken() string {
+	var b [16]byte // 128 bits
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// tryAcquire sends one acquisition. When its outcome is ambiguous (the
+// statement was sent but no answer came), it asks again by owner token:
+// a caller still waiting adopts a lease that was granted; a caller that gave
+// up has it released, so nothing stays held until the TTL.
+func (c *Client) tryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
+	token := newToken()
+	sent := time.Now() // the local deadline is measured from before the send
+	row, err := c.q.Acquire(ctx, fencedb.AcquireParams{
+		LockKey: key, Owner: c.cfg.owner, OwnerToken: token, TtlMicros: ttl.Microseconds(),
+	})
+	switch {
+	case err == nil:
+		return c.startLease(key, token, row.Fence, row.ExpiresAt, ttl, sent)
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, fmt.Errorf("%w: %q", ErrNotAcquired, key)
+	case isLockTimeout(err):
+		// Another acquisition of the same key held the row past our
+		// lock_timeout: someone else is taking it.
+		return nil, fmt.Errorf("%w: %q (another acquisition was in progress)", ErrNotAcquired, key)
+	case mayHaveExecuted(err):
+		return c.resolveAmbiguous(ctx, key, token, ttl, sent, err)
+	default:
+		return nil, c.explain(key, err)
+	}
+}
+
+func (c *Client) resolveAmbiguous(ctx context.Context, key, token string, ttl time.Duration, sent time.Time, cause error) (*Lease, error) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.resolveWait)
+	defer cancel()
+	if ctx.Err() == nil {
+		row, err := c.q.FindByOwnerToken(rctx, fencedb.FindByOwnerTokenParams{LockKey: key, OwnerToken: token})
+		if err == nil {
+			c.cfg.logger.Info("pglease: ambiguous acquire was granted; keeping it", "key", key, "fence", row.Fence)
+			return c.startLease(key, token, row.Fence, row.ExpiresAt, ttl, sent)
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return nil, &AmbiguousError{Key: key, TTL: ttl, Err: cause, ResolveErr: err}
+		}
+	}
+	// Not adopted: make sure a grant that did or may still land is given back.
+	_, err := c.q.ReleaseByOwnerToken(rctx, fencedb.ReleaseByOwnerTokenParams{LockKey: key, OwnerToken: token})
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, &AmbiguousError{Key: key, TTL: ttl, Err: cause, ResolveErr: err}
+	}
+	if err == nil {
+		c.cfg.logger.Info("pglease: ambiguous acquire was granted after the caller gave up; released it", "key", key)
+	}
+	// The server may still be executing the statement (waiting on a row
+	// lock, bounded by the statement's lock_timeout): check once more after
+	// that bound.
+	c.recheckLater(key, token)
+	return nil, fmt.Errorf("pglease: acquiring %q: no answer from the server, and the lease was not kept: %w", key, cause)
+}
+
+// acquireLockTimeout is the lock_timeout the acquire statement sets for
+// itself (see queries/leases.sql); the ambiguity re-check waits past it.
+const acquireLockTimeout = time.Second
+
+func (c *Client) recheckLater(key, token string) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		time.Sleep(acquireLockTimeout + 500*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.resolveWait)
+		defer cancel()
+		if _, err := c.q.ReleaseByOwnerToken(ctx, fencedb.ReleaseByOwnerTokenParams{LockKey: key, OwnerToken: token}); err == nil {
+			c.cfg.logger.Info("pglease: a late-landing ambiguous acquire was released", "key", key)
+		}
+	}()
+}
+
+// explain adds what to do to errors a user can fix.
+func (c *Client) explain(key string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42883") {
+		return fmt.Errorf("pglease: acquiring %q: pgfence's schema is missing from this database (run `pgfence migrate up` or migrations.Up): %w", key, err)
+	}
+	return fmt.Errorf("pglease: acquiring %q: %w", key, err)
+}
+
+// mayHaveExecuted reports whether err leaves the statement's effect unknown:
+// something was sent, and no answer from the server came back.
+func mayHaveExecuted(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return false // the server answered: the statement failed as a whole
+	}
+	return !pgconn.SafeToRetry(err)
+}
+
+func isLockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
+}
+
+// isTransient reports errors worth retrying: network trouble and a server
+// that is starting, stopping or out of connections.
+func isTransient(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "57P01", "57P02", "57P03", "53300", "40001", "40P01", "55P03":
+			return true
+		}
+		return false
+	}
+	var amb *AmbiguousError
+	if errors.As(err, &amb) {
+		return true
+	}
+	return !errors.Is(err, ErrInvalidInput) && !errors.Is(err, ErrClosed)
+}

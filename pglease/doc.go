@@ -1,0 +1,33 @@
+// Package pglease grants leases on named keys from a PostgreSQL table,
+// lock_leases, with a fencing token on every grant.
+//
+// A lease decides who may try a protected operation, and for how long. It
+// cannot stop a holder that was paused past its lease from acting late, so
+// every grant carries a fence: a number larger than every fence granted
+// before on that key. Pass it to the resource with each protected write and
+// let the resource refuse older ones (package pgguard). The lock decides who
+// may try; the resource decides which writes count.
+//
+// Semantics, all of them decided by the database:
+//
+//   - Acquire, renew and release are one statement each and use the
+//     database's now() as the only clock. They run in their own short
+//     transaction on the pool, never inside the caller's.
+//   - Fences never repeat and never go backwards for a key, across release,
+//     deletion of the row (SweepExpired), a crash-restart and the promotion of
+//     an asynchronous standby: fence = WAL timeline << 44 | a sequence.
+//   - Renew extends only an unexpired lease that still carries its fence; it
+//     never resurrects an expired one. Release expires the lease but keeps
+//     the row, and never touches a newer holder's lease.
+//   - The client keeps a pessimistic local deadline on the monotonic clock
+//     (time before sending + TTL - safety margin). Auto-renewal (default every
+//     TTL/3) moves it; when it passes, or a renewal finds the lease gone, the
+//     lease's Context ends with ErrLeaseLost.
+//   - An acquisition whose answer is lost (the connection broke after it was
+//     sent) is settled with the random owner token sent with it: a caller
+//     still waiting keeps a lease that was granted, and one that gave up has
+//     it released, so no lease is orphaned until its TTL.
+//
+// Zero rows is an answer: ErrNotAcquired, ErrLeaseLost, and WaitError (which
+// says how long Acquire waited) are returned, never swallowed.
+package pglease

@@ -1,0 +1,95 @@
+package pglease
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+var (
+	// ErrNotAcquired: another owner holds an unexpired lease on the key.
+	// TryAcquire returns it at once; Acquire returns a *WaitError that
+	// satisfies errors.Is(err, ErrNotAcquired) when it gives up.
+	ErrNotAcquired = errors.New("pglease: lease is held by another owner")
+
+	// ErrLeaseLost: the lease expired by the database clock, another owner
+	// took the key, or the local deadline passed without a successful
+	// renewal. Stop starting protected side effects; anything already sent
+	// may still happen, which is why the resource must check the fence.
+	ErrLeaseLost = errors.New("pglease: lease lost")
+
+	// ErrReleased is the cause of a lease's context after Release.
+	ErrReleased = errors.New("pglease: lease released")
+
+	// ErrInvalidInput: a key, TTL or option was refused before anything was
+	// sent to the database. The error's text says which and why.
+	ErrInvalidInput = errors.New("pglease: invalid input")
+
+	// ErrClosed: the Client was closed.
+	ErrClosed = errors.New("pglease: client closed")
+)
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidInput, fmt.Sprintf(format, args...))
+}
+
+// WaitError is returned by Acquire when it stops waiting: its maximum wait
+// passed or its context ended while another owner held the key. It satisfies
+// errors.Is(err, ErrNotAcquired), and errors.Is(err, context.DeadlineExceeded)
+// (or Canceled) when the context ended it.
+type WaitError struct {
+	Key      string
+	Waited   time.Duration
+	Attempts int
+	// Cause is the context's cause when the context ended the wait, nil when
+	// the maximum wait did.
+	Cause error
+	// LastErr is the last transient error seen while retrying, if any.
+	LastErr error
+}
+
+func (e *WaitError) Error() string {
+	msg := fmt.Sprintf("pglease: %q not acquired after waiting %v (%d attempts)", e.Key, e.Waited.Round(time.Millisecond), e.Attempts)
+	if e.Cause != nil {
+		msg += ": " + e.Cause.Error()
+	} else {
+		msg += ": maximum wait reached"
+	}
+	if e.LastErr != nil {
+		msg += "; last error: " + e.LastErr.Error()
+	}
+	return msg
+}
+
+// Is reports ErrNotAcquired.
+func (e *WaitError) Is(target error) bool { return target == ErrNotAcquired }
+
+// Unwrap returns the context's cause and the last transient error.
+func (e *WaitError) Unwrap() []error {
+	var errs []error
+	if e.Cause != nil {
+		errs = append(errs, e.Cause)
+	}
+	if e.LastErr != nil {
+		errs = append(errs, e.LastErr)
+	}
+	return errs
+}
+
+// AmbiguousError is returned when an acquisition's outcome is unknown (the
+// connection broke after the statement was sent) and the client could not
+// find out either way. The lease may be held until it expires, at most TTL
+// from now.
+type AmbiguousError struct {
+	Key        string
+	TTL        time.Duration
+	Err        error // why the acquisition's answer never arrived
+	ResolveErr error // why the follow-up could not tell
+}
+
+func (e *AmbiguousError) Error() string {
+	return fmt.Sprintf("pglease: acquiring %q: outcome unknown (%v), and checking failed (%v); the lease may stay held for up to %v",
+		e.Key, e.Err, e.ResolveErr, e.TTL)
+}
+
+func (e *AmbiguousError) Unwrap() []error { return []error{e.Err, e.ResolveErr} }

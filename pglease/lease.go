@@ -1,0 +1,311 @@
+package pglease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfence/pgfence/fencedb"
+)
+
+// Lease is one granted lease. Its fence is the fencing token: pass it to
+// every protected write, so the resource can refuse the write once a newer
+// holder has written (see package pgguard).
+//
+// A lease keeps two views of its validity. The database's, which decides
+// grants: the lease is valid until expires_at by now(). And the client's own,
+// more pessimistic one, on Go's monotonic clock: the time just before the
+// last successful acquire or renew was sent, plus the TTL, minus the safety
+// margin. When the local deadline passes without a successful renewal, or a
+// renewal finds the lease gone, Context() ends with ErrLeaseLost as its cause.
+type Lease struct {
+	c     *Client
+	key   string
+	token string
+	fence int64
+	ttl   time.Duration
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu        sync.Mutex
+	deadline  time.Time   // local, monotonic
+	expiresAt time.Time   // as the server last reported it
+	timer     *time.Timer // fires at deadline
+	ended     bool        // lost or released: no more renewals
+	released  bool
+
+	stopRenew chan struct{}
+	renewDone chan struct{}
+}
+
+func (c *Client) startLease(key, token string, fence int64, expiresAt time.Time, ttl time.Duration, sent time.Time) (*Lease, error) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	l := &Lease{
+		c: c, key: key, token: token, fence: fence, ttl: ttl,
+		ctx: ctx, cancel: cancel,
+		deadline:  sent.Add(ttl - c.margin(ttl)),
+		expiresAt: expiresAt,
+		stopRenew: make(chan struct{}),
+		renewDone: make(chan struct{}),
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		// Closed while acquiring: give the grant back.
+		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer rcancel()
+		c.q.Release(rctx, fencedb.ReleaseParams{LockKey: key, Fence: fence})
+		cancel(ErrClosed)
+		return nil, ErrClosed
+	}
+	c.leases[l] = struct{}{}
+	c.mu.Unlock()
+
+	l.mu.Lock()
+	l.timer = time.AfterFunc(time.Until(l.deadline), l.deadlinePassed)
+	l.mu.Unlock()
+	if c.cfg.autoRenew {
+		c.wg.Add(1)
+		go l.renewLoop()
+	} else {
+		close(l.renewDone)
+	}
+	return l, nil
+}
+
+func (c *Client) margin(ttl time.Duration) time.Duration {
+	if c.cfg.safetyMargin > 0 {
+		return c.cfg.safetyMargin
+	}
+	return ttl / 10
+}
+
+func (c *Client) renewEvery(ttl time.Duration) time.Duration {
+	if c.cfg.renewInterval > 0 {
+		return c.cfg.renewInterval
+	}
+	return ttl / 3
+}
+
+// Key is the lock key.
+func (l *Lease) Key() string { return l.key }
+
+// Fence is the fencing token: unique to this grant and larger than every
+// fence granted before it on this key, also across deletion of the row, a
+// crash-restart and the promotion of a standby.
+func (l *Lease) Fence() int64 { return l.fence }
+
+// Owner is the owner label stored with the lease.
+func (l *Lease) Owner() string { return l.c.cfg.owner }
+
+// TTL is the lease's length, from each acquire or renew.
+func (l *Lease) TTL() time.Duration { return l.ttl }
+
+// Context ends when the lease is lost or released; context.Cause says which
+// (ErrLeaseLost or ErrReleased, wrapped with details).
+func (l *Lease) Context() context.Context { return l.ctx }
+
+// Done is closed when the lease is lost or released.
+func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
+
+// Err is nil while the lease is held, and the cause once it ended.
+func (l *Lease) Err() error {
+	if l.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(l.ctx)
+}
+
+// Deadline is the local deadline on the monotonic clock: the lease counts as
+// lost at this instant unless a renewal succeeds first.
+func (l *Lease) Deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
+}
+
+// ExpiresAt is the expiry the database reported at the last acquire or
+// renew, by the database's clock. For display; never compare it with this
+// machine's clock.
+func (l *Lease) ExpiresAt() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.expiresAt
+}
+
+// lose ends the lease with cause, once. It reports whether this call ended it.
+func (l *Lease) lose(cause error) bool {
+	l.mu.Lock()
+	if l.ended {
+		l.mu.Unlock()
+		return false
+	}
+	l.ended = true
+	l.timer.Stop()
+	l.mu.Unlock()
+	l.cancel(cause)
+	l.c.cfg.logger.Warn("pglease: lease lost", "key", l.key, "fence", l.fence, "cause", cause)
+	return true
+}
+
+func (l *Lease) deadlinePassed() {
+	l.mu.Lock()
+	if l.ended {
+		l.mu.Unlock()
+		return
+	}
+	if left := time.Until(l.deadline); left > 0 { // a renewal moved it
+		l.timer.Reset(left)
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
+	if l.lose(fmt.Errorf("%w: %q (fence %d): local deadline passed without a successful renewal", ErrLeaseLost, l.key, l.fence)) {
+		// The server may still count it as held (a renewal may have landed
+		// unseen): give it back so the next holder need not wait out the TTL.
+		l.c.wg.Add(1)
+		go func() {
+			defer l.c.wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			l.c.q.Release(ctx, fencedb.ReleaseParams{LockKey: l.key, Fence: l.fence})
+			l.forget()
+		}()
+	}
+}
+
+func (l *Lease) forget() {
+	l.c.mu.Lock()
+	delete(l.c.leases, l)
+	l.c.mu.Unlock()
+}
+
+// Renew extends the lease by its TTL from the database's now(), only if it
+// is still unexpired and still carries this fence. ErrLeaseLost means it had
+// expired or another owner holds the key: the lease's context ends at once.
+// Any other error is transient; the lease stays valid until its local
+// deadline. Renew is what auto-renewal calls; call it yourself only with
+// WithoutAutoRenew.
+func (l *Lease) Renew(ctx context.Context) error {
+	l.mu.Lock()
+	ended, released := l.ended, l.released
+	l.mu.Unlock()
+	if released {
+		return fmt.Errorf("%w: %q was released", ErrLeaseLost, l.key)
+	}
+	if ended {
+		return context.Cause(l.ctx)
+	}
+	sent := time.Now()
+	var expiresAt time.Time
+	var err error
+	if l.c.renewHook != nil {
+		expiresAt, err = l.c.renewHook(ctx, l)
+	} else {
+		expiresAt, err = l.c.q.Renew(ctx, fencedb.RenewParams{LockKey: l.key, Fence: l.fence, TtlMicros: l.ttl.Microseconds()})
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		cause := fmt.Errorf("%w: %q (fence %d): renewal found it expired or held by another owner", ErrLeaseLost, l.key, l.fence)
+		l.lose(cause)
+		return cause
+	}
+	if err != nil {
+		return fmt.Errorf("pglease: renewing %q: %w", l.key, err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended {
+		return context.Cause(l.ctx)
+	}
+	l.expiresAt = expiresAt
+	if d := sent.Add(l.ttl - l.c.margin(l.ttl)); d.After(l.deadline) {
+		l.deadline = d // the running timer notices on firing
+	}
+	return nil
+}
+
+// renewLoop renews every interval. A transient failure is retried soon,
+// until the local deadline ends the lease; a definite "lost" ends it at once.
+func (l *Lease) renewLoop() {
+	defer l.c.wg.Done()
+	defer close(l.renewDone)
+	every := l.c.renewEvery(l.ttl)
+	wait := every
+	for {
+		t := time.NewTimer(wait)
+		select {
+		case <-l.stopRenew:
+			t.Stop()
+			return
+		case <-l.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		// Each attempt may last until the local deadline, no longer.
+		ctx, cancel := context.WithDeadline(l.ctx, l.Deadline())
+		err := l.Renew(ctx)
+		cancel()
+		switch {
+		case err == nil:
+			wait = every
+		case errors.Is(err, ErrLeaseLost) || l.ctx.Err() != nil:
+			return
+		default:
+			l.c.cfg.logger.Warn("pglease: renewal failed; retrying until the local deadline", "key", l.key, "fence", l.fence, "err", err)
+			wait = min(every/4, 250*time.Millisecond)
+		}
+	}
+}
+
+// Release gives the lease up: it expires now, by the database clock, but the
+// row stays. It is matched on key and fence, so a newer holder's lease is
+// never touched. It returns ErrLeaseLost when the lease had already expired
+// or another owner had taken the key: the caller's work may have run
+// unprotected for a while, which is worth knowing. The lease's context ends
+// with ErrReleased. Release after a successful Release is a no-op; after a
+// transient error it may be called again.
+func (l *Lease) Release(ctx context.Context) error {
+	l.mu.Lock()
+	if l.released {
+		l.mu.Unlock()
+		return nil
+	}
+	l.mu.Unlock()
+	select {
+	case <-l.stopRenew:
+	default:
+		close(l.stopRenew)
+	}
+	<-l.renewDone
+
+	wasHeld, err := l.c.q.Release(ctx, fencedb.ReleaseParams{LockKey: l.key, Fence: l.fence})
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("pglease: releasing %q: %w (it expires by itself at its TTL)", l.key, err)
+	}
+	l.mu.Lock()
+	l.released = true
+	l.ended = true
+	l.timer.Stop()
+	l.mu.Unlock()
+	l.forget()
+
+	var result error
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		result = fmt.Errorf("%w: %q (fence %d): another owner holds it now; their lease was left alone", ErrLeaseLost, l.key, l.fence)
+	case !wasHeld:
+		result = fmt.Errorf("%w: %q (fence %d) had expired before it was released", ErrLeaseLost, l.key, l.fence)
+	}
+	if result != nil {
+		l.cancel(result)
+	} else {
+		l.cancel(fmt.Errorf("%w: %q (fence %d)", ErrReleased, l.key, l.fence))
+	}
+	return result
+}

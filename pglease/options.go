@@ -1,0 +1,132 @@
+package pglease
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+)
+
+// MaxTTL is the longest lease pglease grants. A longer one would turn a
+// crashed holder into an outage of over a day; renew a shorter lease instead.
+const MaxTTL = 24 * time.Hour
+
+// MinTTL is the shortest lease: below it a single round trip outlives the lease.
+const MinTTL = 10 * time.Millisecond
+
+// Option configures a Client.
+type Option func(*config) error
+
+type config struct {
+	owner         string
+	renewInterval time.Duration // 0: TTL/3
+	autoRenew     bool
+	safetyMargin  time.Duration // 0: TTL/10
+	backoffMin    time.Duration
+	backoffMax    time.Duration
+	maxWait       time.Duration // 0: no maximum
+	resolveWait   time.Duration
+	logger        *slog.Logger
+}
+
+func defaultConfig() config {
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "unknown-host"
+	}
+	return config{
+		owner:       fmt.Sprintf("%s/%d", host, os.Getpid()),
+		autoRenew:   true,
+		backoffMin:  20 * time.Millisecond,
+		backoffMax:  1 * time.Second,
+		resolveWait: 5 * time.Second,
+		logger:      slog.New(slog.DiscardHandler),
+	}
+}
+
+// WithOwner sets the owner label stored with each lease, for humans and
+// dashboards (pgfence list). Default: "<hostname>/<pid>". It is not what
+// proves ownership: each acquisition carries its own random token and fence.
+func WithOwner(label string) Option {
+	return func(c *config) error {
+		if label == "" || len(label) > 256 {
+			return invalid("owner label must be 1 to 256 bytes, got %d", len(label))
+		}
+		c.owner = label
+		return nil
+	}
+}
+
+// WithRenewInterval sets how often auto-renewal extends a lease. Default: a
+// third of the lease's TTL, which tolerates one failed renewal. Acquiring a
+// lease whose TTL is not longer than the interval fails with ErrInvalidInput:
+// such a lease can be lost to one slow round trip.
+func WithRenewInterval(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return invalid("renew interval must be positive, got %v", d)
+		}
+		c.renewInterval = d
+		return nil
+	}
+}
+
+// WithoutAutoRenew turns auto-renewal off (default: on). The lease then ends
+// at its TTL unless the caller calls Renew; its context ends at the local
+// deadline.
+func WithoutAutoRenew() Option {
+	return func(c *config) error { c.autoRenew = false; return nil }
+}
+
+// WithSafetyMargin sets how much earlier than the TTL the client considers a
+// lease lost, measured on its monotonic clock from just before the acquire or
+// renew was sent, for clock drift and the reply's trip. Default: a tenth of
+// the TTL. Must be shorter than the TTL.
+func WithSafetyMargin(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return invalid("safety margin must be positive, got %v", d)
+		}
+		c.safetyMargin = d
+		return nil
+	}
+}
+
+// WithBackoff bounds Acquire's retry sleeps: exponential from min to max,
+// each sleep drawn uniformly from [0, bound) ("full jitter") so that waiters
+// spread out instead of polling in step. Default: 20ms to 1s.
+func WithBackoff(min, max time.Duration) Option {
+	return func(c *config) error {
+		if min <= 0 || max < min {
+			return invalid("backoff bounds need 0 < min <= max, got %v and %v", min, max)
+		}
+		c.backoffMin, c.backoffMax = min, max
+		return nil
+	}
+}
+
+// WithMaxWait caps how long Acquire (and Do) waits for a held key. Default:
+// no cap beyond the context's deadline. Set one, or give Acquire a context
+// with a deadline: a caller that waits forever has turned a coordination
+// fault into an outage.
+func WithMaxWait(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return invalid("maximum wait must be positive, got %v", d)
+		}
+		c.maxWait = d
+		return nil
+	}
+}
+
+// WithLogger sets where the client reports renewals that failed, leases lost
+// and ambiguous acquisitions resolved. Default: nothing is logged.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return invalid("nil logger")
+		}
+		c.logger = l
+		return nil
+	}
+}
