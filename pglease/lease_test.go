@@ -1,0 +1,466 @@
+package pglease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/pglease"
+)
+
+func newClient(t *testing.T, pool *pgxpool.Pool, opts ...pglease.Option) *pglease.Client {
+	t.Helper()
+	c, err := pglease.New(pool, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func uniqueKey(t *testing.T) string {
+	return fmt.Sprintf("%s:%d", t.Name(), rand.Int64())
+}
+
+// 32 goroutines across 2 clients (each with its own pool) hammer 4 keys. A
+// shared checker counts holders per key: it must never see two at once, and
+// the fences it sees per key must rise strictly in the order of entry.
+func TestMutualExclusion(t *testing.T) {
+	ctx := context.Background()
+	clients := []*pglease.Client{
+		newClient(t, pgtest.Pool(t), pglease.WithOwner("client-a"), pglease.WithBackoff(time.Millisecond, 20*time.Millisecond)),
+		newClient(t, pgtest.Pool(t), pglease.WithOwner("client-b"), pglease.WithBackoff(time.Millisecond, 20*time.Millisecond)),
+	}
+	keys := []string{uniqueKey(t) + "/0", uniqueKey(t) + "/1", uniqueKey(t) + "/2", uniqueKey(t) + "/3"}
+	var inside [4]atomic.Int32
+	var mu sync.Mutex
+	lastFence := map[string]int64{}
+	var entries, overlaps atomic.Int64
+
+	const goroutines, rounds = 32, 25
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := clients[g%2]
+			for r := range rounds {
+				k := (g + r) % 4
+				err := c.Do(ctx, keys[k], 5*time.Second, func(ctx context.Context, l *pglease.Lease) error {
+					if inside[k].Add(1) != 1 {
+						overlaps.Add(1)
+					}
+					mu.Lock()
+					if l.Fence() <= lastFence[keys[k]] {
+						t.Errorf("key %d: fence %d after %d", k, l.Fence(), lastFence[keys[k]])
+					}
+					lastFence[keys[k]] = l.Fence()
+					mu.Unlock()
+					entries.Add(1)
+					time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond)
+					if l.Err() != nil {
+						t.Errorf("lease ended while held: %v", l.Err())
+					}
+					inside[k].Add(-1)
+					return nil
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if overlaps.Load() != 0 {
+		t.Fatalf("%d overlapping entries", overlaps.Load())
+	}
+	if entries.Load() != goroutines*rounds {
+		t.Fatalf("entries = %d, want %d", entries.Load(), goroutines*rounds)
+	}
+}
+
+// Fences rise per key across release and across the sweep deleting the row.
+func TestFencesIncreaseAcrossReleaseAndSweep(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	c := newClient(t, pool)
+	key := uniqueKey(t)
+	var prev int64
+	for i := range 6 {
+		l, err := c.TryAcquire(ctx, key, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Fence() <= prev {
+			t.Fatalf("round %d: fence %d not above %d", i, l.Fence(), prev)
+		}
+		prev = l.Fence()
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 1 { // delete every expired row
+			n, err := fencedb.New(pool).SweepExpired(ctx, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := fencedb.New(pool).GetLease(ctx, key); err == nil {
+				t.Fatalf("round %d: sweep (%d rows) left the released row", i, n)
+			}
+		}
+	}
+}
+
+// Expiry is decided by the database clock: after a short TTL another client
+// acquires; the old lease's Renew is ErrLeaseLost and does not resurrect it;
+// its Release leaves the new holder untouched.
+func TestExpiryByDatabaseClock(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	a := newClient(t, pool, pglease.WithoutAutoRenew())
+	b := newClient(t, pool, pglease.WithoutAutoRenew())
+	key := uniqueKey(t)
+
+	la, err := a.TryAcquire(ctx, key, 200*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.TryAcquire(ctx, key, time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
+		t.Fatalf("while held: err = %v, want ErrNotAcquired", err)
+	}
+	select {
+	case <-la.Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("lease context did not end after its TTL")
+	}
+	if !errors.Is(la.Err(), pglease.ErrLeaseLost) {
+		t.Fatalf("cause = %v, want ErrLeaseLost", la.Err())
+	}
+	// Wait until the database agrees the lease expired.
+	var lb *pglease.Lease
+	for deadline := time.Now().Add(2 * time.Second); ; {
+		lb, err = b.TryAcquire(ctx, key, 5*time.Second)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, pglease.ErrNotAcquired) || time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if lb.Fence() <= la.Fence() {
+		t.Fatalf("new fence %d not above old %d", lb.Fence(), la.Fence())
+	}
+	if err := la.Renew(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
+		t.Fatalf("renew of expired lease: %v, want ErrLeaseLost", err)
+	}
+	if err := la.Release(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
+		t.Fatalf("release of lost lease: %v, want ErrLeaseLost", err)
+	}
+	row, err := fencedb.New(pool).GetLease(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if row.Fence != lb.Fence() || !row.Held {
+		t.Fatalf("new holder disturbed: row %+v, want fence %d held", row, lb.Fence())
+	}
+	if err := lb.Renew(ctx); err != nil {
+		t.Fatalf("new holder cannot renew: %v", err)
+	}
+	if err := lb.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A renewal of an expired lease must not resurrect it even when nobody else
+// took the key.
+func TestRenewDoesNotResurrect(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	c := newClient(t, pool, pglease.WithoutAutoRenew())
+	key := uniqueKey(t)
+	l, err := c.TryAcquire(ctx, key, 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(150 * time.Millisecond)
+	if err := l.Renew(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
+		t.Fatalf("renew after expiry: %v, want ErrLeaseLost", err)
+	}
+	row, err := fencedb.New(pool).GetLease(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if row.Held {
+		t.Fatal("expired lease was resurrected")
+	}
+}
+
+// Auto-renewal keeps a lease alive across five times its TTL.
+func TestAutoRenewKeepsLease(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	c := newClient(t, pool)
+	other := newClient(t, pool)
+	key := uniqueKey(t)
+	const ttl = 300 * time.Millisecond
+	l, err := c.TryAcquire(ctx, key, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := time.Now().Add(5 * ttl)
+	for time.Now().Before(end) {
+		if _, err := other.TryAcquire(ctx, key, ttl); !errors.Is(err, pglease.ErrNotAcquired) {
+			t.Fatalf("other client: %v, want ErrNotAcquired", err)
+		}
+		if l.Err() != nil {
+			t.Fatalf("lease ended: %v", l.Err())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A stalled renewal loses the lease, and its context ends no later than the
+// local deadline (plus scheduling slack).
+func TestStalledRenewalLosesLease(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	c := newClient(t, pool)
+	var stalled atomic.Int32
+	pglease.SetRenewHook(c, func(ctx context.Context, l *pglease.Lease) (time.Time, error) {
+		stalled.Add(1)
+		<-ctx.Done() // the network ate the renewal
+		return time.Time{}, ctx.Err()
+	})
+	const ttl = 300 * time.Millisecond
+	l, err := c.TryAcquire(ctx, uniqueKey(t), ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := l.Deadline()
+	select {
+	case <-l.Done():
+	case <-time.After(3 * ttl):
+		t.Fatal("lease context still alive long after its TTL")
+	}
+	ended := time.Now()
+	if late := ended.Sub(deadline); late > 50*time.Millisecond {
+		t.Fatalf("context ended %v after the local deadline", late)
+	}
+	if !errors.Is(l.Err(), pglease.ErrLeaseLost) {
+		t.Fatalf("cause = %v, want ErrLeaseLost", l.Err())
+	}
+	if stalled.Load() == 0 {
+		t.Fatal("the renewal hook never ran")
+	}
+}
+
+// A definite zero-row renewal ends the lease at once, long before the local
+// deadline.
+func TestLostRenewalEndsLeaseAtOnce(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	c := newClient(t, pool, pglease.WithRenewInterval(50*time.Millisecond))
+	key := uniqueKey(t)
+	l, err := c.TryAcquire(ctx, key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An operator (or a bug) takes the row away.
+	if _, err := pool.Exec(ctx, "UPDATE lock_leases SET expires_at = now() WHERE lock_key = $1", key); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("lease not ended after a renewal found it gone")
+	}
+	if !errors.Is(l.Err(), pglease.ErrLeaseLost) {
+		t.Fatalf("cause = %v", l.Err())
+	}
+}
+
+func TestAcquireWaitsAndGivesUp(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	holder := newClient(t, pool)
+	waiter := newClient(t, pool, pglease.WithMaxWait(300*time.Millisecond), pglease.WithBackoff(5*time.Millisecond, 50*time.Millisecond))
+	key := uniqueKey(t)
+	l, err := holder.TryAcquire(ctx, key, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = waiter.Acquire(ctx, key, time.Second)
+	var we *pglease.WaitError
+	if !errors.As(err, &we) || !errors.Is(err, pglease.ErrNotAcquired) {
+		t.Fatalf("err = %v, want *WaitError that is ErrNotAcquired", err)
+	}
+	if waited := time.Since(start); waited < 300*time.Millisecond || waited > 2*time.Second {
+		t.Fatalf("waited %v for a 300ms maximum", waited)
+	}
+	if we.Attempts < 2 || !strings.Contains(err.Error(), "waiting") {
+		t.Fatalf("wait error: %v (attempts %d)", err, we.Attempts)
+	}
+
+	// Released mid-wait: the waiter gets it.
+	go func() { time.Sleep(100 * time.Millisecond); l.Release(context.Background()) }()
+	w2 := newClient(t, pool, pglease.WithBackoff(5*time.Millisecond, 50*time.Millisecond))
+	got, err := w2.Acquire(ctx, key, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Fence() <= l.Fence() {
+		t.Fatalf("fence %d not above %d", got.Fence(), l.Fence())
+	}
+	got.Release(ctx)
+
+	// The context ends the wait, and the error says so.
+	l3, _ := holder.TryAcquire(ctx, key, 5*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_, err = w2.Acquire(cctx, key, time.Second)
+	if !errors.Is(err, pglease.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want ErrNotAcquired and DeadlineExceeded", err)
+	}
+	l3.Release(ctx)
+}
+
+func TestDoEndsContextOnLoss(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	c := newClient(t, pool, pglease.WithRenewInterval(50*time.Millisecond))
+	key := uniqueKey(t)
+	err := c.Do(ctx, key, 5*time.Second, func(ctx context.Context, l *pglease.Lease) error {
+		if _, err := pool.Exec(ctx, "UPDATE lock_leases SET expires_at = now() WHERE lock_key = $1", key); err != nil {
+			return err
+		}
+		<-ctx.Done()
+		return context.Cause(ctx)
+	})
+	if !errors.Is(err, pglease.ErrLeaseLost) {
+		t.Fatalf("Do: %v, want ErrLeaseLost", err)
+	}
+
+	// TryDo skips a held key without running fn.
+	l, err := c.TryAcquire(ctx, key, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	err = newClient(t, pool).TryDo(ctx, key, time.Second, func(context.Context, *pglease.Lease) error { ran = true; return nil })
+	if !errors.Is(err, pglease.ErrNotAcquired) || ran {
+		t.Fatalf("TryDo on held key: err %v, ran %v", err, ran)
+	}
+	l.Release(ctx)
+}
+
+func TestBadInput(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	if _, err := pglease.New(nil); !errors.Is(err, pglease.ErrInvalidInput) {
+		t.Fatalf("nil pool: %v", err)
+	}
+	if _, err := pglease.New(pool, pglease.WithBackoff(time.Second, time.Millisecond)); !errors.Is(err, pglease.ErrInvalidInput) {
+		t.Fatalf("bad backoff: %v", err)
+	}
+	c := newClient(t, pool)
+	slow := newClient(t, pool, pglease.WithRenewInterval(time.Second))
+	cases := []struct {
+		name string
+		c    *pglease.Client
+		key  string
+		ttl  time.Duration
+	}{
+		{"empty key", c, "", time.Second},
+		{"long key", c, strings.Repeat("k", 513), time.Second},
+		{"invalid utf8", c, "bad\xffkey", time.Second},
+		{"nul", c, "a\x00b", time.Second},
+		{"zero ttl", c, "k", 0},
+		{"negative ttl", c, "k", -time.Second},
+		{"huge ttl", c, "k", 25 * time.Hour},
+		{"renew >= ttl", slow, "k", time.Second},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, f := range []func() error{
+				func() error { _, err := tc.c.TryAcquire(ctx, tc.key, tc.ttl); return err },
+				func() error { _, err := tc.c.Acquire(ctx, tc.key, tc.ttl); return err },
+				func() error {
+					return tc.c.Do(ctx, tc.key, tc.ttl, func(context.Context, *pglease.Lease) error { return nil })
+				},
+			} {
+				if err := f(); !errors.Is(err, pglease.ErrInvalidInput) {
+					t.Fatalf("err = %v, want ErrInvalidInput", err)
+				}
+			}
+		})
+	}
+	var n int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM lock_leases WHERE lock_key IN ('', 'k')").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("bad input reached the database: %d rows, %v", n, err)
+	}
+	// A key of exactly 512 bytes is fine.
+	l, err := c.TryAcquire(ctx, strings.Repeat("é", 256), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release(ctx)
+}
+
+func TestMissingSchemaSaysWhatToDo(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t, func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.RuntimeParams["search_path"] = "pg_catalog" // hides lock_leases
+	})
+	c := newClient(t, pool)
+	_, err := c.TryAcquire(ctx, "k", time.Second)
+	if err == nil || !strings.Contains(err.Error(), "pgfence migrate up") {
+		t.Fatalf("err = %v, want a hint to run the migrations", err)
+	}
+	_, err = c.Acquire(ctx, "k", time.Second)
+	if err == nil || !strings.Contains(err.Error(), "pgfence migrate up") {
+		t.Fatalf("Acquire kept retrying a definite error: %v", err)
+	}
+}
+
+func TestCloseReleasesLeases(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	c, err := pglease.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := uniqueKey(t)
+	l, err := c.TryAcquire(ctx, key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if l.Err() == nil {
+		t.Fatal("lease context alive after Close")
+	}
+	if _, err := c.TryAcquire(ctx, key, time.Second); !errors.Is(err, pglease.ErrClosed) {
+		t.Fatalf("after Close: %v", err)
+	}
+	l2, err := newClient(t, pool).TryAcquire(ctx, key, time.Second)
+	if err != nil {
+		t.Fatalf("Close left the lease held: %v", err)
+	}
+	l2.Release(ctx)
+}
