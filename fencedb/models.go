@@ -6,6 +6,8 @@ package fencedb
 
 import (
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 type LockLease struct {
@@ -15,4 +17,22 @@ type LockLease struct {
 	Fence      int64
 	AcquiredAt time.Time
 	ExpiresAt  time.Time
+}
+
+type PgfenceJob struct {
+	ID          int64
+	Queue       string
+	Kind        string
+	Payload     []byte
+	State       string
+	Priority    int32
+	RunAt       time.Time
+	Attempt     int32
+	MaxAttempts int32
+	Fence       pgtype.Int8
+	Owner       pgtype.Text
+	LeaseUntil  *time.Time
+	LastError   pgtype.Text
+	CreatedAt   time.Time
+	FinishedAt  *time.Time
 }
