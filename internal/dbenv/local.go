@@ -21,6 +21,11 @@ import (
 // findBinDir returns a directory holding initdb and postgres.
 func findBinDir() (string, error) {
 	if p, err := exec.LookPath("initdb"); err == nil {
+		// Follow symlinks (/usr/local/bin/initdb -> /usr/lib/postgresql/15/bin)
+		// to the directory that also holds pg_basebackup and friends.
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			p = real
+		}
 		dir := filepath.Dir(p)
 		if _, err := os.Stat(filepath.Join(dir, "postgres")); err == nil {
 			return dir, nil
@@ -241,4 +246,21 @@ func startLocal(ctx context.Context, log io.Writer) (*Server, error) {
 		return nil, ctx.Err()
 	}
 	return &Server{URL: c.URL("postgres"), Source: "local binaries in " + c.BinDir, Throwaway: true, stop: c.Remove}, nil
+}
+
+// Kill sends the server's postmaster sig (SIGKILL simulates a crash) and
+// waits for it to exit.
+func (c *Cluster) Kill(sig syscall.Signal) {
+	if c.cmd == nil {
+		return
+	}
+	c.cmd.Process.Signal(sig)
+	<-c.exited
+	c.cmd = nil
+	if sig == syscall.SIGKILL {
+		// Children of a killed postmaster exit on their own once they notice;
+		// wait until the lock file's PID no longer runs, so a restart can
+		// take over the data directory.
+		time.Sleep(200 * time.Millisecond)
+	}
 }

@@ -1,0 +1,132 @@
+package pglease_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/faultproxy"
+	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/pglease"
+)
+
+// proxiedPool returns a pool whose connections go through a fault proxy.
+// Statements are sent in one round trip with their text (QueryExecModeExec),
+// so the proxy can recognise the acquisition and cut the connection after it
+// was sent, before its answer arrives.
+func proxiedPool(t *testing.T) (*pgxpool.Pool, *faultproxy.Proxy) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(pgtest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := cfg.ConnConfig
+	network, addr := "tcp", net.JoinHostPort(up.Host, strconv.Itoa(int(up.Port)))
+	if filepath.IsAbs(up.Host) { // a Unix socket directory
+		network, addr = "unix", filepath.Join(up.Host, ".s.PGSQL."+strconv.Itoa(int(up.Port)))
+	}
+	proxy, err := faultproxy.New(func() (net.Conn, error) { return net.Dial(network, addr) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", proxy.Port()
+	cfg.ConnConfig.Fallbacks = nil
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool, proxy
+}
+
+// The connection breaks after the acquisition was sent and ran; the caller
+// is still waiting, so the client asks by owner token and keeps the grant.
+func TestAmbiguousAcquireGrantedIsKept(t *testing.T) {
+	ctx := context.Background()
+	pool, proxy := proxiedPool(t)
+	direct := pgtest.Pool(t)
+	c := newClient(t, pool)
+	key := uniqueKey(t)
+
+	fired := proxy.CutAfterSending("INSERT INTO lock_leases", 200*time.Millisecond)
+	l, err := c.TryAcquire(ctx, key, 5*time.Second)
+	select {
+	case <-fired:
+	default:
+		t.Fatal("the fault never fired")
+	}
+	if err != nil {
+		t.Fatalf("ambiguous but granted acquisition was not adopted: %v", err)
+	}
+	row, err := fencedb.New(direct).GetLease(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !row.Held || row.Fence != l.Fence() {
+		t.Fatalf("row %+v, lease fence %d", row, l.Fence())
+	}
+	if err := l.Renew(ctx); err != nil {
+		t.Fatalf("adopted lease cannot renew: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The answer never comes and the caller gives up (its context ends): the
+// grant that did land is released at once, not left until its TTL.
+func TestAmbiguousAcquireAbandonedIsReleased(t *testing.T) {
+	ctx := context.Background()
+	pool, proxy := proxiedPool(t)
+	direct := pgtest.Pool(t)
+	c := newClient(t, pool)
+	key := uniqueKey(t)
+
+	proxy.CutAfterSending("INSERT INTO lock_leases", time.Minute) // the answer never arrives
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	_, err := c.TryAcquire(cctx, key, time.Hour)
+	if err == nil {
+		t.Fatal("acquisition with no answer succeeded")
+	}
+	var n int
+	if err := direct.QueryRow(ctx, "SELECT count(*) FROM lock_leases WHERE lock_key = $1", key).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("the statement should have run on the server: %d rows, %v", n, err)
+	}
+	other := newClient(t, direct)
+	l, err := other.TryAcquire(ctx, key, time.Second)
+	if err != nil {
+		t.Fatalf("abandoned grant still held (would block for its 1h TTL): %v", err)
+	}
+	l.Release(ctx)
+}
+
+// Acquire's retry loop goes through an ambiguous failure and ends holding
+// exactly one lease on the key.
+func TestAcquireRetriesThroughAmbiguity(t *testing.T) {
+	ctx := context.Background()
+	pool, proxy := proxiedPool(t)
+	c := newClient(t, pool, pglease.WithBackoff(5*time.Millisecond, 20*time.Millisecond))
+	key := uniqueKey(t)
+	proxy.CutAfterSending("INSERT INTO lock_leases", 100*time.Millisecond)
+	l, err := c.Acquire(ctx, key, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil && !errors.Is(err, pglease.ErrLeaseLost) {
+		t.Fatal(err)
+	}
+}
