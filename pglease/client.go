@@ -85,9 +85,16 @@ func (c *Client) Close() error {
 // Owner is the owner label this client stores with its leases.
 func (c *Client) Owner() string { return c.cfg.owner }
 
-func (c *Client) checkArgs(key string, ttl time.Duration) error {
+func validateKey(key string) error {
 	if err := validate.Key(key); err != nil {
 		return invalid("%v", err)
+	}
+	return nil
+}
+
+func (c *Client) checkArgs(key string, ttl time.Duration) error {
+	if err := validateKey(key); err != nil {
+		return err
 	}
 	if ttl < MinTTL || ttl > MaxTTL {
 		return invalid("TTL %v is outside [%v, %v]", ttl, MinTTL, MaxTTL)

@@ -1,0 +1,89 @@
+package pglease
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Campaign competes for leadership under key until ctx ends, for as many
+// terms as it wins. Each time it wins (Acquire, with the client's backoff),
+// it calls lead with a context that ends when leadership is lost, and with
+// the lease's fence as the term's epoch. The epoch is what makes a deposed
+// leader harmless: followers and downstream resources must refuse commands
+// that carry an older epoch than the newest they have seen (package pgguard
+// does that for rows), because a leader that was paused does not know it was
+// deposed until after it acts.
+//
+// When lead returns nil or leadership is lost, Campaign releases the lease,
+// waits the client's maximum backoff so that others get a turn, and
+// campaigns again. When lead returns another error, Campaign releases and
+// returns it. When ctx ends, Campaign returns ctx's cause. Leadership is
+// renewed automatically unless the client was made WithoutAutoRenew.
+func (c *Client) Campaign(ctx context.Context, key string, ttl time.Duration, lead func(ctx context.Context, epoch int64) error) error {
+	if err := c.checkArgs(key, ttl); err != nil {
+		return err
+	}
+	if lead == nil {
+		return invalid("nil lead function")
+	}
+	for {
+		l, err := c.Acquire(ctx, key, ttl)
+		switch {
+		case ctx.Err() != nil:
+			if l != nil {
+				c.run(ctx, l, func(context.Context, *Lease) error { return nil })
+			}
+			return context.Cause(ctx)
+		case errors.Is(err, ErrNotAcquired), err != nil && isTransient(err):
+			continue // a maximum wait passed or the server blinked: keep campaigning
+		case err != nil:
+			return err
+		}
+		c.cfg.logger.Info("pglease: leading", "key", key, "epoch", l.Fence())
+		err = c.run(ctx, l, func(ctx context.Context, l *Lease) error { return lead(ctx, l.Fence()) })
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		if err != nil && !errors.Is(err, ErrLeaseLost) && !errors.Is(err, ErrReleased) && !errors.Is(err, context.Canceled) {
+			return err
+		}
+		c.cfg.logger.Info("pglease: stepped down", "key", key, "epoch", l.Fence(), "err", err)
+		t := time.NewTimer(c.cfg.backoffMax)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return context.Cause(ctx)
+		case <-t.C:
+		}
+	}
+}
+
+// Holder describes who holds a key, as the database clock sees it now.
+type Holder struct {
+	Key   string
+	Owner string
+	Fence int64 // for a leader: the epoch
+	Held  bool  // false: the last lease expired or was released
+	// Remaining is how long the lease has left by the database clock.
+	Remaining time.Duration
+}
+
+// Holder reports the current (or last) holder of key. ok is false when the
+// key was never leased or its row was swept.
+func (c *Client) Holder(ctx context.Context, key string) (h Holder, ok bool, err error) {
+	if err := validateKey(key); err != nil {
+		return Holder{}, false, err
+	}
+	row, err := c.q.GetLease(ctx, key)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Holder{}, false, nil
+	}
+	if err != nil {
+		return Holder{}, false, c.explain(key, err)
+	}
+	return Holder{Key: row.LockKey, Owner: row.Owner, Fence: row.Fence, Held: row.Held,
+		Remaining: time.Duration(row.RemainingMicros) * time.Microsecond}, true, nil
+}
