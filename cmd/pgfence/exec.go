@@ -1,0 +1,331 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/validate"
+	"github.com/pgfence/pgfence/pglease"
+)
+
+const execUsage = `Usage: pgfence exec --key KEY [--ttl 30s] [--wait D | --skip-if-held] [flags] -- COMMAND [ARGS...]
+
+Runs COMMAND while holding the lease on KEY, renewing it, like flock,
+etcdctl lock and consul lock, with a fencing token. The command gets:
+  PGFENCE_KEY    the key
+  PGFENCE_FENCE  the lease's fencing token: pass it to every protected write
+                 (UPDATE ... WHERE last_fence <= $fence) so that a write made
+                 after the lease was lost is refused
+  PGFENCE_OWNER  the owner label stored with the lease
+SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to the command (it runs in
+its own process group; signals go to the whole group). When the command ends
+the lease is released and pgfence exits with the command's code.
+
+If the lease is lost while the command runs (renewals failed until the local
+deadline, TTL minus a tenth, or the process was frozen past the TTL),
+pgfence sends SIGTERM to the command's process group, SIGKILL after --grace,
+and exits 83. Work the command already sent may still land: only the fence
+checked at the resource stops it.
+
+Without --wait, a key held by another owner ends pgfence at once (81).
+
+Exit codes: the command's own, or
+  80  usage: missing --key, bad duration, no command, malformed URL
+  81  the key is held by another owner (--skip-if-held, or no --wait)
+  82  --wait ran out while the key stayed held
+  83  the lease was lost while the command ran; the command was terminated
+  84  the database is unreachable (nothing was run; see --fail-open)
+  85  the database refused (schema missing: run pgfence migrate up; login or permission denied)
+  126 the command cannot be run;  127 the command was not found
+  128+N the command was killed by signal N
+`
+
+type execOpts struct {
+	key, owner, url string
+	ttl, wait       time.Duration
+	renew, grace    time.Duration
+	skipIfHeld      bool
+	failOpen        bool
+	argv            []string
+}
+
+func (a *app) cmdExec(ctx context.Context, args []string) int {
+	var o execOpts
+	fset := a.newFlags("exec", execUsage, &o.url)
+	fset.StringVar(&o.key, "key", "", "the lock key (required), e.g. invoice:inv_72")
+	durVar(fset, &o.ttl, "ttl", 30*time.Second, "lease length; renewed while the command runs")
+	durVar(fset, &o.wait, "wait", 0, "wait up to this long for a held key (default: do not wait)")
+	fset.BoolVar(&o.skipIfHeld, "skip-if-held", false, "exit 81 at once when the key is held (scheduled work: someone else is doing it)")
+	durVar(fset, &o.renew, "renew", 0, "renew interval (default: a third of --ttl)")
+	durVar(fset, &o.grace, "grace", 10*time.Second, "after SIGTERM on a lost lease, wait this long before SIGKILL")
+	fset.BoolVar(&o.failOpen, "fail-open", false, "if the database is unreachable, run the command anyway, without a lease (PGFENCE_FENCE unset, PGFENCE_FAIL_OPEN=1)")
+	fset.StringVar(&o.owner, "owner", "", "owner label stored with the lease (default: hostname/pid)")
+	if err := fset.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	o.argv = fset.Args()
+	if err := o.check(); err != nil {
+		return a.exitCode(err)
+	}
+
+	// Find the command before taking anything: 127/126 as shells do.
+	path, err := exec.LookPath(o.argv[0])
+	if err != nil {
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+			return a.exitCode(fail(exitNotFound, "pgfence: %s: command not found", o.argv[0]))
+		}
+		return a.exitCode(fail(exitCannotExec, "pgfence: %s: cannot run: %v", o.argv[0], err))
+	}
+
+	// Signals: while acquiring, one ends the attempt; once the command runs,
+	// they are forwarded to it.
+	sigCh := make(chan os.Signal, 8)
+	signal.Notify(sigCh, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	defer signal.Stop(sigCh)
+
+	acqCtx, cancelAcq := context.WithCancelCause(ctx)
+	defer cancelAcq(nil)
+	var interrupted os.Signal
+	acqDone := make(chan struct{})
+	watcherDone := make(chan struct{})
+	go func() {
+		defer close(watcherDone)
+		select {
+		case s := <-sigCh:
+			interrupted = s
+			cancelAcq(fmt.Errorf("interrupted by %v", s))
+		case <-acqDone:
+		}
+	}()
+
+	pool, where, err := a.connect(acqCtx, o.url)
+	var client *pglease.Client
+	var lease *pglease.Lease
+	if err == nil {
+		defer pool.Close()
+		client, err = a.newLeaseClient(pool, o)
+		if err != nil {
+			close(acqDone)
+			<-watcherDone
+			return a.exitCode(fail(exitUsage, "pgfence: %v", err))
+		}
+		defer client.Close()
+		if o.wait > 0 {
+			lease, err = client.Acquire(acqCtx, o.key, o.ttl)
+		} else {
+			lease, err = client.TryAcquire(acqCtx, o.key, o.ttl)
+		}
+	}
+	close(acqDone)
+	<-watcherDone
+	if interrupted != nil {
+		if lease != nil {
+			a.release(lease)
+		}
+		fmt.Fprintf(a.stderr, "pgfence: interrupted by %v before the command started\n", interrupted)
+		return 128 + int(interrupted.(syscall.Signal))
+	}
+	if err != nil {
+		code := a.acquireFailure(pool, where, o, err)
+		if code != exitUnreachable || !o.failOpen {
+			return code
+		}
+		fmt.Fprintf(a.stderr, "pgfence: --fail-open: running %s WITHOUT a lease on %q; nothing stops a concurrent run (PGFENCE_FENCE is not set)\n", o.argv[0], o.key)
+		return a.runUnprotected(path, o, sigCh)
+	}
+	return a.runHolding(path, o, lease, sigCh)
+}
+
+func (o *execOpts) check() error {
+	if o.key == "" {
+		return fail(exitUsage, "pgfence exec: --key is required (the name of what the lease protects, e.g. --key invoice:inv_72)")
+	}
+	if err := validate.Key(o.key); err != nil {
+		return fail(exitUsage, "pgfence exec: --key: %v", err)
+	}
+	if o.ttl < time.Second || o.ttl > pglease.MaxTTL {
+		return fail(exitUsage, "pgfence exec: --ttl %v is outside [1s, %v]", o.ttl, pglease.MaxTTL)
+	}
+	if o.renew != 0 && o.renew >= o.ttl {
+		return fail(exitUsage, "pgfence exec: --renew %v must be shorter than --ttl %v (a third of it is the default; see pgfence plan)", o.renew, o.ttl)
+	}
+	if o.wait > 0 && o.skipIfHeld {
+		return fail(exitUsage, "pgfence exec: --wait and --skip-if-held exclude each other")
+	}
+	if o.grace <= 0 {
+		return fail(exitUsage, "pgfence exec: --grace must be positive")
+	}
+	if len(o.argv) == 0 {
+		return fail(exitUsage, "pgfence exec: no command given: put it after --, e.g. pgfence exec --key %s --ttl %v -- ./job.sh", o.key, o.ttl)
+	}
+	return nil
+}
+
+func (a *app) newLeaseClient(pool *pgxpool.Pool, o execOpts) (*pglease.Client, error) {
+	logger := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	opts := []pglease.Option{pglease.WithLogger(logger)}
+	if o.owner != "" {
+		opts = append(opts, pglease.WithOwner(o.owner))
+	}
+	if o.renew > 0 {
+		opts = append(opts, pglease.WithRenewInterval(o.renew))
+	}
+	if o.wait > 0 {
+		opts = append(opts, pglease.WithMaxWait(o.wait))
+	}
+	return pglease.New(pool, opts...)
+}
+
+// acquireFailure explains why no lease was taken and returns the exit code.
+func (a *app) acquireFailure(pool *pgxpool.Pool, where string, o execOpts, err error) int {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return a.exitCode(ee)
+	}
+	var we *pglease.WaitError
+	switch {
+	case errors.Is(err, pglease.ErrNotAcquired):
+		holder := a.holder(pool, o.key)
+		if errors.As(err, &we) {
+			return a.exitCode(fail(exitWaitExpired, "pgfence: %q is still held%s after waiting %v; gave up (exit %d)", o.key, holder, we.Waited.Round(time.Millisecond), exitWaitExpired))
+		}
+		if o.skipIfHeld {
+			return a.exitCode(fail(exitHeld, "pgfence: %q is held%s; skipped (exit %d)", o.key, holder, exitHeld))
+		}
+		return a.exitCode(fail(exitHeld, "pgfence: %q is held%s (exit %d; use --wait D to wait for it, --skip-if-held to mark skipping as expected)", o.key, holder, exitHeld))
+	case errors.Is(err, pglease.ErrInvalidInput):
+		return a.exitCode(fail(exitUsage, "pgfence exec: %v", err))
+	}
+	return a.exitCode(dbError(where, err))
+}
+
+// holder describes who holds key, for messages; "" if unknown.
+func (a *app) holder(pool *pgxpool.Pool, key string) string {
+	if pool == nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	row, err := fencedb.New(pool).GetLease(ctx, key)
+	if err != nil || !row.Held {
+		return ""
+	}
+	return fmt.Sprintf(" by %s (fence %d, %v left by the database clock)", row.Owner, row.Fence, (time.Duration(row.RemainingMicros) * time.Microsecond).Round(time.Millisecond))
+}
+
+func (a *app) command(path string, o execOpts, env ...string) *exec.Cmd {
+	cmd := exec.Command(path, o.argv[1:]...)
+	cmd.Args[0] = o.argv[0]
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.SysProcAttr = procAttr()
+	return cmd
+}
+
+// start starts cmd and maps a start failure to 126/127.
+func (a *app) start(cmd *exec.Cmd, name string) error {
+	if err := cmd.Start(); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fail(exitNotFound, "pgfence: %s: command not found", name)
+		}
+		return fail(exitCannotExec, "pgfence: %s: cannot run: %v", name, err)
+	}
+	return nil
+}
+
+// exitStatus is the shell's view of how cmd ended.
+func exitStatus(state *os.ProcessState) int {
+	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return state.ExitCode()
+}
+
+func (a *app) runUnprotected(path string, o execOpts, sigCh chan os.Signal) int {
+	cmd := a.command(path, o, "PGFENCE_KEY="+o.key, "PGFENCE_FAIL_OPEN=1")
+	if err := a.start(cmd, o.argv[0]); err != nil {
+		return a.exitCode(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	for {
+		select {
+		case s := <-sigCh:
+			syscall.Kill(-cmd.Process.Pid, s.(syscall.Signal))
+		case <-done:
+			return exitStatus(cmd.ProcessState)
+		}
+	}
+}
+
+func (a *app) runHolding(path string, o execOpts, lease *pglease.Lease, sigCh chan os.Signal) int {
+	cmd := a.command(path, o,
+		"PGFENCE_KEY="+o.key,
+		"PGFENCE_FENCE="+strconv.FormatInt(lease.Fence(), 10),
+		"PGFENCE_OWNER="+lease.Owner())
+	if err := a.start(cmd, o.argv[0]); err != nil {
+		a.release(lease)
+		return a.exitCode(err)
+	}
+	pgid := cmd.Process.Pid
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+
+	var lost error
+	leaseDone := lease.Done()
+	var kill <-chan time.Time
+	for waiting := true; waiting; {
+		select {
+		case s := <-sigCh:
+			syscall.Kill(-pgid, s.(syscall.Signal))
+		case <-leaseDone:
+			leaseDone = nil
+			lost = lease.Err()
+			fmt.Fprintf(a.stderr, "pgfence: LEASE LOST on %q (fence %d): %v\npgfence: sending SIGTERM to %s (process group %d); SIGKILL in %v if it has not exited\n",
+				o.key, lease.Fence(), lost, o.argv[0], pgid, o.grace)
+			syscall.Kill(-pgid, syscall.SIGTERM)
+			kill = time.After(o.grace)
+		case <-kill:
+			kill = nil
+			fmt.Fprintf(a.stderr, "pgfence: %s still running %v after SIGTERM: sending SIGKILL\n", o.argv[0], o.grace)
+			syscall.Kill(-pgid, syscall.SIGKILL)
+		case <-done:
+			waiting = false
+		}
+	}
+	status := exitStatus(cmd.ProcessState)
+	if lost != nil {
+		fmt.Fprintf(a.stderr, "pgfence: %s was stopped (status %d) because the lease on %q was lost; exit %d\n", o.argv[0], status, o.key, exitLeaseLost)
+		return exitLeaseLost
+	}
+	if err := a.release(lease); err != nil {
+		if errors.Is(err, pglease.ErrLeaseLost) {
+			fmt.Fprintf(a.stderr, "pgfence: %s exited with %d, but the lease on %q had been lost before it ended: %v; exit %d\n", o.argv[0], status, o.key, err, exitLeaseLost)
+			return exitLeaseLost
+		}
+		fmt.Fprintf(a.stderr, "pgfence: warning: %v\n", err)
+	}
+	return status
+}
+
+func (a *app) release(lease *pglease.Lease) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return lease.Release(ctx)
+}

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfence/pgfence/fencedb"
+)
+
+const listUsage = `Usage: pgfence list [--json] [--held]
+
+Lists every lease row: key, owner, fence, held or expired, and the time left,
+all judged by the database's clock (never this machine's).
+`
+
+const showUsage = `Usage: pgfence show [--json] KEY
+
+Shows one lease: owner, fence, held or expired, time left (or since expiry)
+by the database's clock, acquired and expiry times. Exits 1 if the key has
+no lease row.
+`
+
+// leaseJSON is one lease in list --json and show --json output.
+type leaseJSON struct {
+	Key              string    `json:"key"`
+	Owner            string    `json:"owner"`
+	Fence            int64     `json:"fence"`
+	Held             bool      `json:"held"`
+	RemainingSeconds float64   `json:"remaining_seconds"`
+	AcquiredAt       time.Time `json:"acquired_at"`
+	ExpiresAt        time.Time `json:"expires_at"`
+	DBNow            time.Time `json:"db_now"`
+}
+
+func toJSON(key, owner string, fence int64, held bool, remainingMicros int64, acquired, expires, now time.Time) leaseJSON {
+	return leaseJSON{Key: key, Owner: owner, Fence: fence, Held: held,
+		RemainingSeconds: float64(remainingMicros) / 1e6,
+		AcquiredAt:       acquired.UTC(), ExpiresAt: expires.UTC(), DBNow: now.UTC()}
+}
+
+// state says "held, 12.3s left" or "expired 4s ago", by the database clock.
+func state(l leaseJSON) string {
+	if l.Held {
+		return fmt.Sprintf("held, %v left", roundDur(time.Duration(l.RemainingSeconds*1e6)*time.Microsecond))
+	}
+	return fmt.Sprintf("expired %v ago", roundDur(l.DBNow.Sub(l.ExpiresAt)))
+}
+
+func roundDur(d time.Duration) time.Duration {
+	if d > time.Minute {
+		return d.Round(time.Second)
+	}
+	return d.Round(time.Millisecond)
+}
+
+func (a *app) cmdList(ctx context.Context, args []string) error {
+	var url string
+	var asJSON, heldOnly bool
+	fs := a.newFlags("list", listUsage, &url)
+	fs.BoolVar(&asJSON, "json", false, "print a JSON array")
+	fs.BoolVar(&heldOnly, "held", false, "only leases that are held now")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fail(exitUsage, "pgfence list: unexpected argument %q (did you mean pgfence show %s?)", pos[0], pos[0])
+	}
+	pool, where, err := a.connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	rows, err := fencedb.New(pool).ListLeases(ctx)
+	if err != nil {
+		return dbError(where, err)
+	}
+	out := []leaseJSON{}
+	for _, r := range rows {
+		if heldOnly && !r.Held {
+			continue
+		}
+		out = append(out, toJSON(r.LockKey, r.Owner, r.Fence, r.Held, r.RemainingMicros, r.AcquiredAt, r.ExpiresAt, r.DbNow))
+	}
+	if asJSON {
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	if len(out) == 0 {
+		fmt.Fprintln(a.stdout, "no leases")
+		return nil
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tOWNER\tFENCE\tSTATE")
+	for _, l := range out {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", l.Key, l.Owner, l.Fence, state(l))
+	}
+	return tw.Flush()
+}
+
+func (a *app) cmdShow(ctx context.Context, args []string) error {
+	var url string
+	var asJSON bool
+	fs := a.newFlags("show", showUsage, &url)
+	fs.BoolVar(&asJSON, "json", false, "print a JSON object")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return fail(exitUsage, "pgfence show: give exactly one KEY (got %d arguments)", len(pos))
+	}
+	key := pos[0]
+	pool, where, err := a.connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	r, err := fencedb.New(pool).GetLease(ctx, key)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fail(exitFailed, "pgfence: no lease row for %q (never acquired, or swept)", key)
+	}
+	if err != nil {
+		return dbError(where, err)
+	}
+	l := toJSON(r.LockKey, r.Owner, r.Fence, r.Held, r.RemainingMicros, r.AcquiredAt, r.ExpiresAt, r.DbNow)
+	if asJSON {
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(l)
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "key\t%s\n", l.Key)
+	fmt.Fprintf(tw, "owner\t%s\n", l.Owner)
+	fmt.Fprintf(tw, "fence\t%d\n", l.Fence)
+	fmt.Fprintf(tw, "state\t%s (database clock)\n", state(l))
+	fmt.Fprintf(tw, "acquired at\t%s\n", l.AcquiredAt.Format(time.RFC3339Nano))
+	fmt.Fprintf(tw, "expires at\t%s\n", l.ExpiresAt.Format(time.RFC3339Nano))
+	fmt.Fprintf(tw, "database now\t%s\n", l.DBNow.Format(time.RFC3339Nano))
+	return tw.Flush()
+}

@@ -1,0 +1,305 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgfence/pgfence/internal/dsn"
+)
+
+// Exit codes of pgfence itself. exec passes the command's own code through;
+// these are chosen outside the codes commands commonly use (1, 2, 124-127,
+// 128+N for signals, 255) so that a script can tell pgfence's outcomes from
+// the command's.
+const (
+	exitOK          = 0
+	exitFailed      = 1  // show: no such key; demo: a guarantee did not hold; other runtime failures
+	exitUsage       = 80 // bad flags or arguments: missing --key, bad duration, malformed URL, no command
+	exitHeld        = 81 // exec: the key is held by another owner (--skip-if-held, or no --wait)
+	exitWaitExpired = 82 // exec --wait D: still held after D
+	exitLeaseLost   = 83 // exec: the lease was lost while the command ran; the command was stopped
+	exitUnreachable = 84 // the database could not be reached (exec fails closed unless --fail-open)
+	exitDBError     = 85 // the database answered with an error: schema missing, login refused, permission denied
+	exitCannotExec  = 126
+	exitNotFound    = 127
+)
+
+// exitError carries an exit code and the message to print for it.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+func fail(code int, format string, args ...any) *exitError {
+	return &exitError{code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+// app holds what every subcommand shares: output streams that never show a
+// password, and the scrubber behind them.
+type app struct {
+	stdout, stderr io.Writer
+	scrub          *dsn.Scrubber
+	globalURL      string
+}
+
+func main() {
+	scrub := &dsn.Scrubber{}
+	a := &app{stdout: scrub.Writer(os.Stdout), stderr: scrub.Writer(os.Stderr), scrub: scrub}
+	os.Exit(a.run(context.Background(), os.Args[1:]))
+}
+
+const usageText = `pgfence: leases with fencing tokens on PostgreSQL.
+
+Usage:
+  pgfence [--database-url URL] COMMAND [FLAGS] [ARGS]
+
+Commands:
+  exec     run a command while holding a lease on a key (like flock, with a fence)
+  list     list leases: owner, fence, held or expired, remaining time (database clock)
+  show     show one lease
+  plan     size a TTL and renew interval: freezes absorbed, renewals that may fail
+  migrate  create (up), drop (down) or inspect (version) pgfence's schema
+  demo     replay the distributed-locks lesson with real workers and check it
+
+The database: --database-url, else PGFENCE_DATABASE_URL, else DATABASE_URL,
+else the libpq variables (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, ...).
+demo without any URL starts a throwaway PostgreSQL and removes it on exit.
+Passwords are never printed.
+
+Exit codes of pgfence itself (exec otherwise exits with the command's code):
+  0    success
+  1    show: no such key; demo: a guarantee did not hold; other failures
+  80   usage: bad flag or argument, missing --key, bad duration, malformed URL, no command
+  81   exec: the key is held by another owner (--skip-if-held, or no --wait given)
+  82   exec --wait: still held when the wait ran out
+  83   exec: the lease was lost while the command ran; the command was terminated
+  84   the database is unreachable (exec fails closed unless --fail-open)
+  85   the database refused: pgfence's schema is missing, login or permission denied
+  126  exec: the command was found but could not be run
+  127  exec: the command was not found
+  128+N exec: the command was killed by signal N
+
+Run 'pgfence COMMAND -h' for a command's flags.
+`
+
+func (a *app) run(ctx context.Context, args []string) int {
+	global := flag.NewFlagSet("pgfence", flag.ContinueOnError)
+	global.SetOutput(io.Discard)
+	global.StringVar(&a.globalURL, "database-url", "", "PostgreSQL URL")
+	if err := global.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(a.stdout, usageText)
+			return exitOK
+		}
+		fmt.Fprintf(a.stderr, "pgfence: %v\n\n%s", err, usageText)
+		return exitUsage
+	}
+	a.scrub.Add(dsn.Secrets(a.globalURL)...)
+	rest := global.Args()
+	if len(rest) == 0 {
+		fmt.Fprintf(a.stderr, "pgfence: no command given\n\n%s", usageText)
+		return exitUsage
+	}
+	var err error
+	switch rest[0] {
+	case "exec":
+		return a.cmdExec(ctx, rest[1:])
+	case "list":
+		err = a.cmdList(ctx, rest[1:])
+	case "show":
+		err = a.cmdShow(ctx, rest[1:])
+	case "plan":
+		err = a.cmdPlan(rest[1:])
+	case "migrate":
+		err = a.cmdMigrate(ctx, rest[1:])
+	case "demo":
+		err = a.cmdDemo(ctx, rest[1:])
+	case "help", "-h", "--help":
+		fmt.Fprint(a.stdout, usageText)
+		return exitOK
+	default:
+		fmt.Fprintf(a.stderr, "pgfence: unknown command %q\n\n%s", rest[0], usageText)
+		return exitUsage
+	}
+	return a.exitCode(err)
+}
+
+// exitCode prints err and returns its exit code.
+func (a *app) exitCode(err error) int {
+	if err == nil {
+		return exitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.msg != "" {
+			fmt.Fprintln(a.stderr, ee.msg)
+		}
+		return ee.code
+	}
+	fmt.Fprintf(a.stderr, "pgfence: %v\n", err)
+	return exitFailed
+}
+
+// newFlags returns a subcommand's flag set; databaseURL, when non-nil, gets
+// the --database-url flag.
+func (a *app) newFlags(name, usage string, databaseURL *string) *flag.FlagSet {
+	fs := flag.NewFlagSet("pgfence "+name, flag.ContinueOnError)
+	fs.SetOutput(a.stderr)
+	if databaseURL != nil {
+		fs.StringVar(databaseURL, "database-url", "", "PostgreSQL URL (default: PGFENCE_DATABASE_URL, DATABASE_URL, then the PG* variables)")
+	}
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fmt.Fprintln(fs.Output(), "\nFlags:")
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses flags that may come before or after positional
+// arguments, and returns the positionals. -h prints the usage and yields an
+// exitError with code 0.
+func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, &exitError{code: exitOK}
+			}
+			return nil, &exitError{code: exitUsage} // the flag package printed why
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		if args[0] == "--" {
+			return append(pos, args[1:]...), nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+// connect resolves the database, opens a small pool and checks that the
+// server answers. Errors are exitErrors with the codes of the table above.
+func (a *app) connect(ctx context.Context, flagURL string) (*pgxpool.Pool, string, error) {
+	if flagURL == "" {
+		flagURL = a.globalURL
+	}
+	raw, src := dsn.Resolve(flagURL)
+	a.scrub.Add(dsn.Secrets(raw)...)
+	cfg, err := pgxpool.ParseConfig(raw)
+	if err != nil {
+		return nil, "", fail(exitUsage, "pgfence: the database URL from %s is malformed: %v", src, parseErrDetail(err))
+	}
+	a.scrub.Add(cfg.ConnConfig.Password)
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
+	}
+	cfg.MaxConns = 4
+	where := fmt.Sprintf("%s (from %s)", describe(cfg), src)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, where, fail(exitUsage, "pgfence: database %s: %v", where, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, cfg.ConnConfig.ConnectTimeout+time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, where, dbError(where, err)
+	}
+	return pool, where, nil
+}
+
+// parseErrDetail is the part of a pgx parse error that does not quote the
+// connection string.
+func parseErrDetail(err error) string {
+	var pe *pgconn.ParseConfigError
+	if errors.As(err, &pe) {
+		msg := err.Error()
+		if i := strings.Index(msg, "`: "); i >= 0 {
+			return msg[i+3:]
+		}
+	}
+	return err.Error()
+}
+
+// describe names a server without its password: user@host:port/database.
+func describe(cfg *pgxpool.Config) string {
+	c := cfg.ConnConfig
+	host := c.Host
+	if strings.HasPrefix(host, "/") {
+		host = "socket " + host
+	}
+	return fmt.Sprintf("%s@%s:%d/%s", c.User, host, c.Port, c.Database)
+}
+
+// isUnreachable reports errors that mean no answer from a working server:
+// network failures, timeouts, and a server that is starting, stopping or
+// out of connections.
+func isUnreachable(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "57P") || pgErr.Code == "53300"
+	}
+	return err != nil && !errors.Is(err, context.Canceled)
+}
+
+// isMissingSchema reports "relation/function does not exist", which on
+// pgfence's own queries means the migrations never ran.
+func isMissingSchema(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42883")
+}
+
+const migrateHint = "pgfence's schema is missing from this database: run `pgfence migrate up` first"
+
+// dbError turns a database error into an exitError with a hint.
+func dbError(where string, err error) error {
+	switch {
+	case isMissingSchema(err):
+		return fail(exitDBError, "pgfence: database %s: %s (%v)", where, migrateHint, err)
+	case isUnreachable(err):
+		return fail(exitUnreachable, "pgfence: cannot reach the database %s: %v", where, err)
+	default:
+		return fail(exitDBError, "pgfence: database %s: %v", where, err)
+	}
+}
+
+// durationFlag is a time.Duration flag whose parse error says what to type.
+type durationFlag struct{ d *time.Duration }
+
+func (f durationFlag) String() string {
+	if f.d == nil {
+		return "0s"
+	}
+	return f.d.String()
+}
+
+func (f durationFlag) Set(v string) error {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return fmt.Errorf("not a duration: give a number with a unit, e.g. 30s, 1m30s or 500ms")
+	}
+	if d < 0 {
+		return fmt.Errorf("must not be negative")
+	}
+	*f.d = d
+	return nil
+}
+
+func durVar(fs *flag.FlagSet, p *time.Duration, name string, def time.Duration, usage string) {
+	*p = def
+	fs.Var(durationFlag{p}, name, usage)
+}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/pgfence/pgfence/migrations"
+)
+
+const migrateUsage = `Usage: pgfence migrate up | down --yes | version
+
+  up       apply every pgfence migration not yet applied (idempotent)
+  down     drop pgfence's tables, functions and fence sequence. Fences issued
+           afterwards start again from the bottom, so only do this when nothing
+           still holds or remembers a fence from this database; needs --yes
+  version  print the applied schema version and the newest this binary knows
+`
+
+func (a *app) cmdMigrate(ctx context.Context, args []string) error {
+	var url string
+	var yes bool
+	fs := a.newFlags("migrate", migrateUsage, &url)
+	fs.BoolVar(&yes, "yes", false, "confirm migrate down")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 || (pos[0] != "up" && pos[0] != "down" && pos[0] != "version") {
+		return fail(exitUsage, "pgfence migrate: give one of up, down, version\n\n%s", migrateUsage)
+	}
+	if pos[0] == "down" && !yes {
+		return fail(exitUsage, "pgfence migrate down drops the lease table and the fence sequence (fences would start again from the bottom); add --yes to confirm")
+	}
+	pool, where, err := a.connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	latest, err := migrations.Latest()
+	if err != nil {
+		return err
+	}
+	switch pos[0] {
+	case "up":
+		if err := migrations.Up(ctx, pool); err != nil {
+			return dbError(where, err)
+		}
+	case "down":
+		if err := migrations.Down(ctx, pool); err != nil {
+			return dbError(where, err)
+		}
+	}
+	v, dirty, err := migrations.Version(ctx, pool)
+	if err != nil {
+		return dbError(where, err)
+	}
+	note := ""
+	switch {
+	case dirty:
+		note = " DIRTY: a migration failed half-way; fix it by hand (golang-migrate force)"
+	case v == 0:
+		note = " (no pgfence schema; run pgfence migrate up)"
+	case v < latest:
+		note = " (behind; run pgfence migrate up)"
+	case v > latest:
+		note = " (newer than this binary knows)"
+	}
+	fmt.Fprintf(a.stdout, "pgfence schema version %d (this binary's newest: %d)%s\n", v, latest, note)
+	if dirty {
+		return fail(exitDBError, "")
+	}
+	return nil
+}
