@@ -74,8 +74,8 @@ WITH ins AS (
   RETURNING id
 )
 SELECT ins.id,
-       (CASE WHEN $1::text <> ''
-             THEN pg_notify($1::text, $2::text) END)::text AS notified
+       ($1::text <> ''
+        AND pg_notify($1::text, $2::text) IS NULL)::boolean AS notified
   FROM ins
 `
 
@@ -91,7 +91,7 @@ type EnqueueJobParams struct {
 
 type EnqueueJobRow struct {
 	ID       int64
-	Notified string
+	Notified bool
 }
 
 // Typed statements on the ready-made pgfence_jobs table (migration 000003).

@@ -16,8 +16,8 @@ WITH ins AS (
   RETURNING id
 )
 SELECT ins.id,
-       (CASE WHEN sqlc.arg(notify_channel)::text <> ''
-             THEN pg_notify(sqlc.arg(notify_channel)::text, sqlc.arg(queue)::text) END)::text AS notified
+       (sqlc.arg(notify_channel)::text <> ''
+        AND pg_notify(sqlc.arg(notify_channel)::text, sqlc.arg(queue)::text) IS NULL)::boolean AS notified
   FROM ins;
 
 -- name: EnqueueJobs :execrows

@@ -1,0 +1,392 @@
+package claim_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgfence/pgfence/claim"
+	"github.com/pgfence/pgfence/internal/pgtest"
+)
+
+func newClaimer(t *testing.T, pool *pgxpool.Pool, queue string, opts ...claim.Option) *claim.Claimer {
+	t.Helper()
+	c, err := claim.New(context.Background(), pool, append([]claim.Option{claim.WithQueue(queue), claim.WithOwner("test/" + queue)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func enqueue(t *testing.T, pool *pgxpool.Pool, j claim.NewJob) int64 {
+	t.Helper()
+	id, err := claim.Enqueue(context.Background(), pool, j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// expire makes a job's lease end now, as if its worker had stalled past it.
+func expire(t *testing.T, pool *pgxpool.Pool, id int64) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(),
+		`UPDATE pgfence_jobs SET lease_until = now() - interval '1 millisecond' WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type jobRow struct {
+	state   string
+	attempt int
+	fence   *int64
+}
+
+func getJob(t *testing.T, pool *pgxpool.Pool, id int64) jobRow {
+	t.Helper()
+	var r jobRow
+	if err := pool.QueryRow(context.Background(), `SELECT state, attempt, fence FROM pgfence_jobs WHERE id = $1`, id).
+		Scan(&r.state, &r.attempt, &r.fence); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func claimOne(t *testing.T, c *claim.Claimer, lease time.Duration) *claim.Job {
+	t.Helper()
+	jobs, err := c.Claim(context.Background(), 1, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 1 {
+		t.Fatalf("claimed %d jobs, want 1", len(jobs))
+	}
+	return jobs[0]
+}
+
+func mustLeaseLost(t *testing.T, what string, err error) {
+	t.Helper()
+	var lle *claim.LeaseLostError
+	if !errors.Is(err, claim.ErrLeaseLost) || !errors.As(err, &lle) {
+		t.Fatalf("%s: got %v, want ErrLeaseLost", what, err)
+	}
+}
+
+func TestClaimOrderAndFences(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	c := newClaimer(t, pool, "order")
+	low := enqueue(t, pool, claim.NewJob{Queue: "order", Priority: 5, Payload: []byte(`{"n":1}`)})
+	high := enqueue(t, pool, claim.NewJob{Queue: "order", Priority: 1, Payload: []byte(`{"n":2}`)})
+	later := enqueue(t, pool, claim.NewJob{Queue: "order", Priority: 0, Delay: time.Hour})
+	enqueue(t, pool, claim.NewJob{Queue: "other-queue"})
+
+	first, err := c.Claim(ctx, 1, time.Minute)
+	if err != nil || len(first) != 1 || first[0].ID != high {
+		t.Fatalf("first claim = %v, %v; want job %d (priority 1)", first, err, high)
+	}
+	rest, err := c.Claim(ctx, 10, time.Minute)
+	if err != nil || len(rest) != 1 || rest[0].ID != low {
+		t.Fatalf("second claim = %v, %v; want only job %d (job %d is not due, the other is another queue)", rest, err, low, later)
+	}
+	a, b := first[0], rest[0]
+	if a.Attempt != 1 || a.MaxAttempts != 25 || string(b.Payload) != `{"n": 1}` {
+		t.Fatalf("attempt %d max %d payload %s", a.Attempt, a.MaxAttempts, b.Payload)
+	}
+	if a.Fence <= 0 || b.Fence <= a.Fence {
+		t.Fatalf("fences %d then %d: want positive and increasing", a.Fence, b.Fence)
+	}
+	if time.Until(a.Deadline()) < 50*time.Second || a.LeaseUntil().IsZero() {
+		t.Fatalf("deadline %v, lease until %v", a.Deadline(), a.LeaseUntil())
+	}
+	if r := getJob(t, pool, high); r.state != "running" || r.attempt != 1 || *r.fence != a.Fence {
+		t.Fatalf("row after claim: %+v", r)
+	}
+	if err := c.Heartbeat(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Complete(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Complete(ctx, a); err != nil {
+		t.Fatalf("completing twice with the same fence: %v, want nil", err)
+	}
+	if err := c.Release(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if r := getJob(t, pool, low); r.state != "available" || r.attempt != 0 {
+		t.Fatalf("released row: %+v; want available with the attempt given back", r)
+	}
+}
+
+// The four races in which River, Oban, pg-boss and Graphile Worker let a
+// stale worker act.
+func TestClaimRaces(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	c := newClaimer(t, pool, "races")
+	id := enqueue(t, pool, claim.NewJob{Queue: "races"})
+
+	stale := claimOne(t, c, time.Minute)
+	expire(t, pool, id)
+
+	// Heartbeat never resurrects an expired lease, even before rescue.
+	mustLeaseLost(t, "heartbeat after expiry", c.Heartbeat(ctx, stale))
+
+	r, err := c.Rescue(ctx, 100)
+	if err != nil || r.Requeued != 1 || r.Dead != 0 {
+		t.Fatalf("rescue = %+v, %v; want 1 requeued", r, err)
+	}
+	if row := getJob(t, pool, id); row.state != "available" || row.attempt != 1 {
+		t.Fatalf("rescued row %+v: want available, attempt still counted", row)
+	}
+	// Complete after rescue: refused.
+	mustLeaseLost(t, "complete after rescue", c.Complete(ctx, stale))
+
+	fresh := claimOne(t, c, time.Minute)
+	if fresh.ID != id || fresh.Attempt != 2 || fresh.Fence <= stale.Fence {
+		t.Fatalf("re-claim: %+v", fresh)
+	}
+	// Complete, heartbeat, fail and release after re-claim: refused.
+	mustLeaseLost(t, "complete after re-claim", c.Complete(ctx, stale))
+	mustLeaseLost(t, "heartbeat after re-claim", c.Heartbeat(ctx, stale))
+	_, err = c.Fail(ctx, stale, errors.New("late failure"))
+	mustLeaseLost(t, "fail after re-claim", err)
+	mustLeaseLost(t, "release after re-claim", c.Release(ctx, stale))
+	if row := getJob(t, pool, id); row.state != "running" || *row.fence != fresh.Fence {
+		t.Fatalf("stale writes changed the row: %+v", row)
+	}
+
+	if err := c.Complete(ctx, fresh); err != nil {
+		t.Fatal(err)
+	}
+	// Rescue after complete: a no-op, even once the lease time has passed.
+	expire(t, pool, id)
+	r, err = c.Rescue(ctx, 100)
+	if err != nil || r.Requeued != 0 || r.Dead != 0 {
+		t.Fatalf("rescue after complete = %+v, %v; want nothing", r, err)
+	}
+	if row := getJob(t, pool, id); row.state != "completed" || row.attempt != 2 {
+		t.Fatalf("row after rescue-after-complete: %+v", row)
+	}
+	mustLeaseLost(t, "heartbeat after complete", c.Heartbeat(ctx, fresh))
+	mustLeaseLost(t, "release after complete", c.Release(ctx, fresh))
+}
+
+func TestRescueEndsDeadAfterMaxAttempts(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	c := newClaimer(t, pool, "dead")
+	id := enqueue(t, pool, claim.NewJob{Queue: "dead", MaxAttempts: 2})
+	for attempt, want := range []string{"available", "dead"} {
+		j := claimOne(t, c, time.Minute)
+		if j.Attempt != attempt+1 {
+			t.Fatalf("attempt %d, want %d", j.Attempt, attempt+1)
+		}
+		expire(t, pool, id)
+		if _, err := c.Rescue(ctx, 10); err != nil {
+			t.Fatal(err)
+		}
+		if row := getJob(t, pool, id); row.state != want || row.attempt != attempt+1 {
+			t.Fatalf("after rescue %d: %+v, want %s", attempt+1, row, want)
+		}
+	}
+	if jobs, err := c.Claim(ctx, 5, time.Minute); err != nil || len(jobs) != 0 {
+		t.Fatalf("claimed a dead job: %v %v", jobs, err)
+	}
+}
+
+func TestFailBackoffByDatabaseClock(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	c := newClaimer(t, pool, "fail", claim.WithRetryBackoff(func(int) time.Duration { return time.Hour }))
+	id := enqueue(t, pool, claim.NewJob{Queue: "fail", MaxAttempts: 2})
+	j := claimOne(t, c, time.Minute)
+	res, err := c.Fail(ctx, j, errors.New("boom\x00"))
+	if err != nil || res.Dead {
+		t.Fatalf("fail = %+v, %v", res, err)
+	}
+	var inFuture bool
+	var lastErr string
+	pool.QueryRow(ctx, `SELECT run_at > now() + interval '59 minutes', last_error FROM pgfence_jobs WHERE id = $1`, id).Scan(&inFuture, &lastErr)
+	if !inFuture || lastErr != "boom" {
+		t.Fatalf("run_at pushed an hour: %v, last_error %q", inFuture, lastErr)
+	}
+	if jobs, _ := c.Claim(ctx, 1, time.Minute); len(jobs) != 0 {
+		t.Fatal("claimed a job before its retry time")
+	}
+	pool.Exec(ctx, `UPDATE pgfence_jobs SET run_at = now() WHERE id = $1`, id)
+	j = claimOne(t, c, time.Minute)
+	res, err = c.Fail(ctx, j, nil)
+	if err != nil || !res.Dead {
+		t.Fatalf("last attempt's failure = %+v, %v; want dead", res, err)
+	}
+	if row := getJob(t, pool, id); row.state != "dead" || row.attempt != 2 {
+		t.Fatalf("row %+v", row)
+	}
+}
+
+func TestBadInputClaimsNothing(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	c := newClaimer(t, pool, "bad")
+	enqueue(t, pool, claim.NewJob{Queue: "bad"})
+	for _, tc := range []struct {
+		n     int
+		lease time.Duration
+	}{{0, time.Minute}, {-1, time.Minute}, {claim.MaxBatch + 1, time.Minute}, {1 << 40, time.Minute},
+		{1, 0}, {1, -time.Second}, {1, time.Microsecond}, {1, 25 * time.Hour}} {
+		jobs, err := c.Claim(ctx, tc.n, tc.lease)
+		if !errors.Is(err, claim.ErrInvalidInput) || jobs != nil {
+			t.Errorf("Claim(%d, %v) = %v, %v; want ErrInvalidInput", tc.n, tc.lease, jobs, err)
+		}
+	}
+	if _, err := c.Rescue(ctx, 0); !errors.Is(err, claim.ErrInvalidInput) {
+		t.Errorf("Rescue(0): %v", err)
+	}
+	if err := c.Complete(ctx, nil); !errors.Is(err, claim.ErrInvalidInput) {
+		t.Errorf("Complete(nil): %v", err)
+	}
+
+	bad := func(mod func(*claim.Table)) error {
+		tb := claim.DefaultTable()
+		mod(&tb)
+		_, err := claim.New(ctx, pool, claim.WithTable(tb))
+		return err
+	}
+	for name, mod := range map[string]func(*claim.Table){
+		"injection":     func(tb *claim.Table) { tb.Name = "pgfence_jobs; DROP TABLE pgfence_jobs" },
+		"quote":         func(tb *claim.Table) { tb.State = `state" = 'x` },
+		"NUL":           func(tb *claim.Table) { tb.ID = "id\x00" },
+		"newline":       func(tb *claim.Table) { tb.Owner = "owner\n" },
+		"too long":      func(tb *claim.Table) { tb.Fence = strings.Repeat("f", 64) },
+		"empty":         func(tb *claim.Table) { tb.RunAt = "" },
+		"bad utf8":      func(tb *claim.Table) { tb.Name = "\xff" },
+		"duplicate":     func(tb *claim.Table) { tb.Attempt = "max_attempts" },
+		"missing table": func(tb *claim.Table) { tb.Name = "no_such_table" },
+		"missing col":   func(tb *claim.Table) { tb.Owner = "no_such_column" },
+		"wrong type":    func(tb *claim.Table) { tb.Fence = "owner"; tb.Owner = "kind"; tb.Priority = "attempt"; tb.Attempt = "priority" },
+		"fence type":    func(tb *claim.Table) { tb.Fence = "attempt"; tb.Attempt = "fence" },
+	} {
+		err := bad(mod)
+		if !errors.Is(err, claim.ErrInvalidInput) {
+			t.Errorf("%s: got %v, want ErrInvalidInput", name, err)
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+	}
+	if _, err := claim.New(ctx, pool, claim.WithQueue("")); !errors.Is(err, claim.ErrInvalidInput) {
+		t.Errorf("empty queue: %v", err)
+	}
+	var running int
+	pool.QueryRow(ctx, `SELECT count(*) FROM pgfence_jobs WHERE queue = 'bad' AND (state <> 'available' OR attempt <> 0)`).Scan(&running)
+	if running != 0 {
+		t.Fatalf("%d jobs left the available state after bad input", running)
+	}
+	var exists bool
+	pool.QueryRow(ctx, `SELECT to_regclass('pgfence_jobs') IS NOT NULL`).Scan(&exists)
+	if !exists {
+		t.Fatal("the table is gone")
+	}
+}
+
+// A table of the user's own, with other column names, no queue column and
+// integer ids.
+func TestOwnTable(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	_, err := pool.Exec(ctx, `
+CREATE TABLE "My Emails" (
+  email_id   integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  to_addr    text NOT NULL,
+  status     varchar(16) NOT NULL DEFAULT 'available',
+  prio       smallint NOT NULL DEFAULT 0,
+  not_before timestamptz NOT NULL DEFAULT now(),
+  tries      smallint NOT NULL DEFAULT 0,
+  max_tries  smallint NOT NULL DEFAULT 3,
+  token      bigint NOT NULL DEFAULT 0,
+  worker     text,
+  leased_to  timestamptz
+);
+CREATE INDEX ON "My Emails" (prio, not_before, email_id) WHERE status = 'available';
+INSERT INTO "My Emails" (to_addr) VALUES ('a@example.com'), ('b@example.com');`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := claim.Table{Name: "My Emails", ID: "email_id", State: "status", Priority: "prio", RunAt: "not_before",
+		Attempt: "tries", MaxAttempts: "max_tries", Fence: "token", Owner: "worker", LeaseUntil: "leased_to", Payload: "to_addr"}
+	c, err := claim.New(ctx, pool, claim.WithTable(tb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Queue() != "" {
+		t.Fatalf("queue %q for a table without a queue column", c.Queue())
+	}
+	jobs, err := c.Claim(ctx, 5, time.Minute)
+	if err != nil || len(jobs) != 2 || string(jobs[0].Payload) != `"a@example.com"` {
+		t.Fatalf("claim = %v, %v", jobs, err)
+	}
+	if err := c.Complete(ctx, jobs[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Fail(ctx, jobs[1], errors.New("no last-error column: not stored")); err != nil {
+		t.Fatal(err)
+	}
+	pool.Exec(ctx, `UPDATE "My Emails" SET leased_to = now() - interval '1s', status = 'running' WHERE email_id = $1`, jobs[1].ID)
+	if r, err := c.Rescue(ctx, 10); err != nil || r.Requeued != 1 {
+		t.Fatalf("rescue = %+v, %v", r, err)
+	}
+	var states string
+	pool.QueryRow(ctx, `SELECT string_agg(status || ':' || tries, ',' ORDER BY email_id) FROM "My Emails"`).Scan(&states)
+	if states != "completed:1,available:1" {
+		t.Fatalf("states %s", states)
+	}
+}
+
+func TestCompleteTxCommitsWithTheWork(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	c := newClaimer(t, pool, "tx")
+	pool.Exec(ctx, `CREATE TABLE tx_effects (job_id bigint PRIMARY KEY)`)
+	id := enqueue(t, pool, claim.NewJob{Queue: "tx"})
+	stale := claimOne(t, c, time.Minute)
+	expire(t, pool, id)
+	c.Rescue(ctx, 10)
+	fresh := claimOne(t, c, time.Minute)
+
+	do := func(j *claim.Job) error {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(ctx)
+		if _, err := tx.Exec(ctx, `INSERT INTO tx_effects VALUES ($1) ON CONFLICT DO NOTHING`, j.ID); err != nil {
+			return err
+		}
+		if err := c.CompleteTx(ctx, tx, j); err != nil {
+			return err // the effect rolls back with it
+		}
+		return tx.Commit(ctx)
+	}
+	mustLeaseLost(t, "stale CompleteTx", do(stale))
+	var n int
+	pool.QueryRow(ctx, `SELECT count(*) FROM tx_effects`).Scan(&n)
+	if n != 0 {
+		t.Fatal("the stale worker's effect committed")
+	}
+	if err := do(fresh); err != nil {
+		t.Fatal(err)
+	}
+	pool.QueryRow(ctx, `SELECT count(*) FROM tx_effects`).Scan(&n)
+	if n != 1 {
+		t.Fatalf("%d effects, want 1", n)
+	}
+	if _, err := claim.Enqueue(ctx, pool, claim.NewJob{Payload: []byte("{nope")}); !errors.Is(err, claim.ErrInvalidInput) {
+		t.Fatal(fmt.Sprint("bad payload: ", err))
+	}
+}

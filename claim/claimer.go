@@ -1,0 +1,351 @@
+package claim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Querier runs statements: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Claimer claims job rows from one table (and queue) and makes the fenced
+// writes on them. It is safe for concurrent use and holds no goroutines.
+type Claimer struct {
+	pool *pgxpool.Pool
+	cfg  config
+	sql  statements
+}
+
+// Job is one claimed job row. Pass it back to Heartbeat, Complete, Fail or
+// Release: each matches the row on ID + Fence + state 'running'.
+type Job struct {
+	ID          int64
+	Fence       int64 // this claim's fencing token; unique, never reissued
+	Attempt     int   // 1 for the first attempt
+	MaxAttempts int
+	// Payload is the payload column as JSON (to_jsonb), nil when the table
+	// has none.
+	Payload json.RawMessage
+
+	lease time.Duration
+	mu    sync.Mutex
+	// leaseUntil: as the database last reported it (display only).
+	leaseUntil time.Time
+	// deadline: local, monotonic. The lease counts as lost after it.
+	deadline time.Time
+}
+
+// Lease is the length of the job's lease, from each claim or heartbeat.
+func (j *Job) Lease() time.Duration { return j.lease }
+
+// LeaseUntil is the lease's end as the database reported it at the claim or
+// last heartbeat, by the database clock. For display; never compare it with
+// this machine's clock.
+func (j *Job) LeaseUntil() time.Time {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.leaseUntil
+}
+
+// Deadline is the local deadline on the monotonic clock: time just before
+// the claim or last successful heartbeat was sent, plus the lease, minus a
+// tenth of it. After it, treat the lease as lost.
+func (j *Job) Deadline() time.Time {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.deadline
+}
+
+func (j *Job) extend(sent, leaseUntil time.Time) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.leaseUntil = leaseUntil
+	if d := sent.Add(j.lease - j.lease/10); d.After(j.deadline) {
+		j.deadline = d
+	}
+}
+
+// New returns a claimer on pool. It checks the table and its columns against
+// the catalog (see Table), so a wrong name or type fails here with a clear
+// error, before any job is touched.
+func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Claimer, error) {
+	if pool == nil {
+		return nil, invalid("nil pool")
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	if err := cfg.table.check(); err != nil {
+		return nil, err
+	}
+	if err := cfg.table.verify(ctx, pool); err != nil {
+		return nil, err
+	}
+	return &Claimer{pool: pool, cfg: cfg, sql: buildStatements(cfg.table)}, nil
+}
+
+// Owner is the owner label written to claimed rows.
+func (c *Claimer) Owner() string { return c.cfg.owner }
+
+// Queue is the queue the claimer claims from ("" when the table has no
+// queue column).
+func (c *Claimer) Queue() string {
+	if c.cfg.table.Queue == "" {
+		return ""
+	}
+	return c.cfg.queue
+}
+
+// queueArg is the queue parameter; statements without a queue column ignore
+// it (they reference $N only when the column exists).
+func (c *Claimer) queueArgs(args ...any) []any {
+	if c.cfg.table.Queue != "" {
+		return append(args, c.cfg.queue)
+	}
+	return args
+}
+
+func checkLease(lease time.Duration) error {
+	if lease < MinLease || lease > MaxLease {
+		return invalid("lease %v is outside [%v, %v]", lease, MinLease, MaxLease)
+	}
+	return nil
+}
+
+// Claim takes up to n runnable jobs in one statement and returns them, fewer
+// (or none, and no error) when fewer are runnable. Rows locked by concurrent
+// claimers are skipped, not waited for. Each claimed row is set running with
+// attempt + 1, a new fence, this claimer's owner label and a lease of the
+// given length from the database's now(). The claim commits durably whatever
+// the session's synchronous_commit, since a claim lost in a crash could see
+// its fence issued again. n must lie in [1, MaxBatch] and lease in
+// [MinLease, MaxLease]; otherwise ErrInvalidInput and nothing is claimed.
+func (c *Claimer) Claim(ctx context.Context, n int, lease time.Duration) ([]*Job, error) {
+	if n < 1 || n > MaxBatch {
+		return nil, invalid("batch size %d is outside [1, %d]", n, MaxBatch)
+	}
+	if err := checkLease(lease); err != nil {
+		return nil, err
+	}
+	sent := time.Now()
+	rows, err := c.pool.Query(ctx, c.sql.claim, c.queueArgs(n, c.cfg.owner, lease.Microseconds())...)
+	if err != nil {
+		return nil, c.explain("claim", err)
+	}
+	defer rows.Close()
+	deadline := sent.Add(lease - lease/10)
+	var jobs []*Job
+	for rows.Next() {
+		j := &Job{lease: lease, deadline: deadline}
+		var attempt, maxAttempts int64
+		dest := []any{&j.ID, &j.Fence, &attempt, &maxAttempts, &j.leaseUntil}
+		if c.cfg.table.Payload != "" {
+			dest = append(dest, &j.Payload)
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, fmt.Errorf("claim: claim: %w", err)
+		}
+		j.Attempt, j.MaxAttempts = int(attempt), int(maxAttempts)
+		jobs = append(jobs, j)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, c.explain("claim", err)
+	}
+	// The UPDATE returns rows in no particular order; hand them out in the
+	// claim order's spirit, oldest id first.
+	sort.Slice(jobs, func(a, b int) bool { return jobs[a].ID < jobs[b].ID })
+	return jobs, nil
+}
+
+func (c *Claimer) explain(op string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42883") {
+		return fmt.Errorf("claim: %s: pgfence's schema is missing from this database (run `pgfence migrate up` or migrations.Up): %w", op, err)
+	}
+	return fmt.Errorf("claim: %s: %w", op, err)
+}
+
+func (c *Claimer) checkJob(j *Job) error {
+	if j == nil {
+		return invalid("nil job")
+	}
+	return nil
+}
+
+// Heartbeat extends the job's lease by its length from the database's now(),
+// only while the lease is unexpired and the row still runs under this fence:
+// it never resurrects a lease that Rescue may have taken. On success the
+// job's local deadline moves too. ErrLeaseLost (a *LeaseLostError) means stop
+// working on the job; any other error is transient and the lease stays
+// valid until Deadline.
+func (c *Claimer) Heartbeat(ctx context.Context, j *Job) error {
+	if err := c.checkJob(j); err != nil {
+		return err
+	}
+	sent := time.Now()
+	var until time.Time
+	err := c.pool.QueryRow(ctx, c.sql.heartbeat, j.ID, j.Fence, j.lease.Microseconds()).Scan(&until)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return &LeaseLostError{Op: "heartbeat", JobID: j.ID, Fence: j.Fence}
+	}
+	if err != nil {
+		return fmt.Errorf("claim: heartbeat job %d: %w", j.ID, err)
+	}
+	j.extend(sent, until)
+	return nil
+}
+
+// Complete marks the job completed if it still runs under this fence.
+// Completing twice with the same fence (a retry after a lost answer) is not
+// an error. ErrLeaseLost means another worker has or had the job since: this
+// attempt's result does not count.
+func (c *Claimer) Complete(ctx context.Context, j *Job) error {
+	return c.complete(ctx, c.pool, j)
+}
+
+// CompleteTx is Complete inside the caller's transaction, so the job's
+// effects and its completion commit or roll back together: if the lease was
+// lost, the caller rolls back its writes too. Note that in a transaction the
+// statement sees row changes committed before it, and its own row lock holds
+// off Rescue and other writers until the transaction ends.
+func (c *Claimer) CompleteTx(ctx context.Context, tx pgx.Tx, j *Job) error {
+	if tx == nil {
+		return invalid("nil transaction")
+	}
+	return c.complete(ctx, tx, j)
+}
+
+func (c *Claimer) complete(ctx context.Context, q Querier, j *Job) error {
+	if err := c.checkJob(j); err != nil {
+		return err
+	}
+	var ok bool
+	if err := q.QueryRow(ctx, c.sql.complete, j.ID, j.Fence).Scan(&ok); err != nil {
+		return fmt.Errorf("claim: complete job %d: %w", j.ID, err)
+	}
+	if !ok {
+		return &LeaseLostError{Op: "complete", JobID: j.ID, Fence: j.Fence}
+	}
+	return nil
+}
+
+// FailResult says what Fail did with the job.
+type FailResult struct {
+	// Dead is true when the job used its last attempt and is now dead.
+	Dead bool
+	// RetryAt is when the job becomes runnable again, by the database clock
+	// (zero when Dead).
+	RetryAt time.Time
+}
+
+// Fail records a failed attempt if the job still runs under this fence: the
+// job becomes available again at now() + the retry backoff (by the database
+// clock), or dead when this was its last attempt. cause, if not nil, is
+// stored in the last-error column when the table has one.
+func (c *Claimer) Fail(ctx context.Context, j *Job, cause error) (FailResult, error) {
+	if err := c.checkJob(j); err != nil {
+		return FailResult{}, err
+	}
+	delay := min(max(c.cfg.backoff(j.Attempt), 0), MaxRetryDelay)
+	msg := ""
+	if cause != nil {
+		msg = cause.Error()
+		if len(msg) > 4096 {
+			msg = msg[:4096]
+		}
+		msg = toValidText(msg)
+	}
+	var state string
+	var runAt time.Time
+	args := []any{j.ID, j.Fence, delay.Microseconds()}
+	if c.cfg.table.LastError != "" {
+		args = append(args, msg)
+	}
+	err := c.pool.QueryRow(ctx, c.sql.fail, args...).Scan(&state, &runAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return FailResult{}, &LeaseLostError{Op: "fail", JobID: j.ID, Fence: j.Fence}
+	}
+	if err != nil {
+		return FailResult{}, fmt.Errorf("claim: fail job %d: %w", j.ID, err)
+	}
+	if state == "dead" {
+		return FailResult{Dead: true}, nil
+	}
+	return FailResult{RetryAt: runAt}, nil
+}
+
+// toValidText drops what PostgreSQL text cannot hold: NUL bytes and invalid
+// UTF-8.
+func toValidText(s string) string {
+	b := make([]rune, 0, len(s))
+	for _, r := range s {
+		if r != 0 && r != 0xFFFD {
+			b = append(b, r)
+		}
+	}
+	return string(b)
+}
+
+// Release gives the job back to the queue if it still runs under this fence,
+// runnable at once, and does not count the attempt (attempt - 1): use it
+// when the worker did not get to do the work, for example on shutdown.
+func (c *Claimer) Release(ctx context.Context, j *Job) error {
+	if err := c.checkJob(j); err != nil {
+		return err
+	}
+	tag, err := c.pool.Exec(ctx, c.sql.release, j.ID, j.Fence)
+	if err != nil {
+		return fmt.Errorf("claim: release job %d: %w", j.ID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return &LeaseLostError{Op: "release", JobID: j.ID, Fence: j.Fence}
+	}
+	return nil
+}
+
+// RescueResult counts what Rescue did.
+type RescueResult struct {
+	Requeued int64 // expired running jobs made available again
+	Dead     int64 // expired running jobs whose last attempt it was
+}
+
+// Rescue returns up to limit running jobs whose lease has expired by the
+// database clock to the queue, in one guarded UPDATE: the statement itself
+// requires state = 'running' AND lease_until <= now() on every row it
+// changes (rows being written concurrently are skipped), so it can never
+// undo a completion or take a job whose lease was just extended. The expired
+// attempt stays counted; a job whose last attempt expired becomes dead.
+// limit must lie in [1, MaxBatch].
+func (c *Claimer) Rescue(ctx context.Context, limit int) (RescueResult, error) {
+	if limit < 1 || limit > MaxBatch {
+		return RescueResult{}, invalid("rescue limit %d is outside [1, %d]", limit, MaxBatch)
+	}
+	var r RescueResult
+	err := c.pool.QueryRow(ctx, c.sql.rescue, c.queueArgs(limit)...).Scan(&r.Requeued, &r.Dead)
+	if err != nil {
+		return RescueResult{}, c.explain("rescue", err)
+	}
+	if r.Requeued+r.Dead > 0 {
+		c.cfg.logger.Warn("claim: rescued jobs whose lease expired", "requeued", r.Requeued, "dead", r.Dead)
+	}
+	return r, nil
+}

@@ -1,0 +1,45 @@
+package claim
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrLeaseLost: a write by a worker matched no row with its job's id,
+	// fence and state 'running'. The job was rescued (its lease expired),
+	// claimed again by another worker, or finished. Stop working on it;
+	// anything already sent elsewhere may still happen.
+	ErrLeaseLost = errors.New("claim: job lease lost")
+
+	// ErrInvalidInput: a batch size, lease, identifier or option was refused
+	// before anything was sent to the database. The text says which and why.
+	ErrInvalidInput = errors.New("claim: invalid input")
+
+	// ErrShutdown is the cause of a job's context when Pool's shutdown grace
+	// period ended before the job's handler returned. The job is released
+	// back to the queue unless its handler still returns nil.
+	ErrShutdown = errors.New("claim: worker pool shutting down")
+)
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidInput, fmt.Sprintf(format, args...))
+}
+
+// LeaseLostError says which write was refused. It satisfies
+// errors.Is(err, ErrLeaseLost).
+type LeaseLostError struct {
+	Op    string // "heartbeat", "complete", "fail", "release" or "local deadline"
+	JobID int64
+	Fence int64
+}
+
+func (e *LeaseLostError) Error() string {
+	if e.Op == "local deadline" {
+		return fmt.Sprintf("claim: job %d (fence %d): lease lost: local deadline passed without a successful heartbeat", e.JobID, e.Fence)
+	}
+	return fmt.Sprintf("claim: %s job %d (fence %d): lease lost: the job is no longer running under this fence (rescued, claimed again or finished)", e.Op, e.JobID, e.Fence)
+}
+
+// Is reports ErrLeaseLost.
+func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }

@@ -1,0 +1,493 @@
+package claim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Handler does one job. Its context ends when the job's lease is lost
+// (context.Cause is then a *LeaseLostError), when the pool's shutdown grace
+// period ends (ErrShutdown), or when the job ends. Returning nil completes the
+// job; an error fails it (retried after the backoff, dead after its last
+// attempt); a panic counts as an error. Make the job's effects fenced or
+// idempotent: a handler may run again after a lost lease, and the database,
+// not the handler, decides which attempt's completion counts (see
+// Claimer.CompleteTx for effects in the same database).
+type Handler func(ctx context.Context, job *Job) error
+
+// Outcome is what the pool did with a job after its handler returned.
+type Outcome int
+
+const (
+	// Completed: the handler returned nil and the completion was accepted.
+	Completed Outcome = iota + 1
+	// Failed: the handler returned an error (or panicked) and the failure
+	// was recorded; the job retries later or is dead.
+	Failed
+	// Released: shutdown interrupted the handler; the job went back to the
+	// queue without counting the attempt.
+	Released
+	// LeaseLost: the database refused the completion, failure or release:
+	// the job was rescued or claimed again meanwhile. This attempt does not
+	// count.
+	LeaseLost
+	// WriteError: the completion, failure or release could not be sent (the
+	// database was unreachable). The lease will expire and Rescue requeue
+	// the job.
+	WriteError
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Completed:
+		return "completed"
+	case Failed:
+		return "failed"
+	case Released:
+		return "released"
+	case LeaseLost:
+		return "lease lost"
+	case WriteError:
+		return "write error"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// Result reports one job's end to a result hook.
+type Result struct {
+	Outcome Outcome
+	// HandlerErr is what the handler returned (nil on success).
+	HandlerErr error
+	// Err is the error of the final write, if any (a *LeaseLostError for
+	// LeaseLost).
+	Err error
+	// Fail is set when Outcome is Failed.
+	Fail FailResult
+}
+
+// PoolOption configures a Pool.
+type PoolOption func(*poolConfig) error
+
+type poolConfig struct {
+	workers      int
+	batch        int // 0: workers
+	lease        time.Duration
+	poll         time.Duration
+	listen       string
+	grace        time.Duration
+	rescueEvery  time.Duration // 0: lease/2; <0: off
+	writeTimeout time.Duration
+	hook         func(*Job, Result)
+}
+
+// WithWorkers sets how many jobs run at once, each in its own goroutine.
+// Default: 4. At most 1000.
+func WithWorkers(n int) PoolOption {
+	return func(c *poolConfig) error {
+		if n < 1 || n > 1000 {
+			return invalid("workers %d is outside [1, 1000]", n)
+		}
+		c.workers = n
+		return nil
+	}
+}
+
+// WithBatchSize caps how many jobs one claim takes; the pool never claims
+// more than it has idle workers, so no claimed job waits for a worker while
+// its lease runs. Default: the number of workers.
+func WithBatchSize(n int) PoolOption {
+	return func(c *poolConfig) error {
+		if n < 1 || n > MaxBatch {
+			return invalid("batch size %d is outside [1, %d]", n, MaxBatch)
+		}
+		c.batch = n
+		return nil
+	}
+}
+
+// WithLease sets each job's lease. Heartbeats extend it every third of it.
+// Default: 30s. Within [MinLease, MaxLease].
+func WithLease(d time.Duration) PoolOption {
+	return func(c *poolConfig) error {
+		if err := checkLease(d); err != nil {
+			return err
+		}
+		c.lease = d
+		return nil
+	}
+}
+
+// WithPollInterval sets how long the pool waits before claiming again after
+// it found fewer runnable jobs than idle workers. With WithListen it is the
+// fallback for lost notifications and for jobs whose run_at came. Default: 1s.
+func WithPollInterval(d time.Duration) PoolOption {
+	return func(c *poolConfig) error {
+		if d < time.Millisecond || d > time.Hour {
+			return invalid("poll interval %v is outside [1ms, 1h]", d)
+		}
+		c.poll = d
+		return nil
+	}
+}
+
+// WithListen makes the pool LISTEN on channel (on one dedicated connection
+// from the pool) and claim as soon as a notification arrives; Enqueue with the
+// same channel notifies it. Default: off, polling only. If the listening
+// connection fails, the pool keeps polling and listens again after a poll
+// interval.
+func WithListen(channel string) PoolOption {
+	return func(c *poolConfig) error {
+		if err := checkIdent("notification channel", channel); err != nil {
+			return err
+		}
+		c.listen = channel
+		return nil
+	}
+}
+
+// WithShutdownGrace sets how long Run, once its context ends, lets in-flight
+// jobs finish. After it, their contexts end with ErrShutdown, and jobs whose
+// handler then returns an error are released back to the queue. Default: 10s.
+func WithShutdownGrace(d time.Duration) PoolOption {
+	return func(c *poolConfig) error {
+		if d < 0 || d > time.Hour {
+			return invalid("shutdown grace %v is outside [0, 1h]", d)
+		}
+		c.grace = d
+		return nil
+	}
+}
+
+// WithRescueInterval sets how often the pool runs Rescue for its table and
+// queue; a negative interval turns it off (run Rescue elsewhere then).
+// Default: half the lease.
+func WithRescueInterval(d time.Duration) PoolOption {
+	return func(c *poolConfig) error {
+		if d == 0 || d > 24*time.Hour {
+			return invalid("rescue interval %v must be non-zero and at most 24h (negative turns it off)", d)
+		}
+		c.rescueEvery = d
+		return nil
+	}
+}
+
+// WithResultHook calls f after each job's end, from the worker's goroutine,
+// for metrics and tests. Default: none. f must not block for long.
+func WithResultHook(f func(*Job, Result)) PoolOption {
+	return func(c *poolConfig) error {
+		if f == nil {
+			return invalid("nil result hook")
+		}
+		c.hook = f
+		return nil
+	}
+}
+
+// Pool runs a Handler over the jobs a Claimer claims, with N workers.
+type Pool struct {
+	c       *Claimer
+	h       Handler
+	cfg     poolConfig
+	running atomic.Bool
+}
+
+// NewPool returns a worker pool. Start it with Run.
+func NewPool(c *Claimer, h Handler, opts ...PoolOption) (*Pool, error) {
+	if c == nil {
+		return nil, invalid("nil claimer")
+	}
+	if h == nil {
+		return nil, invalid("nil handler")
+	}
+	cfg := poolConfig{workers: 4, lease: 30 * time.Second, poll: time.Second, grace: 10 * time.Second, writeTimeout: 10 * time.Second}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.batch == 0 {
+		cfg.batch = cfg.workers
+	}
+	if cfg.rescueEvery == 0 {
+		cfg.rescueEvery = cfg.lease / 2
+	}
+	return &Pool{c: c, h: h, cfg: cfg}, nil
+}
+
+// Run claims and runs jobs until ctx ends, then shuts down gracefully: it
+// stops claiming, lets in-flight jobs finish within the shutdown grace,
+// releases those that do not, and returns once every goroutine it started
+// has stopped. It returns nil after a graceful shutdown. A Pool runs once at
+// a time.
+func (p *Pool) Run(ctx context.Context) error {
+	if !p.running.CompareAndSwap(false, true) {
+		return errors.New("claim: pool is already running")
+	}
+	defer p.running.Store(false)
+
+	jobsCtx, stopJobs := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer stopJobs(nil)
+	slots := make(chan struct{}, p.cfg.workers)
+	for range p.cfg.workers {
+		slots <- struct{}{}
+	}
+	work := make(chan *Job)
+	wake := make(chan struct{}, 1)
+
+	var workers, background sync.WaitGroup
+	for range p.cfg.workers {
+		workers.Go(func() {
+			for j := range work {
+				p.process(jobsCtx, j)
+				slots <- struct{}{}
+			}
+		})
+	}
+	if p.cfg.rescueEvery > 0 {
+		background.Go(func() { p.rescueLoop(ctx, wake) })
+	}
+	if p.cfg.listen != "" {
+		background.Go(func() { p.listenLoop(ctx, wake) })
+	}
+
+	p.fetchLoop(ctx, work, slots, wake)
+	close(work)
+
+	done := make(chan struct{})
+	go func() { workers.Wait(); close(done) }()
+	t := time.NewTimer(p.cfg.grace)
+	select {
+	case <-done:
+		t.Stop()
+	case <-t.C:
+		stopJobs(ErrShutdown)
+		<-done
+	}
+	background.Wait()
+	return nil
+}
+
+func (p *Pool) fetchLoop(ctx context.Context, work chan<- *Job, slots chan struct{}, wake <-chan struct{}) {
+	log := p.c.cfg.logger
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-slots:
+		}
+		n := 1
+	more:
+		for n < p.cfg.batch {
+			select {
+			case <-slots:
+				n++
+			default:
+				break more
+			}
+		}
+		// The claim's answer must not be lost to shutdown: rows it claimed
+		// would wait for Rescue. Let it finish on its own timeout.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.writeTimeout)
+		jobs, err := p.c.Claim(cctx, n, p.cfg.lease)
+		cancel()
+		if err != nil {
+			log.Warn("claim: claiming failed; retrying after the poll interval", "err", err)
+		}
+		for _, j := range jobs {
+			work <- j // n workers are idle: this does not wait long
+		}
+		for range n - len(jobs) {
+			slots <- struct{}{}
+		}
+		if len(jobs) == n && err == nil {
+			continue
+		}
+		t := time.NewTimer(p.cfg.poll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-wake:
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+func (p *Pool) process(base context.Context, j *Job) {
+	jctx, cancel := context.WithCancelCause(base)
+	stop := make(chan struct{})
+	hbDone := make(chan struct{})
+	go p.heartbeatLoop(jctx, cancel, j, stop, hbDone)
+
+	herr := p.call(jctx, j)
+	close(stop)
+	<-hbDone
+	cause := context.Cause(jctx)
+	cancel(nil)
+
+	wctx, wcancel := context.WithTimeout(context.Background(), p.cfg.writeTimeout)
+	defer wcancel()
+	res := Result{HandlerErr: herr}
+	switch {
+	case herr == nil:
+		res.Outcome, res.Err = Completed, p.c.Complete(wctx, j)
+	case errors.Is(cause, ErrShutdown):
+		res.Outcome, res.Err = Released, p.c.Release(wctx, j)
+	default:
+		res.Outcome = Failed
+		res.Fail, res.Err = p.c.Fail(wctx, j, herr)
+	}
+	if res.Err != nil {
+		if errors.Is(res.Err, ErrLeaseLost) {
+			res.Outcome = LeaseLost
+			p.c.cfg.logger.Warn("claim: job result refused: lease lost", "job", j.ID, "fence", j.Fence, "err", res.Err)
+		} else {
+			res.Outcome = WriteError
+			p.c.cfg.logger.Error("claim: could not record job result; its lease will expire", "job", j.ID, "err", res.Err)
+		}
+	}
+	if p.cfg.hook != nil {
+		p.cfg.hook(j, res)
+	}
+}
+
+func (p *Pool) call(ctx context.Context, j *Job) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("claim: handler panicked on job %d: %v\n%s", j.ID, r, debug.Stack())
+		}
+	}()
+	return p.h(ctx, j)
+}
+
+// heartbeatLoop extends the job's lease every third of it, and ends the
+// job's context when a heartbeat finds the lease gone or the local deadline
+// passes without a successful heartbeat.
+func (p *Pool) heartbeatLoop(ctx context.Context, cancel context.CancelCauseFunc, j *Job, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	every := j.lease / 3
+	next := every
+	for {
+		wait := min(next, time.Until(j.Deadline()))
+		if wait <= 0 {
+			cancel(&LeaseLostError{Op: "local deadline", JobID: j.ID, Fence: j.Fence})
+			return
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-stop:
+			t.Stop()
+			return
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if !time.Now().Before(j.Deadline()) {
+			cancel(&LeaseLostError{Op: "local deadline", JobID: j.ID, Fence: j.Fence})
+			return
+		}
+		hctx, hcancel := context.WithTimeout(ctx, every)
+		err := p.c.Heartbeat(hctx, j)
+		hcancel()
+		switch {
+		case err == nil:
+			next = every
+		case errors.Is(err, ErrLeaseLost):
+			cancel(err)
+			return
+		default:
+			p.c.cfg.logger.Warn("claim: heartbeat failed; retrying", "job", j.ID, "err", err)
+			next = max(every/4, time.Millisecond)
+		}
+	}
+}
+
+func (p *Pool) rescueLoop(ctx context.Context, wake chan<- struct{}) {
+	t := time.NewTicker(p.cfg.rescueEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for ctx.Err() == nil {
+			r, err := p.c.Rescue(ctx, 1000)
+			if err != nil {
+				if ctx.Err() == nil {
+					p.c.cfg.logger.Warn("claim: rescue failed", "err", err)
+				}
+				break
+			}
+			if r.Requeued > 0 {
+				select {
+				case wake <- struct{}{}:
+				default:
+				}
+			}
+			if r.Requeued+r.Dead < 1000 {
+				break
+			}
+		}
+	}
+}
+
+func (p *Pool) listenLoop(ctx context.Context, wake chan<- struct{}) {
+	for ctx.Err() == nil {
+		err := p.listenOnce(ctx, wake)
+		if ctx.Err() != nil {
+			return
+		}
+		p.c.cfg.logger.Warn("claim: listening for notifications failed; polling meanwhile", "channel", p.cfg.listen, "err", err)
+		t := time.NewTimer(p.cfg.poll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (p *Pool) listenOnce(ctx context.Context, wake chan<- struct{}) error {
+	conn, err := p.c.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// The connection carries a LISTEN: never hand it back to the pool.
+	raw := conn.Hijack()
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		raw.Close(cctx)
+	}()
+	if _, err := raw.Exec(ctx, "LISTEN "+pgx.Identifier{p.cfg.listen}.Sanitize()); err != nil {
+		return err
+	}
+	// A notification may have been sent before LISTEN took effect.
+	select {
+	case wake <- struct{}{}:
+	default:
+	}
+	for {
+		if _, err := raw.WaitForNotification(ctx); err != nil {
+			return err
+		}
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+}

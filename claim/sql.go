@@ -1,0 +1,109 @@
+package claim
+
+import (
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// statements are built once per Claimer from the validated table, with every
+// identifier quoted by pgx.Identifier.Sanitize. Values are always bound.
+type statements struct {
+	claim, heartbeat, complete, fail, release, rescue string
+}
+
+func buildStatements(t Table) statements {
+	q := func(col string) string { return pgx.Identifier{col}.Sanitize() }
+	tbl := t.ident()
+	id, state, prio, runAt := q(t.ID), q(t.State), q(t.Priority), q(t.RunAt)
+	attempt, maxAtt, fence, owner, until := q(t.Attempt), q(t.MaxAttempts), q(t.Fence), q(t.Owner), q(t.LeaseUntil)
+	r := strings.NewReplacer(
+		"{tbl}", tbl, "{id}", id, "{state}", state, "{prio}", prio, "{run_at}", runAt,
+		"{attempt}", attempt, "{max}", maxAtt, "{fence}", fence, "{owner}", owner, "{until}", until,
+	)
+	var s statements
+
+	claimQueue, rescueQueue := "", ""
+	if t.Queue != "" {
+		claimQueue = " AND " + q(t.Queue) + " = $4"
+		rescueQueue = " AND " + q(t.Queue) + " = $2"
+	}
+	returning := "j.{id}::bigint, j.{fence}, j.{attempt}::bigint, j.{max}::bigint, j.{until}"
+	if t.Payload != "" {
+		returning += ", to_jsonb(j." + q(t.Payload) + ")"
+	}
+	s.claim = r.Replace(`WITH picked AS (
+  SELECT {id} FROM {tbl}
+   WHERE {state} = 'available' AND {run_at} <= now()` + claimQueue + `
+   ORDER BY {prio}, {run_at}, {id}
+   LIMIT $1
+   FOR UPDATE SKIP LOCKED
+)
+UPDATE {tbl} AS j
+   SET {state} = 'running',
+       {attempt} = j.{attempt} + 1,
+       {fence} = pgfence_next_fence(),
+       {owner} = $2,
+       {until} = now() + $3::bigint * interval '1 microsecond'
+  FROM picked, (SELECT set_config('synchronous_commit', 'on', true)) AS settings
+ WHERE j.{id} = picked.{id}
+RETURNING ` + returning)
+
+	s.heartbeat = r.Replace(`UPDATE {tbl}
+   SET {until} = now() + $3::bigint * interval '1 microsecond'
+ WHERE {id} = $1 AND {fence} = $2 AND {state} = 'running' AND {until} > now()
+RETURNING {until}`)
+
+	finished := ""
+	if t.FinishedAt != "" {
+		finished = ", " + q(t.FinishedAt) + " = now()"
+	}
+	s.complete = r.Replace(`WITH upd AS (
+  UPDATE {tbl} SET {state} = 'completed'` + finished + `
+   WHERE {id} = $1 AND {fence} = $2 AND {state} = 'running'
+  RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM upd)
+    OR EXISTS (SELECT 1 FROM {tbl} WHERE {id} = $1 AND {fence} = $2 AND {state} = 'completed')`)
+
+	extra := ""
+	if t.LastError != "" {
+		extra += ", " + q(t.LastError) + " = NULLIF($4::text, '')"
+	}
+	if t.FinishedAt != "" {
+		extra += ", " + q(t.FinishedAt) + " = CASE WHEN j.{attempt} >= j.{max} THEN now() ELSE j." + q(t.FinishedAt) + " END"
+	}
+	s.fail = r.Replace(`UPDATE {tbl} AS j
+   SET {state} = CASE WHEN j.{attempt} >= j.{max} THEN 'dead' ELSE 'available' END,
+       {run_at} = CASE WHEN j.{attempt} >= j.{max} THEN j.{run_at}
+                       ELSE now() + $3::bigint * interval '1 microsecond' END` + extra + `
+ WHERE j.{id} = $1 AND j.{fence} = $2 AND j.{state} = 'running'
+RETURNING j.{state}::text, j.{run_at}`)
+
+	s.release = r.Replace(`UPDATE {tbl}
+   SET {state} = 'available', {attempt} = GREATEST({attempt} - 1, 0)
+ WHERE {id} = $1 AND {fence} = $2 AND {state} = 'running'`)
+
+	extra = ""
+	if t.LastError != "" {
+		extra += ", " + q(t.LastError) + " = 'lease expired (owner ' || coalesce(j.{owner}::text, '') || ', fence ' || coalesce(j.{fence}::text, '') || ')'"
+	}
+	if t.FinishedAt != "" {
+		extra += ", " + q(t.FinishedAt) + " = CASE WHEN j.{attempt} >= j.{max} THEN now() ELSE j." + q(t.FinishedAt) + " END"
+	}
+	s.rescue = r.Replace(`WITH rescued AS (
+  UPDATE {tbl} AS j
+     SET {state} = CASE WHEN j.{attempt} >= j.{max} THEN 'dead' ELSE 'available' END,
+         {run_at} = CASE WHEN j.{attempt} >= j.{max} THEN j.{run_at} ELSE now() END` + extra + `
+   WHERE j.{id} IN (SELECT {id} FROM {tbl}
+                     WHERE {state} = 'running' AND {until} <= now()` + rescueQueue + `
+                     ORDER BY {until}
+                     LIMIT $1
+                     FOR UPDATE SKIP LOCKED)
+     AND j.{state} = 'running' AND j.{until} <= now()
+  RETURNING j.{state}::text AS new_state
+)
+SELECT count(*) FILTER (WHERE new_state = 'available'), count(*) FILTER (WHERE new_state = 'dead')
+  FROM rescued`)
+	return s
+}

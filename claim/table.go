@@ -1,0 +1,206 @@
+package claim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Table names a jobs table and its columns. The state column holds the
+// texts 'available', 'running', 'completed' and 'dead'. Required columns and
+// the types New accepts:
+//
+//	ID          bigint or integer (unique)
+//	State       text or varchar
+//	Priority    smallint, integer or bigint (smaller runs first)
+//	RunAt       timestamptz (not claimed before it)
+//	Attempt     smallint, integer or bigint (attempts started so far)
+//	MaxAttempts smallint, integer or bigint
+//	Fence       bigint (the current claim's fencing token)
+//	Owner       text or varchar
+//	LeaseUntil  timestamptz
+//
+// Optional columns ("" for none): Queue (text or varchar; claims and rescues
+// then touch only the claimer's queue), LastError (text or varchar; Fail and
+// Rescue record why), FinishedAt (timestamptz; set on completed and dead),
+// Payload (any type; returned as JSON with each claimed job).
+//
+// Give the table a partial index that serves the claim order, for example
+//
+//	CREATE INDEX ON my_jobs (priority, run_at, id) WHERE state = 'available';
+//
+// (with the queue column first if there is one), and one on
+// (lease_until) WHERE state = 'running' for Rescue.
+type Table struct {
+	Schema string // "" = found through search_path
+	Name   string
+
+	ID, State, Priority, RunAt, Attempt, MaxAttempts, Fence, Owner, LeaseUntil string
+
+	Queue, LastError, FinishedAt, Payload string
+}
+
+// DefaultTable is the ready-made pgfence_jobs table of migration 000003.
+func DefaultTable() Table {
+	return Table{
+		Name: "pgfence_jobs",
+		ID:   "id", State: "state", Priority: "priority", RunAt: "run_at",
+		Attempt: "attempt", MaxAttempts: "max_attempts", Fence: "fence",
+		Owner: "owner", LeaseUntil: "lease_until",
+		Queue: "queue", LastError: "last_error", FinishedAt: "finished_at", Payload: "payload",
+	}
+}
+
+// maxIdentBytes is PostgreSQL's identifier limit (NAMEDATALEN - 1); longer
+// names would be truncated silently by the server.
+const maxIdentBytes = 63
+
+// checkIdent refuses identifiers that are empty, too long, not UTF-8, or hold
+// NUL, control characters or surrounding spaces. What passes is still always
+// quoted with pgx.Identifier.Sanitize, never pasted raw.
+func checkIdent(what, s string) error {
+	switch {
+	case s == "":
+		return invalid("%s: identifier is empty", what)
+	case len(s) > maxIdentBytes:
+		return invalid("%s: identifier %q is %d bytes; PostgreSQL's limit is %d", what, s, len(s), maxIdentBytes)
+	case !utf8.ValidString(s):
+		return invalid("%s: identifier %q is not valid UTF-8", what, s)
+	case strings.TrimSpace(s) != s:
+		return invalid("%s: identifier %q has leading or trailing space", what, s)
+	}
+	for _, r := range s {
+		if r == 0 || unicode.IsControl(r) {
+			return invalid("%s: identifier %q contains a NUL or control character", what, s)
+		}
+	}
+	return nil
+}
+
+type colSpec struct {
+	what, name string
+	required   bool
+	types      []string // accepted format_type() outputs; prefix match; nil = any
+}
+
+var (
+	intTypes  = []string{"smallint", "integer", "bigint"}
+	textTypes = []string{"text", "character varying"}
+	tsTypes   = []string{"timestamp with time zone"}
+)
+
+func (t Table) columns() []colSpec {
+	return []colSpec{
+		{"ID", t.ID, true, []string{"integer", "bigint"}},
+		{"State", t.State, true, textTypes},
+		{"Priority", t.Priority, true, intTypes},
+		{"RunAt", t.RunAt, true, tsTypes},
+		{"Attempt", t.Attempt, true, intTypes},
+		{"MaxAttempts", t.MaxAttempts, true, intTypes},
+		{"Fence", t.Fence, true, []string{"bigint"}},
+		{"Owner", t.Owner, true, textTypes},
+		{"LeaseUntil", t.LeaseUntil, true, tsTypes},
+		{"Queue", t.Queue, false, textTypes},
+		{"LastError", t.LastError, false, textTypes},
+		{"FinishedAt", t.FinishedAt, false, tsTypes},
+		{"Payload", t.Payload, false, nil},
+	}
+}
+
+// check validates the identifiers without the database.
+func (t Table) check() error {
+	if t.Schema != "" {
+		if err := checkIdent("table schema", t.Schema); err != nil {
+			return err
+		}
+	}
+	if err := checkIdent("table name", t.Name); err != nil {
+		return err
+	}
+	seen := map[string]string{}
+	for _, c := range t.columns() {
+		if c.name == "" && !c.required {
+			continue
+		}
+		if err := checkIdent(c.what+" column", c.name); err != nil {
+			return err
+		}
+		if other, dup := seen[c.name]; dup {
+			return invalid("column %q is named for both %s and %s", c.name, other, c.what)
+		}
+		seen[c.name] = c.what
+	}
+	return nil
+}
+
+func (t Table) ident() string {
+	if t.Schema != "" {
+		return pgx.Identifier{t.Schema, t.Name}.Sanitize()
+	}
+	return pgx.Identifier{t.Name}.Sanitize()
+}
+
+// verify checks the table and its columns against the catalog, and that
+// pgfence's fence source exists.
+func (t Table) verify(ctx context.Context, pool *pgxpool.Pool) error {
+	rows, err := pool.Query(ctx, `
+SELECT c.relkind::text, a.attname::text, format_type(a.atttypid, a.atttypmod),
+       to_regprocedure('pgfence_next_fence()') IS NOT NULL
+  FROM pg_class c
+  JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+ WHERE c.oid = to_regclass($1)`, t.ident())
+	if err != nil {
+		return fmt.Errorf("claim: checking table %s: %w", t.ident(), err)
+	}
+	types := map[string]string{}
+	var relkind string
+	var haveFence bool
+	for rows.Next() {
+		var name, typ string
+		if err := rows.Scan(&relkind, &name, &typ, &haveFence); err != nil {
+			rows.Close()
+			return err
+		}
+		types[name] = typ
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("claim: checking table %s: %w", t.ident(), err)
+	}
+	if len(types) == 0 {
+		return invalid("table %s does not exist (or is not visible to this role); for the ready-made table run pgfence's migrations", t.ident())
+	}
+	if relkind != "r" && relkind != "p" {
+		return invalid("%s is not a table (relkind %q)", t.ident(), relkind)
+	}
+	if !haveFence {
+		return errors.New("claim: function pgfence_next_fence() is missing: run pgfence's migrations (`pgfence migrate up` or migrations.Up)")
+	}
+	for _, c := range t.columns() {
+		if c.name == "" {
+			continue
+		}
+		typ, ok := types[c.name]
+		if !ok {
+			return invalid("table %s has no column %q (the %s column)", t.ident(), c.name, c.what)
+		}
+		if c.types == nil {
+			continue
+		}
+		match := false
+		for _, want := range c.types {
+			if typ == want || strings.HasPrefix(typ, want+"(") {
+				match = true
+			}
+		}
+		if !match {
+			return invalid("column %q of %s (the %s column) is %s; want one of %s", c.name, t.ident(), c.what, typ, strings.Join(c.types, ", "))
+		}
+	}
+	return nil
+}
