@@ -125,6 +125,8 @@ func (a *app) run(ctx context.Context, args []string) int {
 		err = a.cmdMigrate(ctx, rest[1:])
 	case "demo":
 		err = a.cmdDemo(ctx, rest[1:])
+	case "demo-worker": // internal: a billing instance of the demo
+		return runDemoWorker(rest[1:])
 	case "help", "-h", "--help":
 		fmt.Fprint(a.stdout, usageText)
 		return exitOK
