@@ -82,6 +82,19 @@ func (c *Client) Close() error {
 	return errors.Join(errs...)
 }
 
+// track counts one more goroutine for Close to wait for, unless the client
+// is closed. Adding under the mutex that Close takes before it waits keeps
+// Add from racing Wait.
+func (c *Client) track() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.wg.Add(1)
+	return true
+}
+
 // Owner is the owner label this client stores with its leases.
 func (c *Client) Owner() string { return c.cfg.owner }
 
@@ -276,7 +289,9 @@ func (c *Client) resolveAmbiguous(ctx context.Context, key, token string, ttl ti
 const acquireLockTimeout = time.Second
 
 func (c *Client) recheckLater(key, token string) {
-	c.wg.Add(1)
+	if !c.track() {
+		return
+	}
 	go func() {
 		defer c.wg.Done()
 		time.Sleep(acquireLockTimeout + 500*time.Millisecond)

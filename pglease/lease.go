@@ -32,15 +32,20 @@ type Lease struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	mu        sync.Mutex
-	deadline  time.Time   // local, monotonic
-	expiresAt time.Time   // as the server last reported it
-	timer     *time.Timer // fires at deadline
-	ended     bool        // lost or released: no more renewals
-	released  bool
+	mu         sync.Mutex
+	deadline   time.Time   // local, monotonic
+	expiresAt  time.Time   // as the server last reported it
+	timer      *time.Timer // fires at deadline
+	renewTimer *time.Timer // fires when the next auto-renewal is due; nil without auto-renewal
+	stopping   bool        // Release began: no more auto-renewals
+	ended      bool        // lost or released
+	released   bool
 
-	stopRenew chan struct{}
-	renewDone chan struct{}
+	// renewing is held for the length of one auto-renewal attempt, so that
+	// Release can wait for an attempt in flight. Renewals run on timer
+	// callbacks, not on a goroutine parked per lease: a held lease costs two
+	// timers and no goroutine between renewals.
+	renewing sync.Mutex
 }
 
 func (c *Client) startLease(key, token string, fence int64, expiresAt time.Time, ttl time.Duration, sent time.Time) (*Lease, error) {
@@ -50,8 +55,6 @@ func (c *Client) startLease(key, token string, fence int64, expiresAt time.Time,
 		ctx: ctx, cancel: cancel,
 		deadline:  sent.Add(ttl - c.margin(ttl)),
 		expiresAt: expiresAt,
-		stopRenew: make(chan struct{}),
-		renewDone: make(chan struct{}),
 	}
 	c.mu.Lock()
 	if c.closed {
@@ -68,13 +71,10 @@ func (c *Client) startLease(key, token string, fence int64, expiresAt time.Time,
 
 	l.mu.Lock()
 	l.timer = time.AfterFunc(time.Until(l.deadline), l.deadlinePassed)
-	l.mu.Unlock()
 	if c.cfg.autoRenew {
-		c.wg.Add(1)
-		go l.renewLoop()
-	} else {
-		close(l.renewDone)
+		l.renewTimer = time.AfterFunc(c.renewEvery(ttl), l.renewDue)
 	}
+	l.mu.Unlock()
 	return l, nil
 }
 
@@ -147,6 +147,9 @@ func (l *Lease) lose(cause error) bool {
 	}
 	l.ended = true
 	l.timer.Stop()
+	if l.renewTimer != nil {
+		l.renewTimer.Stop()
+	}
 	l.mu.Unlock()
 	l.cancel(cause)
 	l.c.cfg.logger.Warn("pglease: lease lost", "key", l.key, "fence", l.fence, "cause", cause)
@@ -168,14 +171,15 @@ func (l *Lease) deadlinePassed() {
 	if l.lose(fmt.Errorf("%w: %q (fence %d): local deadline passed without a successful renewal", ErrLeaseLost, l.key, l.fence)) {
 		// The server may still count it as held (a renewal may have landed
 		// unseen): give it back so the next holder need not wait out the TTL.
-		l.c.wg.Add(1)
-		go func() {
-			defer l.c.wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			l.c.q.Release(ctx, fencedb.ReleaseParams{LockKey: l.key, Fence: l.fence})
-			l.forget()
-		}()
+		// This runs on the timer's own goroutine, tracked so Close waits.
+		if !l.c.track() {
+			return // Close releases it
+		}
+		defer l.c.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		l.c.q.Release(ctx, fencedb.ReleaseParams{LockKey: l.key, Fence: l.fence})
+		l.forget()
 	}
 }
 
@@ -229,38 +233,39 @@ func (l *Lease) Renew(ctx context.Context) error {
 	return nil
 }
 
-// renewLoop renews every interval. A transient failure is retried soon,
-// until the local deadline ends the lease; a definite "lost" ends it at once.
-func (l *Lease) renewLoop() {
-	defer l.c.wg.Done()
-	defer close(l.renewDone)
-	every := l.c.renewEvery(l.ttl)
-	wait := every
-	for {
-		t := time.NewTimer(wait)
-		select {
-		case <-l.stopRenew:
-			t.Stop()
-			return
-		case <-l.ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		// Each attempt may last until the local deadline, no longer.
-		ctx, cancel := context.WithDeadline(l.ctx, l.Deadline())
-		err := l.Renew(ctx)
-		cancel()
-		switch {
-		case err == nil:
-			wait = every
-		case errors.Is(err, ErrLeaseLost) || l.ctx.Err() != nil:
-			return
-		default:
-			l.c.cfg.logger.Warn("pglease: renewal failed; retrying until the local deadline", "key", l.key, "fence", l.fence, "err", err)
-			wait = min(every/4, 250*time.Millisecond)
-		}
+// renewDue runs on the renew timer's goroutine: one auto-renewal attempt,
+// then the next one is scheduled. A transient failure is retried soon, until
+// the local deadline ends the lease; a definite "lost" ends it at once.
+func (l *Lease) renewDue() {
+	l.renewing.Lock()
+	defer l.renewing.Unlock()
+	l.mu.Lock()
+	if l.stopping || l.ended {
+		l.mu.Unlock()
+		return
 	}
+	deadline := l.deadline
+	l.mu.Unlock()
+
+	// The attempt may last until the local deadline, no longer.
+	ctx, cancel := context.WithDeadline(l.ctx, deadline)
+	err := l.Renew(ctx)
+	cancel()
+
+	every := l.c.renewEvery(l.ttl)
+	next := every
+	switch {
+	case errors.Is(err, ErrLeaseLost) || l.ctx.Err() != nil:
+		return
+	case err != nil:
+		l.c.cfg.logger.Warn("pglease: renewal failed; retrying until the local deadline", "key", l.key, "fence", l.fence, "err", err)
+		next = min(every/4, 250*time.Millisecond)
+	}
+	l.mu.Lock()
+	if !l.stopping && !l.ended {
+		l.renewTimer.Reset(next)
+	}
+	l.mu.Unlock()
 }
 
 // Release gives the lease up: it expires now, by the database clock, but the
@@ -276,16 +281,19 @@ func (l *Lease) Release(ctx context.Context) error {
 		l.mu.Unlock()
 		return nil
 	}
-	l.mu.Unlock()
-	select {
-	case <-l.stopRenew:
-	default:
-		close(l.stopRenew)
+	l.stopping = true
+	if l.renewTimer != nil {
+		l.renewTimer.Stop()
 	}
-	<-l.renewDone
+	l.mu.Unlock()
+	// Wait out an auto-renewal in flight, so it cannot race the release.
+	l.renewing.Lock()
+	l.renewing.Unlock()
 
 	wasHeld, err := l.c.q.Release(ctx, fencedb.ReleaseParams{LockKey: l.key, Fence: l.fence})
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		// Not released: renewals stay stopped, the local deadline still
+		// ends the lease, and Release may be called again.
 		return fmt.Errorf("pglease: releasing %q: %w (it expires by itself at its TTL)", l.key, err)
 	}
 	l.mu.Lock()
