@@ -270,8 +270,13 @@ func TestBadInputClaimsNothing(t *testing.T) {
 		"duplicate":     func(tb *claim.Table) { tb.Attempt = "max_attempts" },
 		"missing table": func(tb *claim.Table) { tb.Name = "no_such_table" },
 		"missing col":   func(tb *claim.Table) { tb.Owner = "no_such_column" },
-		"wrong type":    func(tb *claim.Table) { tb.Fence = "owner"; tb.Owner = "kind"; tb.Priority = "attempt"; tb.Attempt = "priority" },
-		"fence type":    func(tb *claim.Table) { tb.Fence = "attempt"; tb.Attempt = "fence" },
+		"wrong type": func(tb *claim.Table) {
+			tb.Fence = "owner"
+			tb.Owner = "kind"
+			tb.Priority = "attempt"
+			tb.Attempt = "priority"
+		},
+		"fence type": func(tb *claim.Table) { tb.Fence = "attempt"; tb.Attempt = "fence" },
 	} {
 		err := bad(mod)
 		if !errors.Is(err, claim.ErrInvalidInput) {

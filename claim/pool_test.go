@@ -1,0 +1,342 @@
+package claim_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgfence/pgfence/claim"
+	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/pgtest"
+)
+
+func enqueueMany(t testing.TB, q fencedb.DBTX, queue string, n int, maxAttempts int32) {
+	t.Helper()
+	p := fencedb.EnqueueJobsParams{Queue: queue}
+	for i := range n {
+		p.Kinds = append(p.Kinds, "bulk")
+		p.Payloads = append(p.Payloads, []byte(`{"i":`+json.Number(itoa(i)).String()+`}`))
+		p.Priorities = append(p.Priorities, 0)
+		p.MaxAttempts = append(p.MaxAttempts, maxAttempts)
+	}
+	got, err := fencedb.New(q).EnqueueJobs(context.Background(), p)
+	if err != nil || got != int64(n) {
+		t.Fatalf("enqueued %d of %d: %v", got, n, err)
+	}
+}
+
+func itoa(i int) string {
+	b, _ := json.Marshal(i)
+	return string(b)
+}
+
+// 8 workers, 10,000 jobs, and an injector that keeps expiring the leases of
+// random running jobs and rescuing them, as a stalled worker would see. The
+// database must accept exactly one completion per job, lose none, and count
+// every attempt.
+func TestPoolManyJobsWithLeaseLosses(t *testing.T) {
+	const jobs, workers = 10000, 8
+	ctx := context.Background()
+	pool := pgtest.Pool(t, func(c *pgxpool.Config) { c.MaxConns = 20 })
+	c := newClaimer(t, pool, "stress")
+	enqueueMany(t, pool, "stress", jobs, 1000)
+
+	var mu sync.Mutex
+	runs := map[int64]int{}
+	completions := map[int64]int{}
+	outcomes := map[claim.Outcome]int{}
+	handler := func(ctx context.Context, j *claim.Job) error {
+		mu.Lock()
+		runs[j.ID]++
+		mu.Unlock()
+		if rand.IntN(50) == 0 { // a slow job: the injector's favourite target
+			select {
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		return nil
+	}
+	hook := func(j *claim.Job, r claim.Result) {
+		mu.Lock()
+		defer mu.Unlock()
+		outcomes[r.Outcome]++
+		if r.Outcome == claim.Completed {
+			completions[j.ID]++
+		}
+	}
+	p, err := claim.NewPool(c, handler, claim.WithWorkers(workers), claim.WithBatchSize(workers),
+		claim.WithLease(5*time.Second), claim.WithPollInterval(5*time.Millisecond), claim.WithResultHook(hook))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	start := time.Now()
+	runCtx, stop := context.WithCancel(ctx)
+	runDone := make(chan error, 1)
+	go func() { runDone <- p.Run(runCtx) }()
+
+	var injected, rescued atomic.Int64
+	injectDone := make(chan struct{})
+	injectStop := make(chan struct{})
+	go func() {
+		defer close(injectDone)
+		for {
+			select {
+			case <-injectStop:
+				return
+			case <-time.After(time.Duration(rand.IntN(3000)) * time.Microsecond):
+			}
+			tag, err := pool.Exec(ctx, `UPDATE pgfence_jobs SET lease_until = now() - interval '1 millisecond'
+				WHERE id = (SELECT id FROM pgfence_jobs WHERE queue = 'stress' AND state = 'running'
+				             ORDER BY random() LIMIT 1)`)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			injected.Add(tag.RowsAffected())
+			r, err := c.Rescue(ctx, 100)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			rescued.Add(r.Requeued)
+		}
+	}()
+
+	deadline := time.Now().Add(150 * time.Second)
+	for {
+		var done int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pgfence_jobs WHERE queue = 'stress' AND state = 'completed'`).Scan(&done); err != nil {
+			t.Fatal(err)
+		}
+		if done == jobs {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d jobs completed in time", done, jobs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	close(injectStop)
+	<-injectDone
+	stop()
+	if err := <-runDone; err != nil {
+		t.Fatal(err)
+	}
+	elapsed := time.Since(start)
+
+	var n, sumAttempts, notCompleted int64
+	pool.QueryRow(ctx, `SELECT count(*), sum(attempt), count(*) FILTER (WHERE state <> 'completed')
+		FROM pgfence_jobs WHERE queue = 'stress'`).Scan(&n, &sumAttempts, &notCompleted)
+	if n != jobs || notCompleted != 0 {
+		t.Fatalf("%d jobs, %d not completed", n, notCompleted)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(completions) != jobs {
+		t.Fatalf("%d jobs had an accepted completion, want %d", len(completions), jobs)
+	}
+	for id, k := range completions {
+		if k != 1 {
+			t.Fatalf("job %d completed %d times", id, k)
+		}
+	}
+	// Every handler run was one claim, and every claim one counted attempt.
+	rows, err := pool.Query(ctx, `SELECT id, attempt FROM pgfence_jobs WHERE queue = 'stress'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var totalRuns int64
+	for rows.Next() {
+		var id int64
+		var attempt int
+		rows.Scan(&id, &attempt)
+		if runs[id] != attempt {
+			t.Fatalf("job %d: %d handler runs, attempt column %d", id, runs[id], attempt)
+		}
+		totalRuns += int64(attempt)
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	// Each attempt beyond the first of a job was caused by a rescue, and the
+	// rescued attempt's worker had its result refused.
+	if totalRuns != sumAttempts || sumAttempts-jobs < rescued.Load() || int64(outcomes[claim.LeaseLost]) != sumAttempts-jobs {
+		t.Fatalf("attempts %d, runs %d, rescued by the injector %d, outcomes %v", sumAttempts, totalRuns, rescued.Load(), outcomes)
+	}
+	if injected.Load() == 0 || rescued.Load() == 0 || outcomes[claim.LeaseLost] == 0 {
+		t.Fatalf("no lease losses were exercised: injected %d, rescued %d, outcomes %v", injected.Load(), rescued.Load(), outcomes)
+	}
+	t.Logf("%d jobs, %d workers in %v (%.0f jobs/s): %d leases expired by the injector, %d rescued, %d attempts in all, outcomes %v",
+		jobs, workers, elapsed.Round(time.Millisecond), float64(jobs)/elapsed.Seconds(), injected.Load(), rescued.Load(), sumAttempts, outcomes)
+}
+
+func TestPoolLeaseLossEndsJobContext(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	c := newClaimer(t, pool, "loss")
+	other := newClaimer(t, pool, "loss", claim.WithOwner("thief"))
+	id := enqueue(t, pool, claim.NewJob{Queue: "loss"})
+
+	started := make(chan *claim.Job, 1)
+	causes := make(chan error, 1)
+	results := make(chan claim.Result, 1)
+	p, err := claim.NewPool(c, func(ctx context.Context, j *claim.Job) error {
+		started <- j
+		<-ctx.Done()
+		causes <- context.Cause(ctx)
+		return context.Cause(ctx)
+	}, claim.WithWorkers(1), claim.WithLease(600*time.Millisecond), claim.WithRescueInterval(-1),
+		claim.WithResultHook(func(_ *claim.Job, r claim.Result) { results <- r }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	runDone := make(chan error, 1)
+	go func() { runDone <- p.Run(runCtx) }()
+	defer func() { stop(); <-runDone }()
+
+	j := <-started
+	// The worker stalls (as far as the database can tell): its lease expires,
+	// the job is rescued and claimed by another worker.
+	expire(t, pool, id)
+	if r, err := c.Rescue(ctx, 10); err != nil || r.Requeued != 1 {
+		t.Fatalf("rescue %+v %v", r, err)
+	}
+	thief := claimOne(t, other, time.Minute)
+	if thief.Fence <= j.Fence {
+		t.Fatal("fence did not move")
+	}
+	select {
+	case cause := <-causes:
+		var lle *claim.LeaseLostError
+		if !errors.As(cause, &lle) || lle.Op != "heartbeat" {
+			t.Fatalf("job context cause %v, want a lost heartbeat", cause)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the job's context did not end on lease loss")
+	}
+	if r := <-results; r.Outcome != claim.LeaseLost {
+		t.Fatalf("outcome %v (%v), want lease lost", r.Outcome, r.Err)
+	}
+	if row := getJob(t, pool, id); row.state != "running" || *row.fence != thief.Fence {
+		t.Fatalf("the stale worker touched the row: %+v", row)
+	}
+}
+
+func TestPoolGracefulShutdown(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	c := newClaimer(t, pool, "shutdown")
+	quick := enqueue(t, pool, claim.NewJob{Queue: "shutdown", Payload: []byte(`"quick"`)})
+	stuck := enqueue(t, pool, claim.NewJob{Queue: "shutdown", Payload: []byte(`"stuck"`)})
+
+	var started sync.WaitGroup
+	started.Add(2)
+	var mu sync.Mutex
+	outcomes := map[int64]claim.Outcome{}
+	p, err := claim.NewPool(c, func(ctx context.Context, j *claim.Job) error {
+		started.Done()
+		if string(j.Payload) == `"quick"` {
+			time.Sleep(200 * time.Millisecond) // finishes within the grace period
+			return nil
+		}
+		<-ctx.Done() // never finishes by itself
+		return context.Cause(ctx)
+	}, claim.WithWorkers(2), claim.WithShutdownGrace(500*time.Millisecond),
+		claim.WithResultHook(func(j *claim.Job, r claim.Result) {
+			mu.Lock()
+			outcomes[j.ID] = r.Outcome
+			mu.Unlock()
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	runDone := make(chan error, 1)
+	go func() { runDone <- p.Run(runCtx) }()
+	started.Wait()
+	stop()
+	t0 := time.Now()
+	if err := <-runDone; err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(t0); took < 400*time.Millisecond || took > 3*time.Second {
+		t.Fatalf("shutdown took %v; want about the 500ms grace", took)
+	}
+	if outcomes[quick] != claim.Completed || outcomes[stuck] != claim.Released {
+		t.Fatalf("outcomes %v", outcomes)
+	}
+	if r := getJob(t, pool, quick); r.state != "completed" {
+		t.Fatalf("quick job %+v", r)
+	}
+	if r := getJob(t, pool, stuck); r.state != "available" || r.attempt != 0 {
+		t.Fatalf("stuck job %+v: want released, attempt not counted", r)
+	}
+}
+
+func TestPoolListenNotify(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	c := newClaimer(t, pool, "listen")
+	done := make(chan int64, 1)
+	p, err := claim.NewPool(c, func(ctx context.Context, j *claim.Job) error {
+		done <- j.ID
+		return nil
+	}, claim.WithWorkers(2), claim.WithPollInterval(time.Hour), claim.WithListen("pgfence test wake"),
+		claim.WithRescueInterval(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	runDone := make(chan error, 1)
+	go func() { runDone <- p.Run(runCtx) }()
+	defer func() { stop(); <-runDone }()
+	time.Sleep(200 * time.Millisecond) // let the first (empty) claim pass
+	for range 3 {
+		id := enqueue(t, pool, claim.NewJob{Queue: "listen", Notify: "pgfence test wake"})
+		select {
+		case got := <-done:
+			if got != id {
+				t.Fatalf("ran job %d, want %d", got, id)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a notified job did not run; the poll interval is an hour")
+		}
+	}
+}
+
+func TestPoolBadOptions(t *testing.T) {
+	pool := pgtest.Pool(t)
+	c := newClaimer(t, pool, "opts")
+	h := func(context.Context, *claim.Job) error { return nil }
+	for name, o := range map[string]claim.PoolOption{
+		"workers 0":    claim.WithWorkers(0),
+		"batch 0":      claim.WithBatchSize(0),
+		"batch huge":   claim.WithBatchSize(claim.MaxBatch + 1),
+		"lease 0":      claim.WithLease(0),
+		"lease neg":    claim.WithLease(-time.Second),
+		"poll 0":       claim.WithPollInterval(0),
+		"channel NUL":  claim.WithListen("a\x00b"),
+		"channel \"\"": claim.WithListen(""),
+	} {
+		if _, err := claim.NewPool(c, h, o); !errors.Is(err, claim.ErrInvalidInput) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if _, err := claim.NewPool(nil, h); !errors.Is(err, claim.ErrInvalidInput) {
+		t.Error("nil claimer accepted")
+	}
+	if _, err := claim.NewPool(c, nil); !errors.Is(err, claim.ErrInvalidInput) {
+		t.Error("nil handler accepted")
+	}
+}
