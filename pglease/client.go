@@ -30,6 +30,8 @@ type Client struct {
 	// stall or fail renewals).
 	renewHook func(ctx context.Context, l *Lease) (time.Time, error)
 
+	stats counters
+
 	mu     sync.Mutex
 	closed bool
 	leases map[*Lease]struct{}
@@ -148,6 +150,7 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*L
 		return nil, err
 	}
 	start := time.Now()
+	defer func() { c.stats.waitedNanos.Add(int64(time.Since(start))) }()
 	bound := c.cfg.backoffMin
 	var lastErr error
 	for attempt := 1; ; attempt++ {
@@ -244,12 +247,15 @@ func (c *Client) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	case err == nil:
 		return c.startLease(key, token, row.Fence, row.ExpiresAt, ttl, sent)
 	case errors.Is(err, pgx.ErrNoRows):
+		c.stats.notAcquired.Add(1)
 		return nil, fmt.Errorf("%w: %q", ErrNotAcquired, key)
 	case isLockTimeout(err):
+		c.stats.notAcquired.Add(1)
 		// Another acquisition of the same key held the row past our
 		// lock_timeout: someone else is taking it.
 		return nil, fmt.Errorf("%w: %q (another acquisition was in progress)", ErrNotAcquired, key)
 	case mayHaveExecuted(err):
+		c.stats.ambiguous.Add(1)
 		return c.resolveAmbiguous(ctx, key, token, ttl, sent, err)
 	default:
 		return nil, c.explain(key, err)

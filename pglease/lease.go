@@ -68,6 +68,7 @@ func (c *Client) startLease(key, token string, fence int64, expiresAt time.Time,
 	}
 	c.leases[l] = struct{}{}
 	c.mu.Unlock()
+	c.stats.acquired.Add(1)
 
 	l.mu.Lock()
 	l.timer = time.AfterFunc(time.Until(l.deadline), l.deadlinePassed)
@@ -152,6 +153,7 @@ func (l *Lease) lose(cause error) bool {
 	}
 	l.mu.Unlock()
 	l.cancel(cause)
+	l.c.stats.lost.Add(1)
 	l.c.cfg.logger.Warn("pglease: lease lost", "key", l.key, "fence", l.fence, "cause", cause)
 	return true
 }
@@ -258,6 +260,7 @@ func (l *Lease) renewDue() {
 	case errors.Is(err, ErrLeaseLost) || l.ctx.Err() != nil:
 		return
 	case err != nil:
+		l.c.stats.renewFailures.Add(1)
 		l.c.cfg.logger.Warn("pglease: renewal failed; retrying until the local deadline", "key", l.key, "fence", l.fence, "err", err)
 		next = min(every/4, 250*time.Millisecond)
 	}
@@ -297,6 +300,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		return fmt.Errorf("pglease: releasing %q: %w (it expires by itself at its TTL)", l.key, err)
 	}
 	l.mu.Lock()
+	wasEnded := l.ended
 	l.released = true
 	l.ended = true
 	l.timer.Stop()
@@ -311,6 +315,9 @@ func (l *Lease) Release(ctx context.Context) error {
 		result = fmt.Errorf("%w: %q (fence %d) had expired before it was released", ErrLeaseLost, l.key, l.fence)
 	}
 	if result != nil {
+		if !wasEnded {
+			l.c.stats.lost.Add(1)
+		}
 		l.cancel(result)
 	} else {
 		l.cancel(fmt.Errorf("%w: %q (fence %d)", ErrReleased, l.key, l.fence))

@@ -110,7 +110,7 @@ func TestFencesIncreaseAcrossReleaseAndSweep(t *testing.T) {
 			t.Fatal(err)
 		}
 		if i%2 == 1 { // delete every expired row
-			n, err := fencedb.New(pool).SweepExpired(ctx, 0)
+			n, err := c.SweepExpired(ctx, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -179,6 +179,9 @@ func TestExpiryByDatabaseClock(t *testing.T) {
 	}
 	if err := lb.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if sa, sb := a.Stats(), b.Stats(); sa.Acquired != 1 || sa.Lost != 1 || sb.Acquired != 1 || sb.NotAcquired < 1 {
+		t.Fatalf("stats: a %+v, b %+v", sa, sb)
 	}
 }
 
