@@ -19,6 +19,21 @@ type LockLease struct {
 	ExpiresAt  time.Time
 }
 
+type PayoutIntent struct {
+	PayoutID        string
+	AmountCents     int64
+	Currency        string
+	State           string
+	IdempotencyKey  string
+	ProviderRef     pgtype.Text
+	FailureReason   pgtype.Text
+	Attempts        int32
+	LastFence       int64
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+	SubmittingSince *time.Time
+}
+
 type PgfenceJob struct {
 	ID          int64
 	Queue       string

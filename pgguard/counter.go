@@ -1,0 +1,143 @@
+package pgguard
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"sync"
+)
+
+// Counter counts stale writes caught, per table. Each one is a holder that
+// was paused or cut off past its lease and that the fence stopped: a number
+// to watch, not a bug to silence. It is safe for concurrent use; the zero
+// value is ready.
+type Counter struct {
+	mu      sync.Mutex
+	total   uint64
+	byTable map[string]uint64
+	last    *StaleFenceError
+}
+
+var defaultCounter = new(Counter)
+
+// DefaultCounter is the process-wide counter that Guards, Payouts and
+// RunFenced record into unless given WithCounter.
+func DefaultCounter() *Counter { return defaultCounter }
+
+// Record counts one stale write caught.
+func (c *Counter) Record(e *StaleFenceError) {
+	if e == nil {
+		return
+	}
+	cp := *e
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.total++
+	if c.byTable == nil {
+		c.byTable = map[string]uint64{}
+	}
+	c.byTable[e.Table]++
+	c.last = &cp
+}
+
+// Observe records err when it is a stale-fence refusal (from a guarded write
+// or the fencing trigger) and returns it classified (see Classify). Pass the
+// error of your own SQL through it to count what the trigger caught.
+func (c *Counter) Observe(err error) error {
+	err = Classify(err)
+	var se *StaleFenceError
+	if errors.As(err, &se) {
+		c.Record(se)
+	}
+	return err
+}
+
+// Total is the number of stale writes caught.
+func (c *Counter) Total() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.total
+}
+
+// ByTable returns a copy of the counts per schema-qualified table.
+func (c *Counter) ByTable() map[string]uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.byTable)
+}
+
+// Last returns a copy of the last stale write caught, nil if none.
+func (c *Counter) Last() *StaleFenceError {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.last == nil {
+		return nil
+	}
+	cp := *c.last
+	return &cp
+}
+
+// Option configures a Guard, Payouts or RunFenced.
+type Option func(*options) error
+
+type options struct {
+	counter *Counter
+	hook    func(context.Context, *StaleFenceError)
+}
+
+func buildOptions(opts []Option) (options, error) {
+	o := options{counter: defaultCounter}
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&o); err != nil {
+			return o, err
+		}
+	}
+	return o, nil
+}
+
+// WithCounter sets the counter that stale writes caught are recorded in.
+// Default: DefaultCounter().
+func WithCounter(c *Counter) Option {
+	return func(o *options) error {
+		if c == nil {
+			return invalid("nil counter")
+		}
+		o.counter = c
+		return nil
+	}
+}
+
+// WithStaleHook sets a function called, synchronously and after counting,
+// with every stale write caught: log it, export it as a metric, page on a
+// rising rate. Default: none.
+func WithStaleHook(fn func(ctx context.Context, e *StaleFenceError)) Option {
+	return func(o *options) error {
+		if fn == nil {
+			return invalid("nil stale hook")
+		}
+		o.hook = fn
+		return nil
+	}
+}
+
+// caught counts e and calls the hook; it returns e.
+func (o *options) caught(ctx context.Context, e *StaleFenceError) error {
+	o.counter.Record(e)
+	if o.hook != nil {
+		o.hook(ctx, e)
+	}
+	return e
+}
+
+// observe classifies err and, when it is a stale-fence refusal, counts it.
+func (o *options) observe(ctx context.Context, err error) error {
+	err = Classify(err)
+	var se *StaleFenceError
+	if errors.As(err, &se) {
+		o.caught(ctx, se)
+	}
+	return err
+}

@@ -1,0 +1,85 @@
+// Package pgguard is the resource's half of fencing: it makes writes from a
+// stale lock holder fail, atomically with the write, in PostgreSQL.
+//
+// A lease (package pglease) decides who may try; it cannot stop a holder
+// that was paused past its lease from writing late. Each grant carries a
+// fence, larger than every fence before it. pgguard takes that fence, an
+// int64 from any source (a lease, a claimed job row, a leader's epoch), and
+// makes the protected row refuse writes carrying an older fence than the
+// newest it has accepted. The lock decides who may try; the resource decides
+// which writes count.
+//
+// # Guarded writes
+//
+// A Guard (NewGuard) names one of your tables, its key column and its fence
+// column (bigint NOT NULL DEFAULT 0; AddFenceColumn or FenceColumnMigration
+// add it). Guard.Update is one statement:
+//
+//	UPDATE t SET ..., last_fence = $fence
+//	 WHERE key = $key AND last_fence <= $fence AND <preconditions>
+//
+// "<=" lets a holder write several times with one fence; a newer fence locks
+// older ones out. Preconditions (Eq, In, ...) make a transition legal only
+// from the states it starts from, so a repeated transition (SENT -> SENT)
+// is stopped too: fencing orders holders, it is not a state machine.
+//
+// Names are checked against the catalog and quoted with pgx's identifier
+// sanitising; values are always bound parameters. Names with quotes,
+// semicolons, backslashes, whitespace, control characters or comment markers
+// are refused outright, as are fences <= 0 (ErrInvalidInput).
+//
+// Every function takes a DBTX (a pool, a connection or a pgx.Tx), so a
+// guarded write runs in the caller's transaction.
+//
+// # Zero rows is an answer
+//
+// When a guarded write changes no row, pgguard re-reads it (with the next
+// statement on the same DBTX, so inside the caller's transaction) and says
+// why: a *StaleFenceError (errors.Is(err, ErrStaleFence)), carrying the
+// presented and the current fence, when a newer holder has written; a
+// *PreconditionError (ErrPrecondition, and ErrAlreadyDone when the work is
+// in a final state) when the fence was good but the row's state was not; an
+// error satisfying ErrNoRow when there is no such row. Stale wins: a stale
+// holder is told it is stale whatever the row's state.
+//
+// # Claim first
+//
+// Fencing does not cancel work in flight: a stale write that reaches the row
+// before the new holder's first write is accepted, because the row has
+// nothing newer to compare with. Guard.Claim closes that window: as the first
+// statement of the new holder's transaction it raises the row's fence and
+// returns the state the holder inherits. From then on the stale write is
+// refused wherever it lands.
+//
+// # Database-enforced fencing
+//
+// InstallTrigger (opt-in, per table) adds a trigger that refuses, with
+// SQLSTATE PF001, any UPDATE or DELETE of a row whose transaction carries an
+// older fence than the row's, whatever SQL issued it, even a hand-written
+// statement that forgot the predicate. The transaction's fence is a
+// transaction-local setting, pgfence.fence, set by SetFence or RunFenced (and
+// by Guard and Payouts statements themselves). A transaction without a fence
+// is refused in Strict mode (SQLSTATE PF002) and let through in Lenient mode;
+// either way a row's fence never goes down, and a fenced UPDATE stamps its
+// fence on the row. Classify maps the trigger's errors to ErrStaleFence and
+// ErrNoFence.
+//
+// # Counting stale writes
+//
+// Every stale write caught is recorded in a Counter (DefaultCounter unless
+// WithCounter is given), by table, and passed to a hook (WithStaleHook). A
+// non-zero count is the mechanism doing its job: each is a holder that was
+// paused or cut off past its lease.
+//
+// # Side effects that know no fences
+//
+// A payment provider cannot check a fence. Payouts keeps a durable intent row
+// per payout (table payout_intents): PENDING -> SUBMITTING -> SUBMITTED or
+// FAILED, every transition guarded by fence and state, an idempotency key
+// derived once from the payout id and sent on every attempt, and a
+// reconciliation query (Stuck) for rows left in SUBMITTING.
+//
+// pgguard never imports pglease: the resource knows fences, not leases.
+// Its tables and trigger function come from pgfence's migrations (package
+// migrations, version 2).
+package pgguard

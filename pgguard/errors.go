@@ -1,0 +1,180 @@
+package pgguard
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+var (
+	// ErrStaleFence: a newer holder has written the row, so the write's fence
+	// is older than the row's. The error is a *StaleFenceError, which carries
+	// the presented and the current fence. The caller lost its authority:
+	// abandon the attempt, do not retry it with the same fence.
+	ErrStaleFence = errors.New("pgguard: stale fence")
+
+	// ErrPrecondition: the fence was good, but the row is not in the state the
+	// write starts from (for example its status is no longer PENDING). The
+	// error is a *PreconditionError. Re-read the row to decide what to do.
+	ErrPrecondition = errors.New("pgguard: precondition not met")
+
+	// ErrAlreadyDone: the fence was good, but the work is already done: the
+	// row is in a final state (a payout SUBMITTED or FAILED). It is a special
+	// case of ErrPrecondition: the *PreconditionError satisfies both.
+	ErrAlreadyDone = errors.New("pgguard: already done")
+
+	// ErrNoRow: no row has the key.
+	ErrNoRow = errors.New("pgguard: no such row")
+
+	// ErrNoFence: a table fenced in strict mode refused an UPDATE or DELETE
+	// from a transaction that set no fence (see InstallTrigger and SetFence).
+	// Classify turns the database's error into one that satisfies it.
+	ErrNoFence = errors.New("pgguard: no fence set for a table fenced in strict mode")
+
+	// ErrInvalidInput: a fence, key, identifier or value was refused before
+	// anything was sent to the database. The error's text says which and why.
+	ErrInvalidInput = errors.New("pgguard: invalid input")
+
+	// ErrConflict: Payouts.Create found the payout already recorded with a
+	// different amount or currency.
+	ErrConflict = errors.New("pgguard: conflicting intent")
+)
+
+// SQLSTATEs raised by the fencing trigger (pgfence_enforce_fence, installed
+// by InstallTrigger). Class PF is not used by PostgreSQL.
+const (
+	// SQLStateStaleFence: the transaction's fence is older than the row's.
+	SQLStateStaleFence = "PF001"
+	// SQLStateNoFence: strict mode, and the transaction set no fence.
+	SQLStateNoFence = "PF002"
+)
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidInput, fmt.Sprintf(format, args...))
+}
+
+// StaleFenceError reports a write refused because a newer holder has written
+// the row: each one is a paused or partitioned holder that the fence caught.
+// errors.Is(err, ErrStaleFence) is true for it.
+type StaleFenceError struct {
+	// Table is the schema-qualified table, quoted where needed.
+	Table string
+	// Key is the row's key as text. It is empty when the fencing trigger
+	// caught the write, because the trigger does not know which column is the
+	// key.
+	Key string
+	// Presented is the fence the write carried.
+	Presented int64
+	// Current is the row's fence: the newest holder's.
+	Current int64
+	// Err is the database's error when the fencing trigger caught the write
+	// (a *pgconn.PgError with SQLSTATE PF001), nil when a guarded write did.
+	Err error
+}
+
+func (e *StaleFenceError) Error() string {
+	where := e.Table
+	if e.Key != "" {
+		where = fmt.Sprintf("%s key %q", e.Table, e.Key)
+	}
+	by := "guarded write"
+	if e.Err != nil {
+		by = "fencing trigger"
+	}
+	return fmt.Sprintf("pgguard: stale fence %d refused by the %s on %s: the row carries fence %d from a newer holder",
+		e.Presented, by, where, e.Current)
+}
+
+// Is makes errors.Is(err, ErrStaleFence) true.
+func (e *StaleFenceError) Is(target error) bool { return target == ErrStaleFence }
+
+// Unwrap returns the database's error when the trigger caught the write.
+func (e *StaleFenceError) Unwrap() error { return e.Err }
+
+// PreconditionError reports a write whose fence was good but whose row was not
+// in the state the write starts from. errors.Is(err, ErrPrecondition) is true
+// for it, and errors.Is(err, ErrAlreadyDone) too when Done is set.
+type PreconditionError struct {
+	// Table is the schema-qualified table.
+	Table string
+	// Key is the row's key as text.
+	Key string
+	// Fence is the fence the write carried; it was not stale.
+	Fence int64
+	// State is the state the row was found in, where the caller knows it
+	// (payouts); empty for a Guard's conditions.
+	State string
+	// Done is set when the row is in a final state: the work is done.
+	Done bool
+	// Detail says what was not met.
+	Detail string
+}
+
+func (e *PreconditionError) Error() string {
+	what := "precondition not met"
+	if e.Done {
+		what = "already done"
+	}
+	s := fmt.Sprintf("pgguard: %s for %s key %q (fence %d)", what, e.Table, e.Key, e.Fence)
+	if e.State != "" {
+		s += ": state is " + e.State
+	}
+	if e.Detail != "" {
+		s += ": " + e.Detail
+	}
+	return s
+}
+
+// Is makes errors.Is(err, ErrPrecondition) true, and errors.Is(err,
+// ErrAlreadyDone) when Done is set.
+func (e *PreconditionError) Is(target error) bool {
+	return target == ErrPrecondition || (e.Done && target == ErrAlreadyDone)
+}
+
+// Classify turns the fencing trigger's errors into pgguard's: a
+// *pgconn.PgError with SQLSTATE PF001 becomes a *StaleFenceError (wrapping
+// it), one with PF002 an error satisfying ErrNoFence. Other errors, nil
+// included, are returned unchanged. Use it on errors from your own SQL on a
+// table with a fencing trigger; RunFenced and the Guard's methods already do.
+func Classify(err error) error {
+	var pgErr *pgconn.PgError
+	if err == nil || !errors.As(err, &pgErr) {
+		return err
+	}
+	var already *StaleFenceError
+	if errors.As(err, &already) {
+		return err
+	}
+	switch pgErr.Code {
+	case SQLStateStaleFence:
+		e := &StaleFenceError{Err: err}
+		for _, field := range strings.Fields(pgErr.Detail) {
+			name, value, _ := strings.Cut(field, "=")
+			switch name {
+			case "table":
+				e.Table = value
+			case "presented":
+				e.Presented, _ = strconv.ParseInt(value, 10, 64)
+			case "current":
+				e.Current, _ = strconv.ParseInt(value, 10, 64)
+			}
+		}
+		return e
+	case SQLStateNoFence:
+		return fmt.Errorf("%w: %w", ErrNoFence, err)
+	}
+	return err
+}
+
+// AsStaleFence reports whether err is a stale-fence refusal, from a guarded
+// write or from the fencing trigger, and returns it as a *StaleFenceError.
+func AsStaleFence(err error) (*StaleFenceError, bool) {
+	var se *StaleFenceError
+	if errors.As(Classify(err), &se) {
+		return se, true
+	}
+	return nil, false
+}

@@ -1,0 +1,250 @@
+package pgguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Mode is how a table's fencing trigger treats an UPDATE or DELETE from a
+// transaction that set no fence. There is no default: choose one.
+type Mode int
+
+const (
+	// Strict refuses an UPDATE or DELETE from a transaction without a fence,
+	// with SQLSTATE PF002 (ErrNoFence after Classify): every change to an
+	// existing row must come from a fenced transaction. For a one-off manual
+	// fix, an operator sets a fresh fence, which also locks out every
+	// current holder:
+	//	SELECT set_config('pgfence.fence', pgfence_next_fence()::text, true);
+	Strict Mode = iota + 1
+	// Lenient lets an UPDATE or DELETE from a transaction without a fence
+	// through (writers that know nothing of fences keep working), but never
+	// lets it lower the row's fence. Writes that carry a fence are checked
+	// exactly as in Strict mode.
+	Lenient
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Strict:
+		return "strict"
+	case Lenient:
+		return "lenient"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// TriggerName is the name of the fencing trigger that InstallTrigger puts on
+// a table.
+const TriggerName = "pgfence_fence_guard"
+
+// SetFence sets the fence of the transaction tx: the transaction-local
+// setting pgfence.fence, which the fencing trigger compares with the
+// last_fence of every row an UPDATE or DELETE touches, whatever SQL issued
+// it. It lasts until the transaction ends. A Guard's Update and Claim and the
+// Payouts transitions set it too, to the fence they were given, so call it
+// again after them if you mix fences in one transaction (you should not).
+func SetFence(ctx context.Context, tx pgx.Tx, fence int64) error {
+	if tx == nil {
+		return invalid("nil transaction")
+	}
+	if fence <= 0 {
+		return invalid("fence must be positive, got %d", fence)
+	}
+	if _, err := tx.Exec(ctx, "SELECT pg_catalog.set_config('pgfence.fence', $1::bigint::text, true)", fence); err != nil {
+		return fmt.Errorf("pgguard: setting the transaction's fence: %w", err)
+	}
+	return nil
+}
+
+// Beginner starts transactions: a *pgxpool.Pool, a *pgx.Conn, or a pgx.Tx
+// (which starts a savepoint).
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// RunFenced runs fn in a transaction whose fence is set (SetFence) and
+// commits it when fn returns nil; otherwise it rolls back. Errors are
+// classified (see Classify) and stale-fence refusals counted, so a raw UPDATE
+// in fn that a fencing trigger refused comes back as a *StaleFenceError.
+func RunFenced(ctx context.Context, db Beginner, fence int64, fn func(tx pgx.Tx) error, opts ...Option) error {
+	if db == nil || fn == nil {
+		return invalid("RunFenced needs a database and a function")
+	}
+	if fence <= 0 {
+		return invalid("fence must be positive, got %d", fence)
+	}
+	o, err := buildOptions(opts)
+	if err != nil {
+		return err
+	}
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if err := SetFence(ctx, tx, fence); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+	return o.observe(ctx, err)
+}
+
+// AddFenceColumn adds the fence column (bigint NOT NULL DEFAULT 0) to one of
+// the caller's tables. Adding it is instant on PostgreSQL 11 and later (no
+// table rewrite). It does nothing when the column exists as bigint NOT NULL,
+// and refuses a column of that name with another type. t.KeyColumn is not
+// used. For a migration file of your own, see FenceColumnMigration.
+func AddFenceColumn(ctx context.Context, db DBTX, t Table) error {
+	if db == nil {
+		return invalid("nil DBTX")
+	}
+	if err := t.check(false); err != nil {
+		return err
+	}
+	r, err := resolve(ctx, db, t)
+	if err != nil {
+		return err
+	}
+	if _, exists := r.columns[t.fenceColumn()]; exists {
+		return r.fenceColumn(t.fenceColumn())
+	}
+	sql := fmt.Sprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS %s bigint NOT NULL DEFAULT 0",
+		r.quoted(), pgx.Identifier{t.fenceColumn()}.Sanitize())
+	if _, err := db.Exec(ctx, sql); err != nil {
+		return fmt.Errorf("pgguard: adding the fence column to %s: %w", r.quoted(), err)
+	}
+	return nil
+}
+
+// FenceColumnMigration returns the SQL of a migration (up and down) that adds
+// the fence column to t, for a migration tool of your own. The names are
+// checked as NewGuard checks them (but not against a catalog) and quoted.
+func FenceColumnMigration(t Table) (up, down string, err error) {
+	if err := t.check(false); err != nil {
+		return "", "", err
+	}
+	tbl, col := t.ident().Sanitize(), pgx.Identifier{t.fenceColumn()}.Sanitize()
+	up = fmt.Sprintf("-- pgguard: the fence of the newest holder that wrote each row.\nALTER TABLE %s ADD COLUMN IF NOT EXISTS %s bigint NOT NULL DEFAULT 0;\n", tbl, col)
+	down = fmt.Sprintf("ALTER TABLE %s DROP COLUMN IF EXISTS %s;\n", tbl, col)
+	return up, down, nil
+}
+
+// InstallTrigger puts the fencing trigger on t (replacing one already there,
+// atomically): a BEFORE UPDATE OR DELETE row trigger calling
+// pgfence_enforce_fence() from pgfence's migrations. Then, whatever SQL
+// issued it, an UPDATE or DELETE of a row is
+//
+//   - refused with SQLSTATE PF001 when the transaction's fence (SetFence) is
+//     older than the row's fence column: a stale holder, even one whose
+//     hand-written statement forgot the fence predicate;
+//   - in Strict mode, refused with SQLSTATE PF002 when the transaction set
+//     no fence; in Lenient mode let through;
+//   - otherwise allowed, and an UPDATE leaves the row's fence at the
+//     greatest of its old value, the value written and the transaction's
+//     fence: a fenced UPDATE stamps its fence on the row, and no UPDATE ever
+//     lowers it.
+//
+// INSERTs are not checked (a new row has no holder yet), nor is TRUNCATE,
+// which fires no row triggers. The fence column must exist as bigint NOT
+// NULL (AddFenceColumn). t.KeyColumn is not used. Classify turns the
+// trigger's errors into ErrStaleFence and ErrNoFence.
+func InstallTrigger(ctx context.Context, db DBTX, t Table, mode Mode) error {
+	if db == nil {
+		return invalid("nil DBTX")
+	}
+	if mode != Strict && mode != Lenient {
+		return invalid("mode must be Strict or Lenient, got %v", mode)
+	}
+	if err := t.check(false); err != nil {
+		return err
+	}
+	r, err := resolve(ctx, db, t)
+	if err != nil {
+		return err
+	}
+	if err := r.fenceColumn(t.fenceColumn()); err != nil {
+		return err
+	}
+	// One simple-protocol Exec: both statements run in one implicit
+	// transaction, so the table is never left without a trigger.
+	if _, err := db.Exec(ctx, triggerSQL(r.quoted(), t.fenceColumn(), mode)); err != nil {
+		return fmt.Errorf("pgguard: installing the fencing trigger on %s (did pgfence's migrations run?): %w", r.quoted(), err)
+	}
+	return nil
+}
+
+func triggerSQL(quotedTable, fenceColumn string, mode Mode) string {
+	// fenceColumn passed checkIdent: it holds no quote or backslash, so it
+	// is a safe string literal.
+	return fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s;\n"+
+		"CREATE TRIGGER %s BEFORE UPDATE OR DELETE ON %s FOR EACH ROW EXECUTE FUNCTION pgfence_enforce_fence('%s', '%s');\n",
+		TriggerName, quotedTable, TriggerName, quotedTable, mode, fenceColumn)
+}
+
+// RemoveTrigger takes the fencing trigger off t, if it has one.
+func RemoveTrigger(ctx context.Context, db DBTX, t Table) error {
+	if db == nil {
+		return invalid("nil DBTX")
+	}
+	if err := t.check(false); err != nil {
+		return err
+	}
+	r, err := resolve(ctx, db, t)
+	if err != nil {
+		return err
+	}
+	if _, err := db.Exec(ctx, fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s", TriggerName, r.quoted())); err != nil {
+		return fmt.Errorf("pgguard: removing the fencing trigger from %s: %w", r.quoted(), err)
+	}
+	return nil
+}
+
+// TriggerMode reports the mode of t's fencing trigger; ok is false when t has
+// none.
+func TriggerMode(ctx context.Context, db DBTX, t Table) (mode Mode, ok bool, err error) {
+	if db == nil {
+		return 0, false, invalid("nil DBTX")
+	}
+	if err := t.check(false); err != nil {
+		return 0, false, err
+	}
+	r, err := resolve(ctx, db, t)
+	if err != nil {
+		return 0, false, err
+	}
+	var args []byte
+	err = db.QueryRow(ctx, `SELECT tgargs FROM pg_catalog.pg_trigger WHERE tgrelid = pg_catalog.to_regclass($1) AND tgname = $2`,
+		r.quoted(), TriggerName).Scan(&args)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("pgguard: reading the fencing trigger of %s: %w", r.quoted(), err)
+	}
+	// tgargs: the arguments, each followed by a NUL byte.
+	switch {
+	case len(args) >= 7 && string(args[:7]) == "strict\x00":
+		return Strict, true, nil
+	case len(args) >= 8 && string(args[:8]) == "lenient\x00":
+		return Lenient, true, nil
+	}
+	return 0, false, fmt.Errorf("pgguard: the trigger %s on %s has unexpected arguments %q", TriggerName, r.quoted(), args)
+}
+
+// TriggerMigration returns the SQL of a migration (up and down) that installs
+// the fencing trigger on t, for a migration tool of your own; see
+// InstallTrigger. It needs pgfence's migrations to have run first. The names
+// are checked (but not against a catalog) and quoted.
+func TriggerMigration(t Table, mode Mode) (up, down string, err error) {
+	if mode != Strict && mode != Lenient {
+		return "", "", invalid("mode must be Strict or Lenient, got %v", mode)
+	}
+	if err := t.check(false); err != nil {
+		return "", "", err
+	}
+	tbl := t.ident().Sanitize()
+	up = "-- pgguard: database-enforced fencing (" + mode.String() + " mode).\n" + triggerSQL(tbl, t.fenceColumn(), mode)
+	down = fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s;\n", TriggerName, tbl)
+	return up, down, nil
+}

@@ -1,0 +1,348 @@
+package pgguard_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/pgguard"
+	"github.com/pgfence/pgfence/pglease"
+)
+
+// The worker process: this test binary re-executed with workerEnv set. It
+// talks line by line: commands on stdin, one answer line per command on
+// stdout.
+const (
+	workerEnv    = "PGGUARD_TEST_WORKER"
+	workerURLEnv = "PGGUARD_TEST_WORKER_URL"
+)
+
+// workerMain serves commands:
+//
+//	acquire <lease key> <ttl ms> <wait 0|1>  -> fence <n> | err <msg>
+//	update <table> <row key> <writer>        -> guarded write with the lease's fence
+//	raw <table> <row key> <writer>           -> RunFenced + a raw UPDATE without the fence predicate
+//	claimwrite <table> <row key> <writer>    -> one transaction: Claim, then the guarded write
+//	release                                  -> ok | err <msg>
+//	exit
+//
+// Writes answer ok, stale <presented> <current>, or err <msg>. The worker
+// never checks its lease before writing: a pause between such a check and
+// the write is exactly what the resource must survive.
+func workerMain() int {
+	name := os.Getenv(workerEnv)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv(workerURLEnv))
+	if err != nil {
+		fmt.Println("err", err)
+		return 1
+	}
+	defer pool.Close()
+	client, err := pglease.New(pool, pglease.WithoutAutoRenew(), pglease.WithOwner(name),
+		pglease.WithBackoff(5*time.Millisecond, 20*time.Millisecond))
+	if err != nil {
+		fmt.Println("err", err)
+		return 1
+	}
+	defer client.Close()
+	guards := map[string]*pgguard.Guard{}
+	guard := func(table string) (*pgguard.Guard, error) {
+		if g, ok := guards[table]; ok {
+			return g, nil
+		}
+		g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"})
+		guards[table] = g
+		return g, err
+	}
+	answer := func(err error) {
+		var se *pgguard.StaleFenceError
+		switch {
+		case err == nil:
+			fmt.Println("ok")
+		case errors.As(err, &se):
+			fmt.Println("stale", se.Presented, se.Current)
+		default:
+			fmt.Println("err", strings.ReplaceAll(err.Error(), "\n", " "))
+		}
+	}
+	var lease *pglease.Lease
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		f := strings.Fields(in.Text())
+		if len(f) == 0 {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		switch {
+		case f[0] == "exit":
+			cancel()
+			return 0
+		case f[0] == "acquire" && len(f) == 4:
+			ms, _ := strconv.Atoi(f[2])
+			var l *pglease.Lease
+			if f[3] == "1" {
+				l, err = client.Acquire(cctx, f[1], time.Duration(ms)*time.Millisecond)
+			} else {
+				l, err = client.TryAcquire(cctx, f[1], time.Duration(ms)*time.Millisecond)
+			}
+			if err != nil {
+				answer(err)
+			} else {
+				lease = l
+				fmt.Println("fence", l.Fence())
+			}
+		case f[0] == "release":
+			answer(lease.Release(cctx))
+		case len(f) == 4 && (f[0] == "update" || f[0] == "raw" || f[0] == "claimwrite"):
+			table, key, writer := f[1], f[2], f[3]
+			g, err := guard(table)
+			if err != nil {
+				answer(err)
+				break
+			}
+			switch f[0] {
+			case "update":
+				err = g.Update(cctx, pool, key, lease.Fence(), pgguard.Values{"status": "DONE", "writer": writer})
+			case "raw":
+				err = pgguard.RunFenced(cctx, pool, lease.Fence(), func(tx pgx.Tx) error {
+					// Hand-written, and it forgot the fence predicate.
+					_, err := tx.Exec(cctx, "UPDATE "+pgx.Identifier{table}.Sanitize()+" SET status = 'DONE', writer = $1 WHERE job_id = $2", writer, key)
+					return err
+				})
+			case "claimwrite":
+				err = pgx.BeginFunc(cctx, pool, func(tx pgx.Tx) error {
+					var status string
+					if err := g.Claim(cctx, tx, key, lease.Fence(), []string{"status"}, &status); err != nil {
+						return err
+					}
+					return g.Update(cctx, tx, key, lease.Fence(), pgguard.Values{"status": "DONE", "writer": writer})
+				})
+			}
+			answer(err)
+		default:
+			fmt.Println("err unknown command", strconv.Quote(in.Text()))
+		}
+		cancel()
+	}
+	return 0
+}
+
+type worker struct {
+	t      *testing.T
+	name   string
+	cmd    *exec.Cmd
+	in     io.WriteCloser
+	lines  chan string
+	stderr *bytes.Buffer
+}
+
+func startWorker(t *testing.T, name string) *worker {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), workerEnv+"="+name, workerURLEnv+"="+pgtest.URL())
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &worker{t: t, name: name, cmd: cmd, in: in, lines: make(chan string, 16), stderr: new(bytes.Buffer)}
+	cmd.Stderr = w.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			w.lines <- sc.Text()
+		}
+		close(w.lines)
+	}()
+	t.Cleanup(func() {
+		w.cmd.Process.Signal(syscall.SIGCONT)
+		w.in.Close()
+		done := make(chan error, 1)
+		go func() { done <- w.cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("worker %s: %v; stderr:\n%s", name, err, w.stderr)
+			}
+		case <-time.After(10 * time.Second):
+			w.cmd.Process.Kill()
+			<-done
+			t.Errorf("worker %s did not exit; stderr:\n%s", name, w.stderr)
+		}
+	})
+	return w
+}
+
+func (w *worker) send(format string, args ...any) {
+	w.t.Helper()
+	if _, err := fmt.Fprintf(w.in, format+"\n", args...); err != nil {
+		w.t.Fatalf("worker %s: %v", w.name, err)
+	}
+}
+
+func (w *worker) recv(timeout time.Duration) string {
+	w.t.Helper()
+	select {
+	case l, ok := <-w.lines:
+		if !ok {
+			w.t.Fatalf("worker %s exited; stderr:\n%s", w.name, w.stderr)
+		}
+		return l
+	case <-time.After(timeout):
+		w.t.Fatalf("worker %s: no answer within %v; stderr:\n%s", w.name, timeout, w.stderr)
+	}
+	return ""
+}
+
+func (w *worker) fence(timeout time.Duration) int64 {
+	w.t.Helper()
+	l := w.recv(timeout)
+	n, err := strconv.ParseInt(strings.TrimPrefix(l, "fence "), 10, 64)
+	if !strings.HasPrefix(l, "fence ") || err != nil {
+		w.t.Fatalf("worker %s: want a fence, got %q", w.name, l)
+	}
+	return n
+}
+
+func (w *worker) signal(sig syscall.Signal) {
+	w.t.Helper()
+	if err := w.cmd.Process.Signal(sig); err != nil {
+		w.t.Fatalf("worker %s: %v: %v", w.name, sig, err)
+	}
+}
+
+// TestTimelineProcesses is the lesson's timeline with an OS process per
+// worker: A acquires a 1 s lease (no renewal) and is frozen with SIGSTOP for
+// about 2 s, with its write already sent to it; B acquires once A's lease has
+// expired by the database clock, and writes; A gets SIGCONT and performs its
+// write. A's write must be refused, every time. Timings (B's start, the
+// freeze, A's and B's kinds of write) are drawn at random; the seed is
+// logged.
+func TestTimelineProcesses(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	guarded := newTable(t, pool)
+	enforced := newTable(t, pool)
+	if err := pgguard.InstallTrigger(ctx, pool, pgguard.Table{Name: enforced}, pgguard.Strict); err != nil {
+		t.Fatal(err)
+	}
+
+	const lanes, perLane = 4, 6
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d; %d runs in %d parallel lanes", seed, lanes*perLane, lanes)
+	var refused, accepted atomic.Int64
+	var mu sync.Mutex
+	var bWaits, freezes []time.Duration
+
+	t.Run("lanes", func(t *testing.T) {
+		for lane := range lanes {
+			t.Run(fmt.Sprintf("lane%d", lane), func(t *testing.T) {
+				t.Parallel()
+				rng := rand.New(rand.NewPCG(seed, uint64(lane)))
+				for i := range perLane {
+					key := fmt.Sprintf("inv_%d_%d", lane, i)
+					table, aKind := guarded, "update"
+					if rng.IntN(2) == 1 {
+						table, aKind = enforced, "raw"
+					}
+					bKind := []string{"update", "claimwrite"}[rng.IntN(2)]
+					insertRow(t, pool, table, key)
+
+					a, b := startWorker(t, "A"), startWorker(t, "B")
+					a.send("acquire invoice:%s 1000 0", key)
+					fa := a.fence(10 * time.Second)
+					a.signal(syscall.SIGSTOP)
+					stopped := time.Now()
+					// A's write is on its way: it sits in A's input, and A
+					// acts on it the moment it runs again.
+					a.send("%s %s %s A", aKind, table, key)
+
+					time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
+					b.send("acquire invoice:%s 5000 1", key)
+					fb := b.fence(10 * time.Second)
+					bWait := time.Since(stopped)
+					if fb <= fa {
+						t.Fatalf("B's fence %d is not above A's %d", fb, fa)
+					}
+					b.send("%s %s %s B", bKind, table, key)
+					if l := b.recv(10 * time.Second); l != "ok" {
+						t.Fatalf("B's %s: %s", bKind, l)
+					}
+					freeze := 1500*time.Millisecond + time.Duration(rng.IntN(1000))*time.Millisecond
+					time.Sleep(time.Until(stopped.Add(freeze)))
+					freeze = time.Since(stopped)
+					a.signal(syscall.SIGCONT)
+
+					got := a.recv(15 * time.Second)
+					want := fmt.Sprintf("stale %d %d", fa, fb)
+					if got == want {
+						refused.Add(1)
+					} else {
+						if got == "ok" {
+							accepted.Add(1)
+						}
+						t.Errorf("run %s (A %s, B %s, frozen %v): A's late write answered %q, want %q",
+							key, aKind, bKind, freeze.Round(time.Millisecond), got, want)
+					}
+					if r := readRow(t, pool, table, key); r.Writer != "B" || r.Fence != fb || r.Status != "DONE" {
+						t.Errorf("run %s: row after the timeline: %+v, want B's write with fence %d", key, r, fb)
+					}
+					b.send("release")
+					if l := b.recv(10 * time.Second); l != "ok" {
+						t.Errorf("B's release: %s", l)
+					}
+					a.send("exit")
+					b.send("exit")
+					mu.Lock()
+					bWaits = append(bWaits, bWait)
+					freezes = append(freezes, freeze)
+					mu.Unlock()
+				}
+			})
+		}
+	})
+	t.Logf("A's late write refused %d times, accepted %d times", refused.Load(), accepted.Load())
+	t.Logf("B acquired %v to %v after A froze; A was frozen %v to %v", minDur(bWaits), maxDur(bWaits), minDur(freezes), maxDur(freezes))
+	if accepted.Load() != 0 || refused.Load() != lanes*perLane {
+		t.Fatalf("stale writes accepted: %d; refused: %d of %d", accepted.Load(), refused.Load(), lanes*perLane)
+	}
+}
+
+func minDur(ds []time.Duration) time.Duration {
+	m := time.Duration(1<<63 - 1)
+	for _, d := range ds {
+		m = min(m, d)
+	}
+	return m.Round(time.Millisecond)
+}
+
+func maxDur(ds []time.Duration) time.Duration {
+	var m time.Duration
+	for _, d := range ds {
+		m = max(m, d)
+	}
+	return m.Round(time.Millisecond)
+}
