@@ -66,11 +66,11 @@ func (a *app) cmdExec(ctx context.Context, args []string) int {
 	var o execOpts
 	fset := a.newFlags("exec", execUsage, &o.url)
 	fset.StringVar(&o.key, "key", "", "the lock key (required), e.g. invoice:inv_72")
-	durVar(fset, &o.ttl, "ttl", 30*time.Second, "lease length; renewed while the command runs")
-	durVar(fset, &o.wait, "wait", 0, "wait up to this long for a held key (default: do not wait)")
+	durVar(fset, &o.ttl, "ttl", 30*time.Second, "lease length, a `duration` such as 30s; renewed while the command runs")
+	durVar(fset, &o.wait, "wait", 0, "wait up to this `duration` for a held key (default: do not wait)")
 	fset.BoolVar(&o.skipIfHeld, "skip-if-held", false, "exit 81 at once when the key is held (scheduled work: someone else is doing it)")
-	durVar(fset, &o.renew, "renew", 0, "renew interval (default: a third of --ttl)")
-	durVar(fset, &o.grace, "grace", 10*time.Second, "after SIGTERM on a lost lease, wait this long before SIGKILL")
+	durVar(fset, &o.renew, "renew", 0, "renew interval, a `duration` (default: a third of --ttl)")
+	durVar(fset, &o.grace, "grace", 10*time.Second, "after SIGTERM on a lost lease, wait this `duration` before SIGKILL")
 	fset.BoolVar(&o.failOpen, "fail-open", false, "if the database is unreachable, run the command anyway, without a lease (PGFENCE_FENCE unset, PGFENCE_FAIL_OPEN=1)")
 	fset.StringVar(&o.owner, "owner", "", "owner label stored with the lease (default: hostname/pid)")
 	if err := fset.Parse(args); err != nil {

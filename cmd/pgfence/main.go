@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -224,18 +225,22 @@ func (a *app) connect(ctx context.Context, flagURL string) (*pgxpool.Pool, strin
 	return pool, where, nil
 }
 
-// parseErrDetail is the part of a pgx parse error that does not quote the
-// connection string.
+// parseErrDetail says why a connection string did not parse, without
+// quoting it: pgx and net/url quote the string, or a fragment of it (which
+// may be a fragment of the password), in double quotes or backquotes, so
+// every quoted part is dropped.
 func parseErrDetail(err error) string {
+	msg := err.Error()
 	var pe *pgconn.ParseConfigError
 	if errors.As(err, &pe) {
-		msg := err.Error()
 		if i := strings.Index(msg, "`: "); i >= 0 {
-			return msg[i+3:]
+			msg = msg[i+3:]
 		}
 	}
-	return err.Error()
+	return quoted.ReplaceAllString(msg, "\"...\"")
 }
+
+var quoted = regexp.MustCompile("\"[^\"]*\"|`[^`]*`")
 
 // describe names a server without its password: user@host:port/database.
 func describe(cfg *pgxpool.Config) string {

@@ -61,10 +61,10 @@ func plan(ttl, renew, margin, freeze time.Duration) planResult {
 func (a *app) cmdPlan(args []string) error {
 	var ttl, renew, freeze, margin time.Duration
 	fs := a.newFlags("plan", planUsage, nil)
-	durVar(fs, &ttl, "ttl", 0, "lease length (required)")
-	durVar(fs, &renew, "renew", 0, "renew interval (default: a third of --ttl, as pglease and exec do)")
-	durVar(fs, &freeze, "freeze", 0, "a freeze (GC pause, VM stall, partition) to evaluate")
-	durVar(fs, &margin, "margin", 0, "the client's safety margin (default: a tenth of --ttl, as pglease does)")
+	durVar(fs, &ttl, "ttl", 0, "lease length, a `duration` such as 30s (required)")
+	durVar(fs, &renew, "renew", 0, "renew interval, a `duration` (default: a third of --ttl, as pglease and exec do)")
+	durVar(fs, &freeze, "freeze", 0, "a freeze (GC pause, VM stall, partition) to evaluate, a `duration`")
+	durVar(fs, &margin, "margin", 0, "the client's safety margin, a `duration` (default: a tenth of --ttl, as pglease does)")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return err

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/migrations"
+	"github.com/pgfence/pgfence/pglease"
+)
+
+func TestListShow(t *testing.T) {
+	t.Parallel()
+	held := randomName("list-held:")
+	l := holdKey(t, held)
+	gone := randomName("list-gone:")
+	c, err := pglease.New(pgtest.Pool(t), pglease.WithOwner("gone-owner"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	g, err := c.TryAcquire(context.Background(), gone, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Release(context.Background())
+
+	db := pgtest.URL()
+	r := pgfence(t, nil, "list", "--database-url", db)
+	wantCode(t, r, 0)
+	for _, want := range []string{held, "test-holder", "held,", gone, "gone-owner", "expired"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("list lacks %q: %s", want, r)
+		}
+	}
+
+	r = pgfence(t, nil, "list", "--json", "--held", "--database-url", db)
+	wantCode(t, r, 0)
+	var leases []leaseJSON
+	if err := json.Unmarshal([]byte(r.stdout), &leases); err != nil {
+		t.Fatalf("list --json: %v\n%s", err, r)
+	}
+	found := false
+	for _, x := range leases {
+		if !x.Held {
+			t.Fatalf("--held listed an expired lease: %+v", x)
+		}
+		if x.Key == held {
+			found = true
+			if x.Fence != l.Fence() || x.Owner != "test-holder" || x.RemainingSeconds <= 20 || x.RemainingSeconds > 30 {
+				t.Fatalf("list --json: %+v (fence want %d)", x, l.Fence())
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("list --json --held lacks %s:\n%s", held, r.stdout)
+	}
+
+	r = pgfence(t, nil, "show", held, "--database-url", db)
+	wantCode(t, r, 0)
+	for _, want := range []string{"test-holder", "held,", "left", "database clock"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("show lacks %q: %s", want, r)
+		}
+	}
+	r = pgfence(t, nil, "show", "--json", "--database-url", db, gone)
+	wantCode(t, r, 0)
+	var one leaseJSON
+	if err := json.Unmarshal([]byte(r.stdout), &one); err != nil || one.Held || one.Owner != "gone-owner" || one.RemainingSeconds != 0 {
+		t.Fatalf("show --json of a released lease: %+v %v\n%s", one, err, r)
+	}
+
+	wantCode(t, pgfence(t, nil, "show", "--database-url", db, randomName("never:")), exitFailed)
+	wantCode(t, pgfence(t, nil, "show", "--database-url", db), exitUsage)
+	r = pgfence(t, nil, "list", "--database-url", emptyDatabase(t))
+	wantCode(t, r, exitDBError)
+	if !strings.Contains(r.stderr, "run `pgfence migrate up`") {
+		t.Fatalf("no hint to migrate: %s", r)
+	}
+}
+
+func TestPlan(t *testing.T) {
+	t.Parallel()
+	r := pgfence(t, nil, "plan", "--ttl", "30s", "--renew", "10s", "--freeze", "45s")
+	wantCode(t, r, 0)
+	for _, want := range []string{
+		"worst-case freeze absorbed       20s",
+		"renewals that may fail in a row  1",
+		"25s worst case, 15s best case",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("plan lacks %q: %s", want, r)
+		}
+	}
+	if strings.Contains(r.stdout, "WARNING") {
+		t.Fatalf("unexpected warning: %s", r)
+	}
+	r = pgfence(t, nil, "plan", "--ttl", "30s", "--renew", "20s")
+	wantCode(t, r, 0)
+	if !strings.Contains(r.stdout, "WARNING") || !strings.Contains(r.stdout, "no failed renewal") {
+		t.Fatalf("no warning for a renew interval close to the TTL: %s", r)
+	}
+	r = pgfence(t, nil, "plan", "--ttl", "30s", "--renew", "28s")
+	if !strings.Contains(r.stdout, "local deadline passes before its first renewal") {
+		t.Fatalf("no warning for renew past the local deadline: %s", r)
+	}
+	r = pgfence(t, nil, "plan", "--ttl", "30s", "--freeze", "5s") // default renew: TTL/3
+	if !strings.Contains(r.stdout, "absorbed") || !strings.Contains(r.stdout, "renew interval                   10s") {
+		t.Fatalf("plan with the default renew interval: %s", r)
+	}
+	wantCode(t, pgfence(t, nil, "plan", "--ttl", "30s", "--renew", "30s"), exitUsage)
+	wantCode(t, pgfence(t, nil, "plan", "--renew", "10s"), exitUsage)
+	wantCode(t, pgfence(t, nil, "plan", "--ttl", "thirty"), exitUsage)
+}
+
+func TestPlanFigures(t *testing.T) {
+	for _, tc := range []struct {
+		ttl, renew, freeze time.Duration
+		absorbed           time.Duration
+		tolerated          int
+		staleWorst         time.Duration
+	}{
+		{30 * time.Second, 10 * time.Second, 45 * time.Second, 20 * time.Second, 1, 25 * time.Second},
+		{30 * time.Second, 15 * time.Second, 0, 15 * time.Second, 0, 0},
+		{30 * time.Second, 5 * time.Second, 20 * time.Second, 25 * time.Second, 4, 0},
+		{30 * time.Second, 29 * time.Second, time.Second, time.Second, 0, 0},
+		{10 * time.Second, 3 * time.Second, 8 * time.Second, 7 * time.Second, 2, time.Second},
+	} {
+		p := plan(tc.ttl, tc.renew, tc.ttl/10, tc.freeze)
+		if p.Absorbed != tc.absorbed || p.FailuresTolerated != tc.tolerated || p.StaleWorst != tc.staleWorst {
+			t.Errorf("plan(%v, %v, freeze %v) = absorbed %v, tolerated %d, stale %v; want %v, %d, %v",
+				tc.ttl, tc.renew, tc.freeze, p.Absorbed, p.FailuresTolerated, p.StaleWorst, tc.absorbed, tc.tolerated, tc.staleWorst)
+		}
+	}
+}
+
+func TestMigrate(t *testing.T) {
+	t.Parallel()
+	db := emptyDatabase(t)
+	latest, err := migrations.Latest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := pgfence(t, nil, "migrate", "version", "--database-url", db)
+	wantCode(t, r, 0)
+	if !strings.Contains(r.stdout, "version 0") || !strings.Contains(r.stdout, "migrate up") {
+		t.Fatalf("version of an empty database: %s", r)
+	}
+	wantCode(t, pgfence(t, nil, "migrate", "up", "--database-url", db), 0)
+	r = pgfence(t, []string{"DATABASE_URL=" + db}, "migrate", "version")
+	wantCode(t, r, 0)
+	if !strings.Contains(r.stdout, "version "+itoa(latest)+" ") {
+		t.Fatalf("after up: %s", r)
+	}
+	wantCode(t, pgfence(t, nil, "migrate", "up", "--database-url", db), 0) // idempotent
+	wantCode(t, pgfence(t, nil, "exec", "--database-url", db, "--key", "k", "--", "true"), 0)
+	r = pgfence(t, nil, "migrate", "down", "--database-url", db)
+	wantCode(t, r, exitUsage)
+	if !strings.Contains(r.stderr, "--yes") {
+		t.Fatalf("down without --yes: %s", r)
+	}
+	wantCode(t, pgfence(t, nil, "migrate", "down", "--yes", "--database-url", db), 0)
+	r = pgfence(t, nil, "migrate", "version", "--database-url", db)
+	if !strings.Contains(r.stdout, "version 0") {
+		t.Fatalf("after down: %s", r)
+	}
+	wantCode(t, pgfence(t, nil, "migrate", "sideways", "--database-url", db), exitUsage)
+	wantCode(t, pgfence(t, nil, "migrate", "--database-url", db), exitUsage)
+}
+
+func itoa(v uint) string { return strconv.FormatUint(uint64(v), 10) }

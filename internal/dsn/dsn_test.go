@@ -1,0 +1,51 @@
+package dsn
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestRedact(t *testing.T) {
+	for in, want := range map[string]string{
+		"postgres://bob:hunter22@db:5432/app?sslmode=disable": "postgres://bob:xxxxx@db:5432/app?sslmode=disable",
+		"postgres://bob@db/app":                               "postgres://bob@db/app",
+		"postgresql://db/app?password=hunter22&user=bob":      "postgresql://db/app?password=xxxxx&user=bob",
+		"host=db user=bob password=hunter22 dbname=app":       "host=db user=bob password=xxxxx dbname=app",
+		"host=db password='hunter 22' dbname=app":             "host=db password=xxxxx dbname=app",
+		"postgres://bob:hun@ter22@db:bad/app":                 "postgres://bob:xxxxx@db:bad/app",
+		"":                                                    "",
+	} {
+		if got := Redact(in); got != want {
+			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestSecrets(t *testing.T) {
+	t.Setenv("PGPASSWORD", "from-env-pw")
+	got := strings.Join(Secrets("postgres://bob:sp%40c%2Fal@db/app?sslpassword=keypass"), " ")
+	for _, want := range []string{"sp%40c%2Fal", "sp@c/al", "keypass", "from-env-pw"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("Secrets lacks %q: %s", want, got)
+		}
+	}
+	got = strings.Join(Secrets("postgres://bob:sp@c/al:pw?x#S3cr3t@host/db"), " ")
+	if !strings.Contains(got, "sp@c/al:pw?x#S3cr3t") {
+		t.Errorf("malformed URL: Secrets = %s", got)
+	}
+}
+
+func TestScrubber(t *testing.T) {
+	var s Scrubber
+	s.Add("hunter22", "", "ab")
+	var buf bytes.Buffer
+	w := s.Writer(&buf)
+	n, err := w.Write([]byte("failed: hunter22 at postgres://bob:other@db/x, password=zzz, ab"))
+	if err != nil || n != 63 {
+		t.Fatalf("Write = %d, %v", n, err)
+	}
+	if got, want := buf.String(), "failed: xxxxx at postgres://bob:xxxxx@db/x, password=xxxxx ab"; got != want {
+		t.Fatalf("scrubbed %q, want %q", got, want)
+	}
+}
