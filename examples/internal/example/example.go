@@ -1,0 +1,217 @@
+// Package example is the scaffolding the runnable examples share: a fresh,
+// migrated database of their own, a timeline printer, and the verdict line.
+//
+// Every example's main is one call:
+//
+//	func main() { example.Main("scheduled billing", run) }
+//
+// Main resolves the server the way the tests and `pgfence demo` do (package
+// dbenv): PGFENCE_DATABASE_URL, then DATABASE_URL, else a throwaway
+// PostgreSQL started from local binaries, announced on stderr and removed on
+// exit, Ctrl-C included. On that server it creates a database of the
+// example's own, applies pgfence's migrations, runs the example, and drops
+// the database at the end, so a shared server is left as it was found.
+//
+// The example records what it observed with Verdict.Check; Main prints
+// exactly one line, "VERDICT: PASS — <what held>" or "VERDICT: FAIL — <what
+// broke>", and exits 0 only on PASS.
+package example
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgfence/pgfence/internal/dbenv"
+	"github.com/pgfence/pgfence/internal/pgtest"
+)
+
+// Exit codes of an example.
+const (
+	ExitPass        = 0
+	ExitFail        = 1   // a check failed, or the example could not run
+	ExitInterrupted = 130 // SIGINT or SIGTERM
+)
+
+// Env is what an example runs against.
+type Env struct {
+	// URL connects to the example's own database; it is dropped on exit.
+	URL string
+	// Pool is a pool on that database.
+	Pool *pgxpool.Pool
+
+	out   io.Writer
+	start time.Time
+	mu    sync.Mutex
+	pools []*pgxpool.Pool
+}
+
+// NewPool opens another pool on the example's database, for a "separate
+// instance" that should not share connections with the others. It is closed
+// when the example ends.
+func (e *Env) NewPool(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(e.URL)
+	if err != nil {
+		return nil, err
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	e.pools = append(e.pools, p)
+	e.mu.Unlock()
+	return p, nil
+}
+
+// Logf prints one timeline line: the time since the example started, who
+// acted, and what happened. Safe for concurrent use.
+func (e *Env) Logf(who, format string, args ...any) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	fmt.Fprintf(e.out, "  %6.3fs  %-10s %s\n", time.Since(e.start).Seconds(), who, fmt.Sprintf(format, args...))
+}
+
+// Section starts a part of the example's story.
+func (e *Env) Section(title string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	fmt.Fprintf(e.out, "\n== %s\n", title)
+}
+
+// Note prints an explanation, indented, without a timestamp.
+func (e *Env) Note(format string, args ...any) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	fmt.Fprintf(e.out, "  %s\n", fmt.Sprintf(format, args...))
+}
+
+// Verdict collects the checks an example makes on what it observed.
+type Verdict struct {
+	mu     sync.Mutex
+	checks []check
+}
+
+type check struct {
+	ok   bool
+	text string
+}
+
+// Check records one property: text says what should hold (and, with the
+// numbers observed, what was seen); ok says whether it did.
+func (v *Verdict) Check(ok bool, format string, args ...any) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.checks = append(v.checks, check{ok: ok, text: fmt.Sprintf(format, args...)})
+	return ok
+}
+
+// line returns the verdict line and whether it is a PASS.
+func (v *Verdict) line() (string, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var held, broke []string
+	for _, c := range v.checks {
+		if c.ok {
+			held = append(held, c.text)
+		} else {
+			broke = append(broke, c.text)
+		}
+	}
+	switch {
+	case len(v.checks) == 0:
+		return "VERDICT: FAIL — the example made no checks", false
+	case len(broke) > 0:
+		return "VERDICT: FAIL — " + strings.Join(broke, "; "), false
+	}
+	return "VERDICT: PASS — " + strings.Join(held, "; "), true
+}
+
+// Main runs an example and exits with its verdict's code. title names the
+// scenario; run tells the story on env and records checks on v. An error
+// from run means the example could not finish: the verdict is FAIL.
+func Main(title string, run func(ctx context.Context, env *Env, v *Verdict) error) {
+	os.Exit(Run(os.Stdout, os.Stderr, title, run))
+}
+
+// Run is Main without the exit: every deferred cleanup (the example's
+// database, a throwaway server) has run when it returns the exit code.
+func Run(stdout, stderr io.Writer, title string, run func(ctx context.Context, env *Env, v *Verdict) error) (code int) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	verdictLine := func(s string) { fmt.Fprintln(stdout, s) }
+	failed := func(format string, args ...any) int {
+		if ctx.Err() != nil {
+			verdictLine("VERDICT: FAIL — interrupted before the checks could finish")
+			return ExitInterrupted
+		}
+		verdictLine("VERDICT: FAIL — " + fmt.Sprintf(format, args...))
+		return ExitFail
+	}
+
+	fmt.Fprintf(stdout, "pgfence example: %s\n", title)
+	srv, err := dbenv.Open(ctx, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return failed("no PostgreSQL server to run on (see stderr)")
+	}
+	defer func() {
+		if !srv.Throwaway {
+			return
+		}
+		if err := srv.Close(); err != nil {
+			fmt.Fprintf(stderr, "pgfence example: removing the throwaway PostgreSQL: %v\n", err)
+		} else {
+			fmt.Fprintln(stderr, "pgfence example: the throwaway PostgreSQL was stopped and removed")
+		}
+	}()
+
+	url, drop, err := pgtest.CreateDatabase(ctx, srv.URL)
+	if err != nil {
+		fmt.Fprintf(stderr, "pgfence example: creating a database of its own on the server from %s: %v\n", srv.Source, err)
+		return failed("could not create the example's database (see stderr)")
+	}
+	defer drop()
+
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return failed("connecting to the example's database: %v", err)
+	}
+	defer pool.Close()
+
+	env := &Env{URL: url, Pool: pool, out: stdout, start: time.Now()}
+	defer func() {
+		for _, p := range env.pools {
+			p.Close()
+		}
+	}()
+	fmt.Fprintf(stdout, "database: a fresh database on %s, dropped on exit\n", srv.Source)
+
+	v := &Verdict{}
+	runErr := run(ctx, env, v)
+	fmt.Fprintln(stdout)
+	switch {
+	case ctx.Err() != nil:
+		return failed("interrupted")
+	case runErr != nil:
+		return failed("the example could not finish: %v", runErr)
+	}
+	line, pass := v.line()
+	verdictLine(line)
+	if !pass {
+		return ExitFail
+	}
+	return ExitPass
+}
