@@ -59,7 +59,9 @@ const (
 	alreadyDone                // won the lease, the idempotent write found it sent
 )
 
-func main() { example.Main("scheduled billing (three instances, skip when held, idempotent write)", run) }
+func main() {
+	example.Main("scheduled billing (three instances, skip when held, idempotent write)", run)
+}
 
 func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 	if _, err := env.Pool.Exec(ctx, schema); err != nil {
