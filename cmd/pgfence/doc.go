@@ -26,7 +26,7 @@
 //	    is too close to the TTL. Needs no database.
 //	migrate up | down --yes | version
 //	    Applies, reverts or reports pgfence's schema.
-//	demo [--keep-going]
+//	demo [--database-url URL]
 //	    Replays the lesson with real workers: three billing instances compete
 //	    for invoice:inv_72 and one sends; a worker frozen past its TTL writes
 //	    late and the fence refuses it; the same run without the fence sends

@@ -300,3 +300,38 @@ func TestDatabaseFromEnvironment(t *testing.T) {
 	r = pgfence(t, []string{"DATABASE_URL=postgres://x@127.0.0.1:1/x"}, "list", "--database-url", pgtest.URL())
 	wantCode(t, r, 0)
 }
+
+// TestExecRenews runs a command for longer than the TTL: renewals must keep
+// the lease, and the command must finish normally.
+func TestExecRenews(t *testing.T) {
+	t.Parallel()
+	key := randomName("renew:")
+	r := pgfence(t, nil, "exec", "--database-url", pgtest.URL(), "--key", key, "--ttl", "1s", "--", "sleep", "2.5")
+	wantCode(t, r, 0)
+	if r.took < 2500*time.Millisecond {
+		t.Fatalf("took %v", r.took)
+	}
+}
+
+// TestExecInterruptedWhileWaiting sends SIGINT to an exec that waits for a
+// held key: it must stop waiting at once, run nothing, and exit 130.
+func TestExecInterruptedWhileWaiting(t *testing.T) {
+	t.Parallel()
+	key := randomName("interrupt:")
+	holdKey(t, key)
+	log := filepath.Join(t.TempDir(), "log")
+	a, aErr := startExec(t, []string{"LOG=" + log}, "exec", "--database-url", pgtest.URL(), "--key", key, "--wait", "30s",
+		"--", "sh", "-c", `echo ran >> "$LOG"`)
+	time.Sleep(500 * time.Millisecond)
+	start := time.Now()
+	a.Process.Signal(syscall.SIGINT)
+	if code := waitExit(t, a); code != 130 {
+		t.Fatalf("want exit 130, got %d; stderr:\n%s", code, aErr)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("took %v to stop waiting", took)
+	}
+	if fileHas(log, "ran") {
+		t.Fatal("the command ran")
+	}
+}

@@ -1,11 +1,17 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"io"
 	"net/url"
 	"os"
+	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -134,5 +140,51 @@ func TestDemoEmbedded(t *testing.T) {
 		if _, err := os.Stat(m[1]); !os.IsNotExist(err) {
 			t.Fatalf("the throwaway cluster's directory %s is still there (%v)", m[1], err)
 		}
+	}
+}
+
+// TestDemoInterrupted interrupts the demo on the embedded default in the
+// middle of a scene: it must exit 130 and remove the throwaway PostgreSQL
+// and its worker process.
+func TestDemoInterrupted(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command(bin, "demo")
+	cmd.Env = cleanEnv()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	sc := bufio.NewScanner(stdout)
+	var workerPid int
+	for sc.Scan() {
+		if m := regexp.MustCompile(`pid (\d+): granted`).FindStringSubmatch(sc.Text()); m != nil {
+			workerPid, _ = strconv.Atoi(m[1])
+		}
+		if strings.Contains(sc.Text(), "FROZEN") {
+			break
+		}
+	}
+	if workerPid == 0 {
+		t.Fatalf("the demo never froze a worker; stderr:\n%s", stderr.String())
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	go io.Copy(io.Discard, stdout)
+	if code := waitExit(t, cmd); code != 130 {
+		t.Fatalf("want exit 130, got %d; stderr:\n%s", code, stderr.String())
+	}
+	m := regexp.MustCompile(`started a throwaway PostgreSQL in (\S+) `).FindStringSubmatch(stderr.String())
+	if m != nil {
+		if _, err := os.Stat(m[1]); !os.IsNotExist(err) {
+			t.Fatalf("the throwaway cluster's directory %s is still there (%v)", m[1], err)
+		}
+	}
+	if err := syscall.Kill(workerPid, 0); err == nil {
+		t.Fatalf("the frozen worker (pid %d) survived", workerPid)
 	}
 }

@@ -29,12 +29,14 @@ type Source string
 
 // The sources Resolve reports, in the order it tries them.
 const (
-	FromFlag        Source = "--database-url"
-	FromPgfenceEnv  Source = "PGFENCE_DATABASE_URL"
-	FromEnv         Source = "DATABASE_URL"
-	FromLibpqEnv    Source = "the libpq PG* environment variables"
-	minSecretLength        = 3
+	FromFlag       Source = "--database-url"
+	FromPgfenceEnv Source = "PGFENCE_DATABASE_URL"
+	FromEnv        Source = "DATABASE_URL"
+	FromLibpqEnv   Source = "the libpq PG* environment variables"
 )
+
+// minSecretLength is the shortest secret that is scrubbed.
+const minSecretLength = 3
 
 // Resolve picks the connection string: the flag's value when non-empty, then
 // PGFENCE_DATABASE_URL, then DATABASE_URL. When none is set it returns ""
