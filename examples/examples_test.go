@@ -1,0 +1,208 @@
+package examples_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfence/pgfence/internal/pgtest"
+)
+
+// TestMain starts one server for the whole run (dbenv: an explicit URL or a
+// throwaway PostgreSQL); each example then makes and drops a database of its
+// own on it.
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// perExample bounds one example's run; the examples take a few seconds.
+const perExample = 90 * time.Second
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+// examples lists the directories under examples/ that hold a main package.
+func examples(t *testing.T) []string {
+	t.Helper()
+	entries, err := os.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		if !e.IsDir() || e.Name() == "internal" {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(e.Name(), "main.go")); err == nil {
+			names = append(names, e.Name())
+		}
+	}
+	if len(names) == 0 {
+		t.Fatal("no examples found")
+	}
+	return names
+}
+
+// build compiles every example once, with the race detector when this test
+// binary has it, into a directory shared by the tests.
+func build(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "pgfence-examples-")
+		if buildErr != nil {
+			return
+		}
+		args := []string{"build", "-o", binDir + string(filepath.Separator)}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		args = append(args, "./...")
+		cmd := exec.Command("go", args...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binDir
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+	took           time.Duration
+}
+
+// runExample runs one built example with env replacing the database
+// variables of this process's environment.
+func runExample(t *testing.T, name string, env []string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), perExample)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(build(t), name))
+	cmd.Env = append(withoutDatabaseURLs(os.Environ()), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.WaitDelay = 5 * time.Second
+	start := time.Now()
+	err := cmd.Run()
+	r := result{code: cmd.ProcessState.ExitCode(), stdout: stdout.String(), stderr: stderr.String(), took: time.Since(start)}
+	if ctx.Err() != nil {
+		t.Fatalf("%s did not finish within %v\nstdout:\n%s\nstderr:\n%s", name, perExample, r.stdout, r.stderr)
+	}
+	if err != nil && r.code == -1 {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return r
+}
+
+func withoutDatabaseURLs(env []string) []string {
+	return slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
+		return strings.HasPrefix(kv, "PGFENCE_DATABASE_URL=") || strings.HasPrefix(kv, "DATABASE_URL=")
+	})
+}
+
+var verdictRE = regexp.MustCompile(`(?m)^VERDICT: (PASS|FAIL) — .+$`)
+
+// checkVerdict requires exit code 0 and exactly one verdict line, a PASS,
+// as the output's last line.
+func checkVerdict(t *testing.T, name string, r result) {
+	t.Helper()
+	lines := verdictRE.FindAllString(r.stdout, -1)
+	last := strings.TrimRight(r.stdout, "\n")
+	last = last[strings.LastIndexByte(last, '\n')+1:]
+	switch {
+	case r.code != 0:
+		t.Errorf("%s exited %d, want 0", name, r.code)
+	case len(lines) != 1:
+		t.Errorf("%s printed %d verdict lines, want exactly 1", name, len(lines))
+	case !strings.HasPrefix(lines[0], "VERDICT: PASS — "):
+		t.Errorf("%s: %s", name, lines[0])
+	case last != lines[0]:
+		t.Errorf("%s: the verdict is not the last line of its output", name)
+	}
+	if t.Failed() {
+		t.Logf("stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	}
+}
+
+// databases lists the server's databases.
+func databases(t *testing.T) []string {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgtest.ServerURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	rows, _ := conn.Query(ctx, `SELECT datname FROM pg_database ORDER BY datname`)
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+// TestExamples runs every example against the shared server, at once, and
+// checks each one's verdict; afterwards the server holds the same
+// databases as before: each example dropped its own.
+func TestExamples(t *testing.T) {
+	names := examples(t)
+	build(t)
+	before := databases(t)
+	t.Run("each", func(t *testing.T) {
+		for _, name := range names {
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				r := runExample(t, name, []string{"PGFENCE_DATABASE_URL=" + pgtest.ServerURL()})
+				t.Logf("%s: exit %d in %v", name, r.code, r.took.Round(time.Millisecond))
+				checkVerdict(t, name, r)
+			})
+		}
+	})
+	if after := databases(t); !slices.Equal(before, after) {
+		t.Errorf("the examples left databases behind:\nbefore: %v\nafter:  %v", before, after)
+	}
+}
+
+// TestEmbeddedDefault runs one example with no database URL at all: it must
+// start a throwaway PostgreSQL, say so on stderr, pass, and remove it.
+func TestEmbeddedDefault(t *testing.T) {
+	// A TMPDIR of its own, to see what the example leaves in it. As root,
+	// the throwaway server runs as the user postgres, which must be able to
+	// reach its directory there: t.TempDir's parent is private, so not that.
+	tmp, err := os.MkdirTemp("", "pgfence-examples-tmpdir-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := runExample(t, "billing", []string{"TMPDIR=" + tmp})
+	checkVerdict(t, "billing", r)
+	if !strings.Contains(r.stderr, "started a throwaway PostgreSQL") || !strings.Contains(r.stderr, "stopped and removed") {
+		t.Errorf("stderr does not announce the throwaway server and its removal:\n%s", r.stderr)
+	}
+	left, err := filepath.Glob(filepath.Join(tmp, "pgfence-pg-*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) > 0 {
+		t.Errorf("the throwaway server's directory was left behind: %v", left)
+	}
+}
