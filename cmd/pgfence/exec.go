@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -232,7 +233,17 @@ func (a *app) holder(pool *pgxpool.Pool, key string) string {
 func (a *app) command(path string, o execOpts, env ...string) *exec.Cmd {
 	cmd := exec.Command(path, o.argv[1:]...)
 	cmd.Args[0] = o.argv[0]
-	cmd.Env = append(os.Environ(), env...)
+	// A pgfence exec inside another must not pass the outer lease's
+	// variables on as if they were its own (with --fail-open it sets none).
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		switch name {
+		case "PGFENCE_KEY", "PGFENCE_FENCE", "PGFENCE_OWNER", "PGFENCE_FAIL_OPEN":
+			continue
+		}
+		cmd.Env = append(cmd.Env, kv)
+	}
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = procAttr()
 	return cmd

@@ -271,7 +271,8 @@ func TestExecExitCodes(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			r := pgfence(t, nil, tc.args...)
+			// As if inside another pgfence exec: its variables must not leak.
+			r := pgfence(t, []string{"PGFENCE_FENCE=999", "PGFENCE_KEY=outer"}, tc.args...)
 			wantCode(t, r, tc.code)
 			if !strings.Contains(r.stderr, tc.inStderr) || !strings.Contains(r.stdout, tc.inStdout) {
 				t.Fatalf("want %q in stderr and %q in stdout; got %s", tc.inStderr, tc.inStdout, r)
