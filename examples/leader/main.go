@@ -69,7 +69,9 @@ type node struct {
 	staleEpoch int64
 }
 
-func main() { example.Main("leader election (epoch = fence; the downstream refuses the old epoch)", run) }
+func main() {
+	example.Main("leader election (epoch = fence; the downstream refuses the old epoch)", run)
+}
 
 func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 	if _, err := env.Pool.Exec(ctx, schema); err != nil {
