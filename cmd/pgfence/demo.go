@@ -23,6 +23,7 @@ import (
 	"github.com/pgfence/pgfence/internal/dbenv"
 	"github.com/pgfence/pgfence/internal/dsn"
 	"github.com/pgfence/pgfence/migrations"
+	"github.com/pgfence/pgfence/pgguard"
 	"github.com/pgfence/pgfence/pglease"
 )
 
@@ -32,8 +33,9 @@ Replays the distributed-locks lesson with real workers, on a real PostgreSQL:
   1. three billing instances, each with its own lease client, compete for
      invoice:inv_72; one sends the invoice, the others skip;
   2. a worker (a separate pgfence process) takes the lease, is frozen with
-     SIGSTOP past its TTL, and writes late: the fence at the resource refuses
-     the write, because a newer holder has written since;
+     SIGSTOP past its TTL, and writes late: the fence at the resource (a
+     pgguard guarded write) refuses the write, because a newer holder has
+     written since;
   3. the same run without the fence: the invoice is sent twice.
 It prints a timeline and a verdict, and exits 0 only if every check held.
 Times are the lesson's divided by 30 (a 30 s lease is 1 s here).
@@ -69,15 +71,6 @@ CREATE TABLE invoice_sends (
   fence   bigint NOT NULL
 );`
 
-// sendGuarded is the lesson's guarded write; the send is recorded in the
-// same statement, so it happens only if the write counts.
-const sendGuarded = `
-WITH w AS (
-  UPDATE invoice_jobs SET status = 'SENT', last_fence = $1, sent_by = $2
-   WHERE job_id = $3 AND last_fence <= $1 AND status = 'PENDING'
-  RETURNING job_id)
-INSERT INTO invoice_sends (job_id, worker, fence) SELECT job_id, $2, $1 FROM w`
-
 // sendUnfenced is what a worker that trusts its lock does: it decided from
 // what it read while it held the lease, and writes.
 const sendUnfenced = `
@@ -87,13 +80,46 @@ WITH w AS (
   RETURNING job_id)
 INSERT INTO invoice_sends (job_id, worker, fence) SELECT job_id, $2, $1 FROM w`
 
-func sendInvoice(ctx context.Context, db *pgxpool.Pool, fenced bool, worker string, fence int64) (int64, error) {
-	q := sendUnfenced
-	if fenced {
-		q = sendGuarded
+// sendOutcome is what became of one attempt to send the invoice.
+type sendOutcome struct {
+	sent    bool
+	refusal error // why the resource refused it (pgguard's error), if it did
+	current int64 // the row's fence when a stale write was refused
+}
+
+// sendInvoice sends inv_72 as worker. Fenced, it is pgguard's guarded write
+// (UPDATE ... SET status = 'SENT', last_fence = fence WHERE job_id = ... AND
+// last_fence <= fence AND status = 'PENDING') with the send recorded in the
+// same transaction, so the send happens only if the write counts. Unfenced,
+// it is sendUnfenced.
+func sendInvoice(ctx context.Context, db *pgxpool.Pool, fenced bool, worker string, fence int64) (sendOutcome, error) {
+	if !fenced {
+		tag, err := db.Exec(ctx, sendUnfenced, fence, worker, demoJob)
+		return sendOutcome{sent: tag.RowsAffected() == 1}, err
 	}
-	tag, err := db.Exec(ctx, q, fence, worker, demoJob)
-	return tag.RowsAffected(), err
+	guard, err := pgguard.NewGuard(ctx, db, pgguard.Table{Name: "invoice_jobs", KeyColumn: "job_id"})
+	if err != nil {
+		return sendOutcome{}, err
+	}
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return sendOutcome{}, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	err = guard.Update(ctx, tx, demoJob, fence, pgguard.Values{"status": "SENT", "sent_by": worker}, pgguard.Eq("status", "PENDING"))
+	if stale, ok := pgguard.AsStaleFence(err); ok {
+		return sendOutcome{refusal: err, current: stale.Current}, nil
+	}
+	if errors.Is(err, pgguard.ErrPrecondition) {
+		return sendOutcome{refusal: err}, nil
+	}
+	if err != nil {
+		return sendOutcome{}, err
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO invoice_sends (job_id, worker, fence) VALUES ($1, $2, $3)`, demoJob, worker, fence); err != nil {
+		return sendOutcome{}, err
+	}
+	return sendOutcome{sent: true}, tx.Commit(ctx)
 }
 
 // demoEnv is the database the demo works in.
@@ -334,16 +360,16 @@ func (a *app) sceneCompete(ctx context.Context, env *demoEnv, pool *pgxpool.Pool
 			r.granted = true
 			tl.log(name, "granted, fence %d; renders the invoice (300ms)", lease.Fence())
 			time.Sleep(300 * time.Millisecond)
-			n, err := sendInvoice(ctx, p, true, name, lease.Fence())
+			o, err := sendInvoice(ctx, p, true, name, lease.Fence())
 			if err != nil {
 				r.err = err
 				return
 			}
-			r.sent = n == 1
+			r.sent = o.sent
 			if r.sent {
-				tl.log(name, "sends inv_72: guarded write accepted (1 row, fence %d)", lease.Fence())
+				tl.log(name, "sends inv_72: guarded write with fence %d accepted", lease.Fence())
 			} else {
-				tl.log(name, "guarded write refused (0 rows)")
+				tl.log(name, "guarded write refused: %v", o.refusal)
 			}
 			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -384,7 +410,9 @@ type staleRun struct {
 	fenceA, fenceB int64
 	bGranted       time.Duration // since the scene began
 	aResumed       time.Duration
-	bRows, aRows   int64
+	bSent, aSent   bool
+	aRefusal       string
+	aCurrent       int64 // the row's fence that refused billing-1, per pgguard
 	aLocalErr      string
 	rowFence       int64
 	sends          []sendRow
@@ -401,8 +429,9 @@ func (a *app) sceneFenced(ctx context.Context, env *demoEnv, pool *pgxpool.Pool,
 	return []check{
 		{r.fenceB > r.fenceA, fmt.Sprintf("the new holder's fence is larger than the frozen one's (%d > %d)", r.fenceB, r.fenceA)},
 		{r.bGranted < r.aResumed, fmt.Sprintf("billing-2 was granted the lease while billing-1 was frozen (at %.3fs; billing-1 resumed at %.3fs)", r.bGranted.Seconds(), r.aResumed.Seconds())},
-		{r.bRows == 1, fmt.Sprintf("billing-2's guarded write was accepted (%d row)", r.bRows)},
-		{r.aRows == 0 && r.rowFence == r.fenceB, fmt.Sprintf("billing-1's late write with fence %d was refused (%d rows; the row carries fence %d)", r.fenceA, r.aRows, r.rowFence)},
+		{r.bSent, "billing-2's guarded write was accepted"},
+		{!r.aSent && r.aCurrent == r.fenceB && r.rowFence == r.fenceB,
+			fmt.Sprintf("billing-1's late write with fence %d was refused as stale (pgguard saw fence %d on the row; the row keeps %d)", r.fenceA, r.aCurrent, r.rowFence)},
 		{len(r.sends) == 1, fmt.Sprintf("with the fence, inv_72 was sent exactly once (sent: %d)", len(r.sends))},
 	}, nil
 }
@@ -415,7 +444,7 @@ func (a *app) sceneUnfenced(ctx context.Context, env *demoEnv, pool *pgxpool.Poo
 	}
 	fmt.Fprintf(tl.w, "  -> invoices sent: %d (the customer received %d invoices)\n", len(r.sends), len(r.sends))
 	return []check{
-		{r.bGranted < r.aResumed && len(r.sends) == 2 && r.aRows == 1,
+		{r.bGranted < r.aResumed && len(r.sends) == 2 && r.aSent,
 			fmt.Sprintf("without the fence the same timeline sends inv_72 twice, as the lesson predicts (sent: %d): the lock alone did not prevent it", len(r.sends))},
 	}, nil
 }
@@ -484,13 +513,18 @@ func (a *app) staleScene(ctx context.Context, env *demoEnv, pool *pgxpool.Pool, 
 		return nil, err
 	}
 	tl.log("billing-2", "reads inv_72: %s", status)
-	if r.bRows, err = sendInvoice(ctx, p, fenced, "billing-2", r.fenceB); err != nil {
+	o, err := sendInvoice(ctx, p, fenced, "billing-2", r.fenceB)
+	if err != nil {
 		return nil, err
 	}
-	if fenced {
-		tl.log("billing-2", "sends inv_72: guarded write with fence %d -> %d row", r.fenceB, r.bRows)
-	} else {
-		tl.log("billing-2", "sends inv_72: unguarded write -> %d row", r.bRows)
+	r.bSent = o.sent
+	switch {
+	case fenced && o.sent:
+		tl.log("billing-2", "sends inv_72: guarded write with fence %d accepted", r.fenceB)
+	case fenced:
+		tl.log("billing-2", "guarded write refused: %v", o.refusal)
+	default:
+		tl.log("billing-2", "sends inv_72: unguarded write (sent: %v)", o.sent)
 	}
 	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	err = lease.Release(rctx)
@@ -515,22 +549,33 @@ func (a *app) staleScene(ctx context.Context, env *demoEnv, pool *pgxpool.Pool, 
 	if line, err = w.expect("WROTE"); err != nil {
 		return nil, err
 	}
-	r.aRows, _ = strconv.ParseInt(line, 10, 64)
-	if fenced {
-		if r.aRows == 0 {
-			tl.log("billing-1", "sends inv_72 with its old fence %d -> 0 rows: REFUSED by the resource", r.fenceA)
-		} else {
-			tl.log("billing-1", "sends inv_72 with its old fence %d -> %d row: accepted", r.fenceA, r.aRows)
-		}
-	} else {
-		tl.log("billing-1", "sends inv_72 (it read PENDING before the freeze) -> %d row: SENT AGAIN", r.aRows)
+	// WROTE <sent> <row fence if refused as stale> <refusal>
+	f := strings.SplitN(line, " ", 3)
+	if len(f) < 2 {
+		return nil, fmt.Errorf("billing-1: bad report %q", line)
+	}
+	r.aSent = f[0] == "true"
+	r.aCurrent, _ = strconv.ParseInt(f[1], 10, 64)
+	if len(f) == 3 {
+		r.aRefusal = f[2]
+	}
+	switch {
+	case fenced && !r.aSent:
+		tl.log("billing-1", "sends inv_72 with its old fence %d: REFUSED by the resource", r.fenceA)
+		tl.log("billing-1", "  %s", r.aRefusal)
+	case fenced:
+		tl.log("billing-1", "sends inv_72 with its old fence %d: accepted", r.fenceA)
+	case r.aSent:
+		tl.log("billing-1", "sends inv_72 (it read PENDING before the freeze): SENT AGAIN")
+	default:
+		tl.log("billing-1", "sends inv_72 (it read PENDING before the freeze): nothing changed")
 	}
 	if line, err = w.expect("LOCAL"); err != nil {
 		return nil, err
 	}
 	r.aLocalErr = line
 	tl.log("billing-1", "its own lease client now says: %s", line)
-	tl.log("billing-1", "(that local view came too late to stop the write: only the resource could)")
+	tl.log("billing-1", "(that local view came too late to stop the write; only the resource can refuse it)")
 	if _, err := w.expect("DONE"); err != nil {
 		return nil, err
 	}
@@ -666,12 +711,16 @@ func runDemoWorker(args []string) int {
 	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
 		return exitFailed
 	}
-	n, err := sendInvoice(ctx, pool, fenced, name, lease.Fence())
+	o, err := sendInvoice(ctx, pool, fenced, name, lease.Fence())
 	if err != nil {
 		say("ERR %v", err)
 		return exitFailed
 	}
-	say("WROTE %d", n)
+	if o.refusal != nil {
+		say("WROTE %v %d %s", o.sent, o.current, strings.ReplaceAll(o.refusal.Error(), "\n", " "))
+	} else {
+		say("WROTE %v %d", o.sent, o.current)
+	}
 	// Let a timer that was due during the freeze fire, as it will a moment
 	// after any real resume; then report the client's own view.
 	time.Sleep(50 * time.Millisecond)
