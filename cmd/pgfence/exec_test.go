@@ -294,8 +294,12 @@ func TestDatabaseFromEnvironment(t *testing.T) {
 	r := pgfence(t, []string{"DATABASE_URL=" + pgtest.URL()}, "list")
 	wantCode(t, r, 0)
 	cfg := pgtest.Pool(t).Config().ConnConfig
-	r = pgfence(t, []string{"PGHOST=" + cfg.Host, "PGPORT=" + strconv.Itoa(int(cfg.Port)), "PGUSER=" + cfg.User,
-		"PGDATABASE=" + cfg.Database, "PGSSLMODE=disable"}, "list")
+	env := []string{"PGHOST=" + cfg.Host, "PGPORT=" + strconv.Itoa(int(cfg.Port)), "PGUSER=" + cfg.User,
+		"PGDATABASE=" + cfg.Database, "PGSSLMODE=disable"}
+	if cfg.Password != "" {
+		env = append(env, "PGPASSWORD="+cfg.Password)
+	}
+	r = pgfence(t, env, "list")
 	wantCode(t, r, 0)
 	// The flag wins over the environment.
 	r = pgfence(t, []string{"DATABASE_URL=postgres://x@127.0.0.1:1/x"}, "list", "--database-url", pgtest.URL())

@@ -76,7 +76,7 @@ func TestNoPasswordInOutput(t *testing.T) {
 		{nil, []string{"exec", "--database-url", db, "--key", held, "--", "true"}, exitHeld},
 		{nil, []string{"exec", "--database-url", db, "--key", held, "--wait", "200ms", "--", "true"}, exitWaitExpired},
 		{[]string{"DATABASE_URL=" + db}, []string{"exec", "--key", held, "--skip-if-held", "--", "true"}, exitHeld},
-		{[]string{"PGHOST=" + cfg.Host, "PGPORT=5432", "PGUSER=" + cfg.User, "PGDATABASE=" + cfg.Database, "PGPASSWORD=" + password}, []string{"list"}, 0},
+		{[]string{"PGHOST=" + cfg.Host, "PGPORT=" + strconv.Itoa(int(cfg.Port)), "PGUSER=" + roleOf(t, db), "PGDATABASE=" + cfg.Database, "PGPASSWORD=" + password}, []string{"list"}, 0},
 		// A database that does not exist: the server's error names it.
 		{nil, []string{"list", "--database-url", strings.Replace(db, "/pgfence_test_", "/nothere_", 1)}, exitDBError},
 		{nil, []string{"exec", "--database-url", "postgres://bob:" + password + "@127.0.0.1:1/x?connect_timeout=2", "--key", "k", "--", "true"}, exitUnreachable},
@@ -187,4 +187,13 @@ func TestDemoInterrupted(t *testing.T) {
 	if err := syscall.Kill(workerPid, 0); err == nil {
 		t.Fatalf("the frozen worker (pid %d) survived", workerPid)
 	}
+}
+
+func roleOf(t *testing.T, u string) string {
+	t.Helper()
+	p, err := url.Parse(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.User.Username()
 }
