@@ -3,13 +3,16 @@ package pgguard_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/migrations"
 	"github.com/pgfence/pgfence/pgguard"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -339,5 +342,96 @@ func TestGuardInCallersTransaction(t *testing.T) {
 	defer conn.Release()
 	if err := g.Update(ctx, conn.Conn(), "k", f, pgguard.Values{"writer": "C"}); err != nil {
 		t.Fatalf("on a *pgx.Conn: %v", err)
+	}
+}
+
+// TestConcurrentHolders: holders with increasing fences hammer one row at
+// once. Once a holder is told it is stale it is never accepted again, and
+// the newest holder always is.
+func TestConcurrentHolders(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	table := newTable(t, pool)
+	insertRow(t, pool, table, "hot")
+	g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"}, pgguard.WithCounter(new(pgguard.Counter)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := fences(t, pool, 8)
+	var wg sync.WaitGroup
+	for i, f := range fs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			stale := false
+			for n := 0; n < 40; n++ {
+				err := g.Update(ctx, pool, "hot", f, pgguard.Values{"writer": fmt.Sprint(i)})
+				switch {
+				case err == nil && stale:
+					t.Errorf("holder %d accepted after it was told it is stale", i)
+					return
+				case err == nil:
+				case errors.Is(err, pgguard.ErrStaleFence):
+					stale = true
+					if i == len(fs)-1 {
+						t.Errorf("the newest holder was told it is stale: %v", err)
+						return
+					}
+				default:
+					t.Errorf("holder %d: %v", i, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if r := readRow(t, pool, table, "hot"); r.Fence != fs[len(fs)-1] || r.Writer != fmt.Sprint(len(fs)-1) {
+		t.Fatalf("final row %+v, want the newest holder's", r)
+	}
+}
+
+// TestMigrationDown: migration 000002 reverts cleanly, and refuses to drop
+// the trigger function while a table still uses it rather than silently
+// removing that table's enforcement.
+func TestMigrationDown(t *testing.T) {
+	ctx := context.Background()
+	url, drop, err := pgtest.CreateDatabase(ctx, pgtest.ServerURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer drop()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, "CREATE TABLE fenced (id int PRIMARY KEY, last_fence bigint NOT NULL DEFAULT 0)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgguard.InstallTrigger(ctx, pool, pgguard.Table{Name: "fenced"}, pgguard.Lenient); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.Down(ctx, pool); err == nil {
+		t.Fatal("Down dropped the trigger function while a table uses it")
+	} else {
+		t.Logf("Down with a fenced table: %v", err)
+	}
+	// As an operator would: remove the trigger, then "migrate force 2" (the
+	// failed down left version 1, dirty).
+	if err := pgguard.RemoveTrigger(ctx, pool, pgguard.Table{Name: "fenced"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "UPDATE "+migrations.Table+" SET version = 2, dirty = false"); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.Down(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_proc WHERE proname = 'pgfence_enforce_fence'").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("trigger function left behind: %d %v", n, err)
+	}
+	if err := migrations.Up(ctx, pool); err != nil {
+		t.Fatalf("up again: %v", err)
 	}
 }

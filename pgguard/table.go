@@ -66,14 +66,14 @@ func checkIdent(what, s string) error {
 	case !utf8.ValidString(s):
 		return invalid("%s %q is not valid UTF-8", what, s)
 	}
-	for _, marker := range []string{"--", "/*", "*/"} {
-		if strings.Contains(s, marker) {
-			return invalid("%s %q contains the comment marker %q; identifiers with quotes, semicolons, backslashes, whitespace, control characters or comment markers are refused", what, s, marker)
-		}
-	}
 	for _, r := range s {
 		if r == '"' || r == '\'' || r == '`' || r == ';' || r == '\\' || r == 0 || unicode.IsSpace(r) || unicode.IsControl(r) {
 			return invalid("%s %q contains %q; identifiers with quotes, semicolons, backslashes, whitespace, control characters or comment markers are refused", what, s, r)
+		}
+	}
+	for _, marker := range []string{"--", "/*", "*/"} {
+		if strings.Contains(s, marker) {
+			return invalid("%s %q contains the comment marker %q; identifiers with quotes, semicolons, backslashes, whitespace, control characters or comment markers are refused", what, s, marker)
 		}
 	}
 	return nil

@@ -1,0 +1,197 @@
+package pgguard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/pgguard"
+	"github.com/pgfence/pgfence/pglease"
+)
+
+// examplePool opens the test database (pgtest.URL; in your code, your own
+// pool on a database where pgfence's migrations ran) and creates the
+// lesson's invoice_jobs table afresh.
+func examplePool(ctx context.Context) *pgxpool.Pool {
+	pool, err := pgxpool.New(ctx, pgtest.URL())
+	if err != nil {
+		panic(err)
+	}
+	_, err = pool.Exec(ctx, `
+DROP TABLE IF EXISTS invoice_jobs;
+CREATE TABLE invoice_jobs (job_id text PRIMARY KEY, status text NOT NULL DEFAULT 'PENDING');
+INSERT INTO invoice_jobs (job_id) VALUES ('inv_72');`)
+	if err != nil {
+		panic(err)
+	}
+	return pool
+}
+
+// The lesson's timeline: A's lease expires while it is paused, B takes the
+// lease and writes, and A's late write is refused by the row.
+func Example() {
+	ctx := context.Background()
+	pool := examplePool(ctx)
+	defer pool.Close()
+
+	// Once: give the table its fence column.
+	if err := pgguard.AddFenceColumn(ctx, pool, pgguard.Table{Name: "invoice_jobs"}); err != nil {
+		panic(err)
+	}
+	jobs, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: "invoice_jobs", KeyColumn: "job_id"})
+	if err != nil {
+		panic(err)
+	}
+
+	workerA, _ := pglease.New(pool, pglease.WithoutAutoRenew())
+	defer workerA.Close()
+	workerB, _ := pglease.New(pool)
+	defer workerB.Close()
+
+	a, err := workerA.TryAcquire(ctx, "invoice:inv_72", 50*time.Millisecond)
+	if err != nil {
+		panic(err)
+	}
+	time.Sleep(100 * time.Millisecond) // A pauses; its lease expires.
+
+	b, err := workerB.TryAcquire(ctx, "invoice:inv_72", 30*time.Second)
+	if err != nil {
+		panic(err)
+	}
+	defer b.Release(ctx)
+	err = jobs.Update(ctx, pool, "inv_72", b.Fence(), pgguard.Values{"status": "SENT"}, pgguard.Eq("status", "PENDING"))
+	fmt.Println("B:", err)
+
+	// A resumes and writes with its old fence.
+	err = jobs.Update(ctx, pool, "inv_72", a.Fence(), pgguard.Values{"status": "SENT"}, pgguard.Eq("status", "PENDING"))
+	var stale *pgguard.StaleFenceError
+	if errors.As(err, &stale) {
+		fmt.Println("A: stale; the row carries B's fence:", stale.Current == b.Fence())
+	}
+
+	// B repeats its transition: the fence is fine, the state is not.
+	err = jobs.Update(ctx, pool, "inv_72", b.Fence(), pgguard.Values{"status": "SENT"}, pgguard.Eq("status", "PENDING"))
+	fmt.Println("B again: precondition not met:", errors.Is(err, pgguard.ErrPrecondition))
+	// Output:
+	// B: <nil>
+	// A: stale; the row carries B's fence: true
+	// B again: precondition not met: true
+}
+
+// Claim first: the new holder raises the row's fence as the first statement
+// of its transaction and decides from the state it inherits.
+func ExampleGuard_Claim() {
+	ctx := context.Background()
+	pool := examplePool(ctx)
+	defer pool.Close()
+	pgguard.AddFenceColumn(ctx, pool, pgguard.Table{Name: "invoice_jobs"})
+	jobs, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: "invoice_jobs", KeyColumn: "job_id"})
+	if err != nil {
+		panic(err)
+	}
+	q := fencedb.New(pool)
+	oldFence, _ := q.NextFence(ctx) // a holder that has since lost its lease
+	newFence, _ := q.NextFence(ctx) // the new holder's
+
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var status string
+		if err := jobs.Claim(ctx, tx, "inv_72", newFence, []string{"status"}, &status); err != nil {
+			return err // ErrStaleFence: a newer holder exists; abandon.
+		}
+		fmt.Println("inherited:", status)
+		if status != "PENDING" {
+			return nil // already done
+		}
+		// ... send the invoice ...
+		return jobs.Update(ctx, tx, "inv_72", newFence, pgguard.Values{"status": "SENT"}, pgguard.Eq("status", "PENDING"))
+	})
+	fmt.Println("claimed and sent:", err)
+
+	// The old holder's write is refused, wherever it lands after the claim.
+	err = jobs.Update(ctx, pool, "inv_72", oldFence, pgguard.Values{"status": "SENT"})
+	fmt.Println("old holder:", errors.Is(err, pgguard.ErrStaleFence))
+	// Output:
+	// inherited: PENDING
+	// claimed and sent: <nil>
+	// old holder: true
+}
+
+// Database-enforced fencing: the trigger refuses a stale holder's
+// hand-written UPDATE even though it forgot the fence predicate.
+func ExampleInstallTrigger() {
+	ctx := context.Background()
+	pool := examplePool(ctx)
+	defer pool.Close()
+	tbl := pgguard.Table{Name: "invoice_jobs"}
+	if err := pgguard.AddFenceColumn(ctx, pool, tbl); err != nil {
+		panic(err)
+	}
+	if err := pgguard.InstallTrigger(ctx, pool, tbl, pgguard.Strict); err != nil {
+		panic(err)
+	}
+	q := fencedb.New(pool)
+	oldFence, _ := q.NextFence(ctx)
+	newFence, _ := q.NextFence(ctx)
+
+	rawUpdate := func(fence int64, status string) error {
+		return pgguard.RunFenced(ctx, pool, fence, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "UPDATE invoice_jobs SET status = $1 WHERE job_id = 'inv_72'", status)
+			return err
+		})
+	}
+	fmt.Println("new holder:", rawUpdate(newFence, "SENT"))
+	err := rawUpdate(oldFence, "VOID")
+	fmt.Println("old holder refused:", errors.Is(err, pgguard.ErrStaleFence))
+
+	// Strict mode: a transaction that set no fence may not change the row.
+	_, err = pool.Exec(ctx, "DELETE FROM invoice_jobs WHERE job_id = 'inv_72'")
+	fmt.Println("no fence refused:", errors.Is(pgguard.Classify(err), pgguard.ErrNoFence))
+	// Output:
+	// new holder: <nil>
+	// old holder refused: true
+	// no fence refused: true
+}
+
+// A payout through a provider that knows nothing of fences: durable intent
+// first, a stable idempotency key on every attempt, guarded transitions,
+// and reconciliation of what is left in SUBMITTING.
+func ExamplePayouts() {
+	ctx := context.Background()
+	pool := examplePool(ctx)
+	defer pool.Close()
+	payouts, _ := pgguard.NewPayouts()
+	leases, _ := pglease.New(pool)
+	defer leases.Close()
+
+	if _, err := payouts.Create(ctx, pool, "po_example", 12_500, "EUR"); err != nil {
+		panic(err)
+	}
+	err := leases.TryDo(ctx, "payout:po_example", 30*time.Second, func(ctx context.Context, l *pglease.Lease) error {
+		p, err := payouts.BeginSubmit(ctx, pool, "po_example", l.Fence())
+		if err != nil {
+			return err // stale, or already done
+		}
+		// ref, err := provider.Pay(ctx, p.AmountCents, p.Currency, p.IdempotencyKey)
+		ref := "prov_" + p.IdempotencyKey[len(p.IdempotencyKey)-4:]
+		_, err = payouts.MarkSubmitted(ctx, pool, p.ID, l.Fence(), ref)
+		return err
+	})
+	fmt.Println("paid:", err)
+
+	p, _ := payouts.Get(ctx, pool, "po_example")
+	fmt.Println(p.State, p.Attempts, p.IdempotencyKey == pgguard.PayoutIdempotencyKey("po_example"))
+
+	// The reconciliation job: nothing is stuck in SUBMITTING.
+	stuck, _ := payouts.Stuck(ctx, pool, time.Minute, 100)
+	fmt.Println("stuck:", len(stuck))
+	// Output:
+	// paid: <nil>
+	// SUBMITTED 1 true
+	// stuck: 0
+}
