@@ -184,7 +184,8 @@ func (a *app) cmdDemo(ctx context.Context, args []string) error {
 	raw, src := dsn.Resolve(url)
 	a.scrub.Add(dsn.Secrets(raw)...)
 	where := ""
-	if src == dsn.FromLibpqEnv {
+	throwaway := src == dsn.FromLibpqEnv
+	if throwaway {
 		srv, err := dbenv.Open(ctx, a.stderr)
 		if err != nil {
 			return fail(exitUnreachable, "%v", err)
@@ -229,7 +230,9 @@ func (a *app) cmdDemo(ctx context.Context, args []string) error {
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
-		if _, err := admin.Exec(cctx, "DROP SCHEMA "+pgx.Identifier{env.schema}.Sanitize()+" CASCADE"); err != nil {
+		// On the throwaway server a failure does not matter (a Ctrl-C from a
+		// terminal also stops the server, which is removed next).
+		if _, err := admin.Exec(cctx, "DROP SCHEMA "+pgx.Identifier{env.schema}.Sanitize()+" CASCADE"); err != nil && !throwaway {
 			fmt.Fprintf(a.stderr, "pgfence demo: could not drop the demo schema %s: %v (drop it by hand)\n", env.schema, err)
 		}
 	}()
