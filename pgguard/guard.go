@@ -16,12 +16,12 @@ import (
 // locks older ones out. Make one with NewGuard; it is safe for concurrent use
 // and holds no connection.
 type Guard struct {
-	t        *resolved
-	key      string // unquoted names
-	fence    string
-	qKey     string // quoted
-	qFence   string
-	staleCtx options
+	t      *resolved
+	key    string // unquoted names
+	fence  string
+	qKey   string // quoted
+	qFence string
+	opts   options
 }
 
 // NewGuard checks t against the catalog through db and returns a Guard for
@@ -56,7 +56,7 @@ func NewGuard(ctx context.Context, db DBTX, t Table, opts ...Option) (*Guard, er
 	return &Guard{
 		t: r, key: t.KeyColumn, fence: t.fenceColumn(),
 		qKey: pgx.Identifier{t.KeyColumn}.Sanitize(), qFence: pgx.Identifier{t.fenceColumn()}.Sanitize(),
-		staleCtx: o,
+		opts: o,
 	}, nil
 }
 
@@ -309,7 +309,7 @@ func (g *Guard) Check(ctx context.Context, db DBTX, key any, fence int64, where 
 	case err != nil:
 		return g.wrap(ctx, "re-read", key, err)
 	case current > fence:
-		return g.staleCtx.caught(ctx, &StaleFenceError{Table: g.t.display, Key: keyText(key), Presented: fence, Current: current})
+		return g.opts.caught(ctx, &StaleFenceError{Table: g.t.display, Key: keyText(key), Presented: fence, Current: current})
 	case !ok:
 		parts := make([]string, len(where))
 		for i, c := range where {
@@ -388,7 +388,7 @@ func (g *Guard) wrap(ctx context.Context, op string, key any, err error) error {
 	err = Classify(err)
 	if se, ok := err.(*StaleFenceError); ok {
 		se.Key = keyText(key)
-		return g.staleCtx.caught(ctx, se)
+		return g.opts.caught(ctx, se)
 	}
 	if errors.Is(err, ErrNoFence) {
 		return err
