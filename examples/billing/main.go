@@ -123,7 +123,7 @@ func tick(ctx context.Context, env *example.Env, instances []*instance, concurre
 	results := make([]outcome, len(instances))
 	if !concurrent {
 		for i, in := range instances {
-			results[i] = in.tick(ctx, env, func() {})
+			results[i] = in.tick(ctx, env, func() {}, func() {})
 		}
 		return results
 	}
@@ -138,7 +138,7 @@ func tick(ctx context.Context, env *example.Env, instances []*instance, concurre
 		go func() {
 			defer done.Done()
 			<-start
-			results[i] = in.tick(ctx, env, attempted.Done)
+			results[i] = in.tick(ctx, env, attempted.Done, attempted.Wait)
 		}()
 	}
 	close(start)
@@ -146,7 +146,9 @@ func tick(ctx context.Context, env *example.Env, instances []*instance, concurre
 	return results
 }
 
-func (in *instance) tick(ctx context.Context, env *example.Env, attempted func()) outcome {
+// tick is one instance's scheduled run. attempted reports its try for the
+// lease; othersAttempted returns once every instance has tried.
+func (in *instance) tick(ctx context.Context, env *example.Env, attempted, othersAttempted func()) outcome {
 	l, err := in.leases.TryAcquire(ctx, key, 30*time.Second)
 	attempted()
 	if errors.Is(err, pglease.ErrNotAcquired) {
@@ -160,6 +162,7 @@ func (in *instance) tick(ctx context.Context, env *example.Env, attempted func()
 	}
 	defer l.Release(context.WithoutCancel(ctx))
 	env.Logf(in.name, "won the lease %s, fence %d", key, l.Fence())
+	othersAttempted() // the send takes longer than the others' tries
 	return in.send(ctx, env, l)
 }
 
