@@ -31,20 +31,34 @@ DECLARE
   mode      text := TG_ARGV[0];
   col       text := TG_ARGV[1];
   raw       text := nullif(current_setting('pgfence.fence', true), '');
+  fast      boolean := TG_ARGV[1] = 'last_fence';  -- direct field access
+  old_j     jsonb;
   tx_fence  bigint;
   row_fence bigint;
   new_fence bigint;
-  tbl       text := quote_ident(TG_TABLE_SCHEMA) || '.' || quote_ident(TG_TABLE_NAME);
+  want      bigint;
+  tbl       text;
 BEGIN
   IF TG_NARGS <> 2 OR mode NOT IN ('strict', 'lenient') THEN
-    RAISE EXCEPTION 'pgfence: trigger % on % needs the arguments (''strict''|''lenient'', fence column)', TG_NAME, tbl;
+    RAISE EXCEPTION 'pgfence: trigger % on %.% needs the arguments (''strict''|''lenient'', fence column)',
+      TG_NAME, quote_ident(TG_TABLE_SCHEMA), quote_ident(TG_TABLE_NAME);
   END IF;
-  IF NOT (to_jsonb(OLD) ? col) THEN
-    RAISE EXCEPTION 'pgfence: trigger % on % names the fence column %, which the table does not have', TG_NAME, tbl, quote_ident(col);
+  -- The row's fence. For the default column name, read the field directly;
+  -- for another name, through jsonb (plpgsql has no dynamic field access).
+  IF fast THEN
+    row_fence := OLD.last_fence;
+  ELSE
+    old_j := to_jsonb(OLD);
+    IF NOT (old_j ? col) THEN
+      RAISE EXCEPTION 'pgfence: trigger % on %.% names the fence column %, which the table does not have',
+        TG_NAME, quote_ident(TG_TABLE_SCHEMA), quote_ident(TG_TABLE_NAME), quote_ident(col);
+    END IF;
+    row_fence := (old_j ->> col)::bigint;
   END IF;
-  row_fence := (to_jsonb(OLD) ->> col)::bigint;
+
   IF raw IS NULL THEN
     IF mode = 'strict' THEN
+      tbl := quote_ident(TG_TABLE_SCHEMA) || '.' || quote_ident(TG_TABLE_NAME);
       RAISE EXCEPTION 'pgfence: % of a row of % without a fence (the table is fenced in strict mode)', TG_OP, tbl
         USING ERRCODE = 'PF002',
               DETAIL = format('table=%s current=%s', tbl, coalesce(row_fence::text, 'null')),
@@ -53,27 +67,33 @@ BEGIN
     IF TG_OP = 'DELETE' THEN
       RETURN OLD;
     END IF;
-    -- Lenient and unfenced: allowed, but the row's fence never goes down.
-    new_fence := (to_jsonb(NEW) ->> col)::bigint;
-    IF new_fence IS DISTINCT FROM row_fence AND (new_fence IS NULL OR new_fence < row_fence) THEN
-      NEW := jsonb_populate_record(NEW, jsonb_build_object(col, row_fence));
+    want := row_fence;  -- lenient and unfenced: allowed, but the fence never goes down
+  ELSE
+    tx_fence := raw::bigint;
+    IF tx_fence < row_fence THEN
+      tbl := quote_ident(TG_TABLE_SCHEMA) || '.' || quote_ident(TG_TABLE_NAME);
+      RAISE EXCEPTION 'pgfence: stale fence % for % of a row of %: the row carries fence %', tx_fence, TG_OP, tbl, row_fence
+        USING ERRCODE = 'PF001',
+              DETAIL = format('table=%s presented=%s current=%s', tbl, tx_fence, row_fence),
+              HINT = 'A newer holder has written this row: this transaction''s holder lost its lease. Abandon the attempt; do not retry with the same fence.';
     END IF;
-    RETURN NEW;
+    IF TG_OP = 'DELETE' THEN
+      RETURN OLD;
+    END IF;
+    want := greatest(row_fence, tx_fence);  -- a fenced UPDATE stamps its fence
   END IF;
 
-  tx_fence := raw::bigint;
-  IF tx_fence < row_fence THEN
-    RAISE EXCEPTION 'pgfence: stale fence % for % of a row of %: the row carries fence %', tx_fence, TG_OP, tbl, row_fence
-      USING ERRCODE = 'PF001',
-            DETAIL = format('table=%s presented=%s current=%s', tbl, tx_fence, row_fence),
-            HINT = 'A newer holder has written this row: this transaction''s holder lost its lease. Abandon the attempt; do not retry with the same fence.';
-  END IF;
-  IF TG_OP = 'DELETE' THEN
-    RETURN OLD;
-  END IF;
-  new_fence := greatest((to_jsonb(NEW) ->> col)::bigint, row_fence, tx_fence);
-  IF new_fence IS DISTINCT FROM (to_jsonb(NEW) ->> col)::bigint THEN
-    NEW := jsonb_populate_record(NEW, jsonb_build_object(col, new_fence));
+  -- UPDATE: the row's fence becomes the greatest of the value written, its
+  -- old value and the transaction's fence.
+  IF fast THEN
+    IF NEW.last_fence IS NULL OR NEW.last_fence < want THEN
+      NEW.last_fence := want;
+    END IF;
+  ELSE
+    new_fence := (to_jsonb(NEW) ->> col)::bigint;
+    IF new_fence IS NULL OR new_fence < want THEN
+      NEW := jsonb_populate_record(NEW, jsonb_build_object(col, want));
+    END IF;
   END IF;
   RETURN NEW;
 END

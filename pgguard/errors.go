@@ -75,6 +75,7 @@ type StaleFenceError struct {
 	Err error
 }
 
+// Error says which fence was refused, where, and the row's current fence.
 func (e *StaleFenceError) Error() string {
 	where := e.Table
 	if e.Key != "" {
@@ -113,6 +114,7 @@ type PreconditionError struct {
 	Detail string
 }
 
+// Error says which row did not satisfy what.
 func (e *PreconditionError) Error() string {
 	what := "precondition not met"
 	if e.Done {

@@ -116,6 +116,7 @@ func IsNull(column string) Cond { return Cond{column: column, op: opNull} }
 // NotNull holds when column is not NULL.
 func NotNull(column string) Cond { return Cond{column: column, op: opNotNull} }
 
+// String describes the condition, for error messages.
 func (c Cond) String() string {
 	switch c.op {
 	case opEq:
@@ -219,6 +220,11 @@ func setFence(fenceParam string) string {
 // one) and returns a *StaleFenceError (ErrStaleFence; counted) if a newer
 // holder has written it, a *PreconditionError (ErrPrecondition) if a
 // condition does not hold, or an error satisfying ErrNoRow.
+//
+// In a REPEATABLE READ or SERIALIZABLE transaction, a row that a newer holder
+// changed after the transaction's snapshot makes the UPDATE fail with
+// SQLSTATE 40001 (could not serialize) instead: returned as it is; roll back,
+// and retry only after checking that you still hold the lease.
 //
 // Under READ COMMITTED the re-read may see a row newer than the one the
 // write saw: a concurrent change that made the write fail can also have made

@@ -435,3 +435,45 @@ func TestMigrationDown(t *testing.T) {
 		t.Fatalf("up again: %v", err)
 	}
 }
+
+// TestRepeatableRead: in a REPEATABLE READ transaction whose snapshot
+// predates a newer holder's write, the guarded write fails with SQLSTATE
+// 40001, as Update's documentation says; it never lands.
+func TestRepeatableRead(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	table := newTable(t, pool)
+	insertRow(t, pool, table, "k")
+	g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"}, pgguard.WithCounter(new(pgguard.Counter)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := fences(t, pool, 2)
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	var status string
+	if err := tx.QueryRow(ctx, "SELECT status FROM "+table+" WHERE job_id = 'k'").Scan(&status); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Update(ctx, pool, "k", f[1], pgguard.Values{"writer": "B"}); err != nil {
+		t.Fatal(err)
+	}
+	err = g.Update(ctx, tx, "k", f[0], pgguard.Values{"writer": "A"})
+	if sqlState(err) != "40001" {
+		t.Fatalf("stale write in an older snapshot: got %v, want SQLSTATE 40001", err)
+	}
+	tx.Rollback(ctx)
+	// In a snapshot taken after the newer write, it is plainly stale.
+	err = pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+		return g.Update(ctx, tx, "k", f[0], pgguard.Values{"writer": "A"})
+	})
+	if !errors.Is(err, pgguard.ErrStaleFence) {
+		t.Fatalf("stale write in a newer snapshot: %v", err)
+	}
+	if r := readRow(t, pool, table, "k"); r.Writer != "B" {
+		t.Fatalf("row: %+v", r)
+	}
+}

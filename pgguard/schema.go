@@ -27,6 +27,7 @@ const (
 	Lenient
 )
 
+// String is "strict" or "lenient": the argument the trigger is created with.
 func (m Mode) String() string {
 	switch m {
 	case Strict:
