@@ -1,0 +1,224 @@
+package advisory
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgfence/pgfence/internal/validate"
+)
+
+var (
+	// ErrNotAcquired: TryDo found the key locked by another transaction and
+	// did not run the function.
+	ErrNotAcquired = errors.New("advisory: lock is held by another transaction")
+
+	// ErrInvalidInput: a key, pool or function was refused before anything
+	// was sent to the database.
+	ErrInvalidInput = errors.New("advisory: invalid input")
+)
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidInput, fmt.Sprintf(format, args...))
+}
+
+// Key is an advisory lock key in one of PostgreSQL's two key spaces. The zero
+// Key is invalid.
+type Key struct {
+	pair     bool
+	id       int64
+	ns, obj  int32
+	name     string // for messages: the string a StringKey came from
+	assigned bool
+}
+
+// Int64Key is the bigint key k, as pg_advisory_xact_lock(k) takes it.
+func Int64Key(k int64) Key { return Key{id: k, assigned: true} }
+
+// PairKey is the two-integer key (namespace, id), as
+// pg_advisory_xact_lock(namespace, id) takes it. It never collides with an
+// Int64Key: PostgreSQL keeps the two key spaces apart.
+func PairKey(namespace, id int32) Key { return Key{pair: true, ns: namespace, obj: id, assigned: true} }
+
+// StringKey maps s to a bigint key: the first 8 bytes of SHA-256(s),
+// big-endian, as a signed int64 (see the package documentation for why and
+// for the collision odds, and KeySQL for the same mapping in SQL). s must be
+// 1 to 512 bytes of valid UTF-8 without NUL bytes.
+func StringKey(s string) (Key, error) {
+	if err := validate.Key(s); err != nil {
+		return Key{}, invalid("%v", err)
+	}
+	sum := sha256.Sum256([]byte(s))
+	return Key{id: int64(binary.BigEndian.Uint64(sum[:8])), name: s, assigned: true}, nil
+}
+
+// KeySQL is a SQL expression that computes StringKey's bigint from the text
+// parameter $1, so that SQL scripts take the same lock:
+//
+//	SELECT pg_advisory_xact_lock(('x' || left(encode(sha256(convert_to($1, 'UTF8')), 'hex'), 16))::bit(64)::bigint);
+const KeySQL = `('x' || left(encode(sha256(convert_to($1::text, 'UTF8')), 'hex'), 16))::bit(64)::bigint`
+
+// Int64 returns the bigint of an Int64Key or StringKey; ok is false for a
+// PairKey.
+func (k Key) Int64() (id int64, ok bool) { return k.id, !k.pair && k.assigned }
+
+// String describes the key for messages.
+func (k Key) String() string {
+	switch {
+	case !k.assigned:
+		return "advisory key (zero)"
+	case k.pair:
+		return fmt.Sprintf("advisory key (%d, %d)", k.ns, k.obj)
+	case k.name != "":
+		return fmt.Sprintf("advisory key %q (%d)", k.name, k.id)
+	}
+	return fmt.Sprintf("advisory key %d", k.id)
+}
+
+func (k Key) sql(try bool) (string, []any) {
+	fn := "pg_advisory_xact_lock"
+	if try {
+		fn = "pg_try_advisory_xact_lock"
+	}
+	if k.pair {
+		return "SELECT " + fn + "($1::integer, $2::integer)", []any{k.ns, k.obj}
+	}
+	return "SELECT " + fn + "($1::bigint)", []any{k.id}
+}
+
+func check(pool *pgxpool.Pool, key Key, fn func(context.Context, pgx.Tx) error) error {
+	switch {
+	case pool == nil:
+		return invalid("nil pool")
+	case !key.assigned:
+		return invalid("zero key: make one with StringKey, Int64Key or PairKey")
+	case fn == nil:
+		return invalid("nil function")
+	}
+	return nil
+}
+
+// TryDo begins a transaction on pool, takes key with
+// pg_try_advisory_xact_lock and, if it was free, runs fn with the
+// transaction, then commits (or rolls back if fn returns an error or panics).
+// The lock is released when the transaction ends. When another transaction
+// holds key, TryDo returns ErrNotAcquired at once and fn does not run. The
+// error is fn's error, or the commit's.
+func TryDo(ctx context.Context, pool *pgxpool.Pool, key Key, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	if err := check(pool, key, fn); err != nil {
+		return err
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("advisory: begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	var got bool
+	q, args := key.sql(true)
+	if err := tx.QueryRow(ctx, q, args...).Scan(&got); err != nil {
+		return fmt.Errorf("advisory: locking %v: %w", key, err)
+	}
+	if !got {
+		return fmt.Errorf("%w: %v", ErrNotAcquired, key)
+	}
+	return finish(ctx, tx, fn)
+}
+
+func finish(ctx context.Context, tx pgx.Tx, fn func(context.Context, pgx.Tx) error) error {
+	if err := fn(ctx, tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("advisory: commit: %w", err)
+	}
+	return nil
+}
+
+// cancelGrace is how long Do waits for the server to act on a cancel request
+// before it closes the connection.
+const cancelGrace = 3 * time.Second
+
+// Do is TryDo that waits: it blocks in pg_advisory_xact_lock until key is
+// granted or ctx ends. Then it returns an error that wraps ctx's cause
+// (errors.Is(err, context.DeadlineExceeded) or context.Canceled), fn does
+// not run, and the server has stopped waiting: Do interrupts the wait with a
+// cancel request rather than leaving the server's backend queued for the
+// lock. Give ctx a deadline: a caller that waits forever has turned a
+// coordination fault into an outage.
+func Do(ctx context.Context, pool *pgxpool.Pool, key Key, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	if err := check(pool, key, fn); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("advisory: waiting for %v: %w", key, context.Cause(ctx))
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("advisory: acquire a connection: %w", err)
+	}
+	discard := false
+	defer func() {
+		if discard {
+			// Closing the socket ends the session: its transaction aborts
+			// and the lock, if it was granted, is released.
+			c := conn.Hijack()
+			cctx, cancel := context.WithTimeout(context.Background(), cancelGrace)
+			c.Close(cctx)
+			cancel()
+			return
+		}
+		conn.Release()
+	}()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("advisory: begin: %w", err)
+	}
+	defer func() {
+		if !discard {
+			tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+
+	// The wait runs on a context that ctx does not cancel (pgx would close
+	// the socket, which a waiting backend ignores); ctx's end sends a
+	// cancel request instead, and closes the socket only if that does not
+	// end the wait in time.
+	waitCtx, stopWait := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWait()
+	execDone := make(chan struct{})
+	afterDone := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(afterDone)
+		cctx, cancel := context.WithTimeout(context.Background(), cancelGrace)
+		conn.Conn().PgConn().CancelRequest(cctx)
+		cancel()
+		t := time.NewTimer(cancelGrace)
+		defer t.Stop()
+		select {
+		case <-execDone:
+		case <-t.C:
+			stopWait()
+		}
+	})
+	q, args := key.sql(false)
+	_, err = tx.Exec(waitCtx, q, args...)
+	close(execDone)
+	if !stop() {
+		<-afterDone
+		// A cancel request was sent: whatever the statement's outcome, the
+		// caller gave up, and a late cancel could hit a later statement on
+		// this connection. Drop it.
+		discard = true
+		return fmt.Errorf("advisory: waiting for %v: %w", key, context.Cause(ctx))
+	}
+	if err != nil {
+		return fmt.Errorf("advisory: locking %v: %w", key, err)
+	}
+	return finish(ctx, tx, fn)
+}
