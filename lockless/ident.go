@@ -1,0 +1,142 @@
+package lockless
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+var (
+	// ErrInvalidInput: an identifier, value or argument was refused before
+	// anything was written. The text says which and why.
+	ErrInvalidInput = errors.New("lockless: invalid input")
+)
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidInput, fmt.Sprintf(format, args...))
+}
+
+// Querier runs statements: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Table names a table, optionally schema-qualified ("" Schema: found through
+// search_path).
+type Table struct {
+	Schema, Name string
+}
+
+// maxIdentBytes is PostgreSQL's identifier limit (NAMEDATALEN - 1).
+const maxIdentBytes = 63
+
+func checkIdent(what, s string) error {
+	switch {
+	case s == "":
+		return invalid("%s: identifier is empty", what)
+	case len(s) > maxIdentBytes:
+		return invalid("%s: identifier %q is %d bytes; PostgreSQL's limit is %d", what, s, len(s), maxIdentBytes)
+	case !utf8.ValidString(s):
+		return invalid("%s: identifier %q is not valid UTF-8", what, s)
+	case strings.TrimSpace(s) != s:
+		return invalid("%s: identifier %q has leading or trailing space", what, s)
+	}
+	for _, r := range s {
+		if r == 0 || unicode.IsControl(r) {
+			return invalid("%s: identifier %q contains a NUL or control character", what, s)
+		}
+	}
+	return nil
+}
+
+func (t Table) check() error {
+	if t.Schema != "" {
+		if err := checkIdent("table schema", t.Schema); err != nil {
+			return err
+		}
+	}
+	return checkIdent("table name", t.Name)
+}
+
+func (t Table) ident() string {
+	if t.Schema != "" {
+		return pgx.Identifier{t.Schema, t.Name}.Sanitize()
+	}
+	return pgx.Identifier{t.Name}.Sanitize()
+}
+
+func quote(col string) string { return pgx.Identifier{col}.Sanitize() }
+
+func quoteAll(cols []string) string {
+	q := make([]string, len(cols))
+	for i, c := range cols {
+		q[i] = quote(c)
+	}
+	return strings.Join(q, ", ")
+}
+
+// columns returns the table's columns and their types (format_type), after
+// checking that it is a table.
+func (t Table) columns(ctx context.Context, q Querier) (map[string]string, error) {
+	if q == nil {
+		return nil, invalid("nil querier")
+	}
+	if err := t.check(); err != nil {
+		return nil, err
+	}
+	rows, err := q.Query(ctx, `
+SELECT a.attname::text, format_type(a.atttypid, a.atttypmod)
+  FROM pg_class c
+  JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+ WHERE c.oid = to_regclass($1) AND c.relkind IN ('r', 'p')`, t.ident())
+	if err != nil {
+		return nil, fmt.Errorf("lockless: checking table %s: %w", t.ident(), err)
+	}
+	cols, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([2]string, error) {
+		var c [2]string
+		err := r.Scan(&c[0], &c[1])
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lockless: checking table %s: %w", t.ident(), err)
+	}
+	if len(cols) == 0 {
+		return nil, invalid("table %s does not exist (or is not a table visible to this role)", t.ident())
+	}
+	m := make(map[string]string, len(cols))
+	for _, c := range cols {
+		m[c[0]] = c[1]
+	}
+	return m, nil
+}
+
+// need checks that each named column is a safe identifier and exists.
+func (t Table) need(cols map[string]string, what string, names ...string) error {
+	if len(names) == 0 {
+		return invalid("%s: no columns named", what)
+	}
+	seen := map[string]bool{}
+	for _, n := range names {
+		if err := checkIdent(what+" column", n); err != nil {
+			return err
+		}
+		if _, ok := cols[n]; !ok {
+			return invalid("table %s has no column %q (%s)", t.ident(), n, what)
+		}
+		if seen[n] {
+			return invalid("%s: column %q named twice", what, n)
+		}
+		seen[n] = true
+	}
+	return nil
+}
+
+func isInt(typ string) bool { return typ == "smallint" || typ == "integer" || typ == "bigint" }
