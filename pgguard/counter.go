@@ -132,10 +132,16 @@ func (o *options) caught(ctx context.Context, e *StaleFenceError) error {
 	return e
 }
 
-// observe classifies err and, when it is a stale-fence refusal, counts it.
+// observe classifies err and, when that turns a fencing trigger's refusal
+// into a *StaleFenceError, counts it. One that already was a
+// *StaleFenceError (from a Guard or Payouts call inside RunFenced's function)
+// was counted where it was made.
 func (o *options) observe(ctx context.Context, err error) error {
-	err = Classify(err)
 	var se *StaleFenceError
+	if errors.As(err, &se) {
+		return err
+	}
+	err = Classify(err)
 	if errors.As(err, &se) {
 		o.caught(ctx, se)
 	}

@@ -353,3 +353,27 @@ func TestMigrationSQL(t *testing.T) {
 		t.Fatalf("after down: %v", err)
 	}
 }
+
+// TestRunFencedCountsOnce: a stale guarded write inside RunFenced is counted
+// once, by the Guard, not again by RunFenced.
+func TestRunFencedCountsOnce(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	table := newTable(t, pool)
+	insertRow(t, pool, table, "k")
+	c := new(pgguard.Counter)
+	g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"}, pgguard.WithCounter(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := fences(t, pool, 2)
+	if err := g.Update(ctx, pool, "k", f[1], nil); err != nil {
+		t.Fatal(err)
+	}
+	err = pgguard.RunFenced(ctx, pool, f[0], func(tx pgx.Tx) error {
+		return g.Update(ctx, tx, "k", f[0], pgguard.Values{"writer": "A"})
+	}, pgguard.WithCounter(c))
+	if !errors.Is(err, pgguard.ErrStaleFence) || c.Total() != 1 {
+		t.Fatalf("err %v, counted %d; want ErrStaleFence counted once", err, c.Total())
+	}
+}
