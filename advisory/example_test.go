@@ -1,0 +1,77 @@
+package advisory_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgfence/pgfence/advisory"
+	"github.com/pgfence/pgfence/internal/pgtest"
+)
+
+// examplePool stands for your own pool: pgxpool.New(ctx, databaseURL).
+func examplePool() *pgxpool.Pool {
+	pool, err := pgxpool.New(context.Background(), pgtest.URL())
+	if err != nil {
+		panic(err)
+	}
+	return pool
+}
+
+// Scheduled work: every instance tries each tick; the one that gets the key
+// does the work, the others skip. The work's writes commit with the lock.
+func ExampleTryDo() {
+	ctx := context.Background()
+	pool := examplePool()
+	defer pool.Close()
+	pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS report_runs (day date PRIMARY KEY)`)
+
+	key, err := advisory.StringKey("report:daily")
+	if err != nil {
+		panic(err)
+	}
+	err = advisory.TryDo(ctx, pool, key, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO report_runs VALUES ('2026-11-30') ON CONFLICT DO NOTHING`)
+		return err
+	})
+	switch {
+	case errors.Is(err, advisory.ErrNotAcquired):
+		fmt.Println("another instance is running the report; skipping this tick")
+	case err != nil:
+		fmt.Println("report failed:", err)
+	default:
+		fmt.Println("report done")
+	}
+	// Output: report done
+}
+
+// Work that must happen: wait for the key, but not forever.
+func ExampleDo() {
+	pool := examplePool()
+	defer pool.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+
+	err := advisory.Do(ctx, pool, advisory.PairKey(42, 7), func(ctx context.Context, tx pgx.Tx) error {
+		var n int
+		return tx.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()`).Scan(&n)
+	})
+	fmt.Println("err:", err)
+	// Output: err: <nil>
+}
+
+// The same key from SQL, for scripts that must exclude the Go workers.
+func ExampleKeySQL() {
+	pool := examplePool()
+	defer pool.Close()
+	k, _ := advisory.StringKey("invoice:72")
+	fromGo, _ := k.Int64()
+	var fromSQL int64
+	pool.QueryRow(context.Background(), `SELECT `+advisory.KeySQL, "invoice:72").Scan(&fromSQL)
+	fmt.Println(fromGo == fromSQL)
+	// Output: true
+}
