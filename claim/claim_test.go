@@ -395,3 +395,29 @@ func TestCompleteTxCommitsWithTheWork(t *testing.T) {
 		t.Fatal(fmt.Sprint("bad payload: ", err))
 	}
 }
+
+// The claim's ORDER BY is served by the partial index: no sort, no scan of
+// finished rows.
+func TestClaimOrderServedByPartialIndex(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	enqueueMany(t, pool, "plan", 2000, 25)
+	pool.Exec(ctx, `UPDATE pgfence_jobs SET state = 'completed' WHERE queue = 'plan' AND id % 2 = 0`)
+	pool.Exec(ctx, `ANALYZE pgfence_jobs`)
+	rows, err := pool.Query(ctx, `EXPLAIN SELECT id FROM pgfence_jobs
+   WHERE state = 'available' AND run_at <= now() AND queue = 'plan'
+   ORDER BY priority, run_at, id LIMIT 10 FOR UPDATE SKIP LOCKED`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan []string
+	for rows.Next() {
+		var line string
+		rows.Scan(&line)
+		plan = append(plan, line)
+	}
+	p := strings.Join(plan, "\n")
+	if !strings.Contains(p, "pgfence_jobs_claim_idx") || strings.Contains(p, "Sort") {
+		t.Fatalf("claim plan does not use the partial index in order:\n%s", p)
+	}
+}
