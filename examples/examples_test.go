@@ -206,3 +206,72 @@ func TestEmbeddedDefault(t *testing.T) {
 		t.Errorf("the throwaway server's directory was left behind: %v", left)
 	}
 }
+
+// TestEmbeddedDefaultInterrupted interrupts an example (SIGINT, as Ctrl-C
+// does) while it runs on its throwaway server: it must exit 130 with a FAIL
+// verdict, and still remove the server.
+func TestEmbeddedDefaultInterrupted(t *testing.T) {
+	tmp, err := os.MkdirTemp("", "pgfence-examples-tmpdir-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), perExample)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(build(t), "jobs"))
+	cmd.Env = append(withoutDatabaseURLs(os.Environ()), "TMPDIR="+tmp)
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var errText strings.Builder
+	started := make(chan struct{})
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		buf := make([]byte, 4096)
+		announced := false
+		for {
+			n, err := stderr.Read(buf)
+			errText.Write(buf[:n])
+			if !announced && strings.Contains(errText.String(), "started a throwaway PostgreSQL") {
+				announced = true
+				close(started)
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	select {
+	case <-started:
+	case <-copied:
+		cmd.Wait()
+		t.Fatalf("the example ended before announcing its server:\n%s\n%s", stdout.String(), errText.String())
+	}
+	time.Sleep(300 * time.Millisecond) // into the scenario
+	cmd.Process.Signal(os.Interrupt)
+	<-copied
+	cmd.Wait()
+	code := cmd.ProcessState.ExitCode()
+	if code != 130 {
+		t.Errorf("interrupted example exited %d, want 130\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), errText.String())
+	}
+	if lines := verdictRE.FindAllString(stdout.String(), -1); len(lines) != 1 || !strings.HasPrefix(lines[0], "VERDICT: FAIL") {
+		t.Errorf("interrupted example's verdict lines: %q, want one FAIL", lines)
+	}
+	if !strings.Contains(errText.String(), "stopped and removed") {
+		t.Errorf("stderr does not announce the server's removal:\n%s", errText.String())
+	}
+	if left, _ := filepath.Glob(filepath.Join(tmp, "pgfence-pg-*")); len(left) > 0 {
+		t.Errorf("the throwaway server's directory was left behind: %v", left)
+	}
+}
