@@ -10,19 +10,23 @@
 //     thought about and written back: UPDATE ... WHERE version = <read>; zero
 //     rows means someone else wrote first: re-read and try again.
 //
-// The point of this example is the SQL of the lesson, so it shows it.
+// Fixes 2 and 3 use package lockless (Counter and Versioned), which issue
+// exactly the lesson's statements on your own tables; the race in 1 is shown
+// in raw SQL, since it is the bug.
 //
 //	go run ./examples/inventory
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/examples/internal/example"
+	"github.com/pgfence/pgfence/lockless"
 )
 
 const schema = `
@@ -52,17 +56,27 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 	if _, err := env.Pool.Exec(ctx, schema); err != nil {
 		return err
 	}
-	if err := naive(ctx, env, v); err != nil {
+	stock, err := lockless.NewCounter(ctx, env.Pool, lockless.CounterSpec{
+		Table: lockless.Table{Name: "inventory"}, Key: "sku", Quantity: "quantity"})
+	if err != nil {
 		return err
 	}
-	if err := conditional(ctx, env, v); err != nil {
+	accounts, err := lockless.NewVersioned(ctx, env.Pool, lockless.VersionedSpec{
+		Table: lockless.Table{Name: "accounts"}, Key: "account_id", Version: "version"})
+	if err != nil {
 		return err
 	}
-	return optimistic(ctx, env, v)
+	if err := naive(ctx, env, v, stock); err != nil {
+		return err
+	}
+	if err := conditional(ctx, env, v, stock); err != nil {
+		return err
+	}
+	return optimistic(ctx, env, v, accounts)
 }
 
 // naive: read, decide, write — with both reads before either write.
-func naive(ctx context.Context, env *example.Env, v *example.Verdict) error {
+func naive(ctx context.Context, env *example.Env, v *example.Verdict, counter *lockless.Counter) error {
 	env.Section("1. read-modify-write: two servers, one lamp in stock")
 	var bothRead sync.WaitGroup
 	bothRead.Add(2)
@@ -111,7 +125,7 @@ func naive(ctx context.Context, env *example.Env, v *example.Verdict) error {
 		wg.Go(func() {
 			bothRead.Done()
 			bothRead.Wait()
-			ok, err := reserve(ctx, env, "lamp", who)
+			ok, err := reserve(ctx, env, counter, "lamp", who)
 			if err != nil {
 				errs[i] = err
 				return
@@ -137,26 +151,30 @@ func naive(ctx context.Context, env *example.Env, v *example.Verdict) error {
 	return nil
 }
 
-// reserve is the lesson's conditional update: one statement checks and
-// decrements; the order goes in the same transaction.
-func reserve(ctx context.Context, env *example.Env, sku, buyer string) (bool, error) {
+// reserve is the lesson's conditional update, through lockless.Counter:
+//
+//	UPDATE inventory SET quantity = quantity - 1 WHERE sku = $1 AND quantity >= 1
+//
+// one statement checks and decrements; the order goes in the same
+// transaction.
+func reserve(ctx context.Context, env *example.Env, stock *lockless.Counter, sku, buyer string) (bool, error) {
 	tx, err := env.Pool.Begin(ctx)
 	if err != nil {
 		return false, err
 	}
 	defer tx.Rollback(ctx)
-	tag, err := tx.Exec(ctx, `UPDATE inventory SET quantity = quantity - 1 WHERE sku = $1 AND quantity > 0`, sku)
+	left, err := stock.Take(ctx, tx, sku, 1)
+	if errors.Is(err, lockless.ErrInsufficient) {
+		env.Logf(buyer, "take 1 %s -> not enough left: sold out", sku)
+		return false, nil
+	}
 	if err != nil {
 		return false, err
-	}
-	if tag.RowsAffected() == 0 {
-		env.Logf(buyer, "UPDATE ... WHERE quantity > 0 -> 0 rows: sold out")
-		return false, nil
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO orders (sku, buyer) VALUES ($1, $2)`, sku, buyer); err != nil {
 		return false, err
 	}
-	env.Logf(buyer, "UPDATE ... WHERE quantity > 0 -> 1 row: reserved one %s", sku)
+	env.Logf(buyer, "take 1 %s -> reserved, %d left", sku, left)
 	return true, tx.Commit(ctx)
 }
 
@@ -166,7 +184,7 @@ func lampState(ctx context.Context, pool *pgxpool.Pool) (orders, stock int, err 
 }
 
 // conditional: twenty buyers, five chairs.
-func conditional(ctx context.Context, env *example.Env, v *example.Verdict) error {
+func conditional(ctx context.Context, env *example.Env, v *example.Verdict, counter *lockless.Counter) error {
 	env.Section("2. conditional update: twenty buyers race for five chairs")
 	var (
 		wg       sync.WaitGroup
@@ -179,7 +197,7 @@ func conditional(ctx context.Context, env *example.Env, v *example.Verdict) erro
 	for i := range 20 {
 		wg.Go(func() {
 			<-start
-			ok, err := reserve(ctx, env, "chair", fmt.Sprintf("buyer-%02d", i+1))
+			ok, err := reserve(ctx, env, counter, "chair", fmt.Sprintf("buyer-%02d", i+1))
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -208,7 +226,14 @@ func conditional(ctx context.Context, env *example.Env, v *example.Verdict) erro
 }
 
 // optimistic: ten concurrent deposits on a versioned row.
-func optimistic(ctx context.Context, env *example.Env, v *example.Verdict) error {
+// Each teller reads balance and version, then writes through
+// lockless.Versioned:
+//
+//	UPDATE accounts SET balance = $new, version = version + 1
+//	 WHERE account_id = $1 AND version = $read
+//
+// and on a conflict reads again and decides again.
+func optimistic(ctx context.Context, env *example.Env, v *example.Verdict, accounts *lockless.Versioned) error {
 	env.Section("3. optimistic concurrency: ten deposits of 10 on acct_1 (balance 1000), at once")
 	var (
 		wg        sync.WaitGroup
@@ -238,25 +263,24 @@ func optimistic(ctx context.Context, env *example.Env, v *example.Verdict) error
 					mu.Unlock()
 					return
 				}
-				tag, err := env.Pool.Exec(ctx, `
-					UPDATE accounts SET balance = $1, version = version + 1
-					 WHERE account_id = 'acct_1' AND version = $2`, balance+10, version)
-				if err != nil {
+				_, err = accounts.Update(ctx, env.Pool, "acct_1", version, map[string]any{"balance": balance + 10})
+				if err == nil {
+					env.Logf(who, "balance %d -> %d at version %d (attempt %d)", balance, balance+10, version, attempt)
+					return
+				}
+				var conflict *lockless.ConflictError
+				if !errors.As(err, &conflict) {
 					mu.Lock()
 					firstErr = err
 					mu.Unlock()
 					return
 				}
-				if tag.RowsAffected() == 1 {
-					env.Logf(who, "balance %d -> %d at version %d (attempt %d)", balance, balance+10, version, attempt)
-					return
+				if attempt == 1 {
+					env.Logf(who, "version %d is gone (the row is at %d): someone wrote first; re-read and retry", version, conflict.Current)
 				}
 				mu.Lock()
 				conflicts++
 				mu.Unlock()
-				if attempt == 1 {
-					env.Logf(who, "version %d is gone: someone wrote first; re-read and retry", version)
-				}
 			}
 		})
 	}

@@ -6,8 +6,9 @@
 //	ON CONFLICT (customer_id, billing_period) DO NOTHING
 //	RETURNING invoice_id
 //
-// and exactly one gets a row back; the others get zero and skip. The point
-// of this example is the lesson's SQL, so it shows it.
+// and exactly one gets a row back; the others get zero and skip. Package
+// lockless (InsertOnce) issues that statement on your own table, and tells a
+// loser which row won.
 //
 //	go run ./examples/invoicedup
 package main
@@ -22,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgfence/pgfence/examples/internal/example"
+	"github.com/pgfence/pgfence/lockless"
 )
 
 const schema = `
@@ -45,6 +47,15 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 	if _, err := env.Pool.Exec(ctx, schema); err != nil {
 		return err
 	}
+	invoices, err := lockless.NewInsertOnce(ctx, env.Pool, lockless.InsertOnceSpec{
+		Table:      lockless.Table{Name: "invoices"},
+		Columns:    []string{"customer_id", "billing_period", "created_by"},
+		ConflictOn: []string{"customer_id", "billing_period"},
+		Returning:  []string{"invoice_id", "created_by"},
+	})
+	if err != nil {
+		return err
+	}
 
 	env.Section(fmt.Sprintf("three workers invoice customers %v for %s, all at once, without a lock", customers, period))
 	var seen int
@@ -65,7 +76,7 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 		for _, c := range customers {
 			wg.Go(func() {
 				<-start
-				ok, err := createInvoice(ctx, env, who, c)
+				ok, err := createInvoice(ctx, env, invoices, who, c)
 				mu.Lock()
 				defer mu.Unlock()
 				switch {
@@ -86,7 +97,7 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 	}
 
 	env.Section("worker-4 resumes and inserts what it decided to insert before it froze")
-	late, err := createInvoice(ctx, env, "worker-4", customers[0])
+	late, err := createInvoice(ctx, env, invoices, "worker-4", customers[0])
 	if err != nil {
 		return err
 	}
@@ -124,22 +135,19 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 	return nil
 }
 
-// createInvoice is the lesson's statement: it reports whether this worker's
-// insert created the invoice.
-func createInvoice(ctx context.Context, env *example.Env, who string, customer int64) (bool, error) {
+// createInvoice is the lesson's statement, through lockless.InsertOnce: it
+// reports whether this worker's insert created the invoice.
+func createInvoice(ctx context.Context, env *example.Env, invoices *lockless.InsertOnce, who string, customer int64) (bool, error) {
 	var id int64
-	err := env.Pool.QueryRow(ctx, `
-		INSERT INTO invoices (customer_id, billing_period, created_by)
-		VALUES ($1, $2, $3)
-		ON CONFLICT (customer_id, billing_period) DO NOTHING
-		RETURNING invoice_id`, customer, period, who).Scan(&id)
+	var by string
+	won, err := invoices.Insert(ctx, env.Pool, []any{customer, period, who}, &id, &by)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		env.Logf(who, "customer %d: 0 rows: already invoiced, skip", customer)
-		return false, nil
 	case err != nil:
 		return false, err
+	case won:
+		env.Logf(who, "customer %d: created invoice %d", customer, id)
+	default:
+		env.Logf(who, "customer %d: 0 rows: already invoiced (invoice %d, by %s): skip", customer, id, by)
 	}
-	env.Logf(who, "customer %d: created invoice %d", customer, id)
-	return true, nil
+	return won, nil
 }

@@ -126,7 +126,7 @@ func workers(ctx context.Context, env *example.Env, v *example.Verdict) error {
 			}
 		})
 	}
-	err := waitFor(ctx, func() bool {
+	err := example.WaitFor(ctx, func() bool {
 		var n int
 		env.Pool.QueryRow(ctx, `SELECT count(*) FROM pgfence_jobs WHERE queue = 'default' AND state = 'completed'`).Scan(&n)
 		return n == jobs+1
@@ -196,7 +196,7 @@ func rescued(ctx context.Context, env *example.Env, v *example.Verdict) error {
 	// The rescuer (any pool's rescue loop; here called directly) returns
 	// the job once its lease has expired by the database clock.
 	var rescue claim.RescueResult
-	if err := waitFor(ctx, func() bool {
+	if err := example.WaitFor(ctx, func() bool {
 		rescue, err = fast.Rescue(ctx, 10)
 		return err == nil && rescue.Requeued == 1
 	}); err != nil {
@@ -248,20 +248,4 @@ func complete(ctx context.Context, env *example.Env, c *claim.Claimer, j *claim.
 		env.Logf(who, "complete job %d (fence %d): accepted", j.ID, j.Fence)
 	}
 	return err
-}
-
-// waitFor polls cond until it holds, for at most 30 seconds.
-func waitFor(ctx context.Context, cond func() bool) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return errors.New("timed out waiting for the scenario to progress")
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	return nil
 }

@@ -114,7 +114,7 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 
 	env.Section("node-1 campaigns first and leads; node-2 and node-3 campaign and wait")
 	campaign(first)
-	if err := waitFor(ctx, func() bool { return first.epochCount() > 0 }); err != nil {
+	if err := example.WaitFor(ctx, func() bool { return first.epochCount() > 0 }); err != nil {
 		return err
 	}
 	campaign(nodes[1])
@@ -143,7 +143,7 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 		held = nil
 	}
 	defer release()
-	if err := waitFor(ctx, func() bool { return nodes[1].commandCount()+nodes[2].commandCount() >= 2 }); err != nil {
+	if err := example.WaitFor(ctx, func() bool { return nodes[1].commandCount()+nodes[2].commandCount() >= 2 }); err != nil {
 		return err
 	}
 	h, _, err := nodes[1].leases.Holder(ctx, key)
@@ -155,7 +155,7 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 	env.Section("node-1 comes back, still believing it leads, and sends one more command")
 	release()
 	close(first.resume)
-	if err := waitFor(ctx, func() bool { first.mu.Lock(); defer first.mu.Unlock(); return first.staleEpoch != 0 }); err != nil {
+	if err := example.WaitFor(ctx, func() bool { first.mu.Lock(); defer first.mu.Unlock(); return first.staleEpoch != 0 }); err != nil {
 		return err
 	}
 	time.Sleep(300 * time.Millisecond) // the new leader carries on
@@ -268,20 +268,4 @@ func (n *node) commandCount() int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.commands
-}
-
-// waitFor polls cond until it holds, for at most 20 seconds.
-func waitFor(ctx context.Context, cond func() bool) error {
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return errors.New("timed out waiting for the scenario to progress")
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	return nil
 }

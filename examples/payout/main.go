@@ -193,7 +193,7 @@ func (w *worker) submit(ctx context.Context, id string) (*pglease.Lease, error) 
 // about each by its idempotency key; it returns how many it settled.
 func (w *worker) reconcile(ctx context.Context) (int, error) {
 	var stuck []pgguard.Payout
-	err := waitFor(ctx, func() bool {
+	err := example.WaitFor(ctx, func() bool {
 		var err error
 		stuck, err = w.payouts.Stuck(ctx, w.env.Pool, 2*clientTimeout, 100)
 		return err == nil && len(stuck) > 0
@@ -419,20 +419,4 @@ func (p *provider) replays() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.nreplay
-}
-
-// waitFor polls cond until it holds, for at most 20 seconds.
-func waitFor(ctx context.Context, cond func() bool) error {
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return errors.New("timed out waiting for the scenario to progress")
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	return nil
 }

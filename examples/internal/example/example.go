@@ -19,6 +19,7 @@ package example
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -214,4 +215,21 @@ func Run(stdout, stderr io.Writer, title string, run func(ctx context.Context, e
 		return ExitFail
 	}
 	return ExitPass
+}
+
+// WaitFor polls cond every 10ms until it holds, for at most 30 seconds: for
+// an example's story to wait for a step another goroutine takes.
+func WaitFor(ctx context.Context, cond func() bool) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return errors.New("timed out waiting for the scenario to progress")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
 }
