@@ -89,14 +89,14 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 	env.Section("tick 1: all three instances notice inv_72 is due at the same moment")
 	env.Note("each one tries the lease %q once (TryAcquire) and skips if it is held", key)
 	results := tick(ctx, env, instances, true)
-	won, skips := count(results, sent)+count(results, alreadyDone), count(results, skipped)
+	won, skips := example.Count(results, sent)+example.Count(results, alreadyDone), example.Count(results, skipped)
 	v.Check(won == 1 && skips == 2, "tick 1: one instance of three won the lease and two skipped (won %d, skipped %d)", won, skips)
 
 	env.Section("tick 2: a minute later, the instances run one after another")
 	env.Note("each gets the lease (nobody holds it any more): the lease alone would let each send again;")
 	env.Note("the idempotent write (status PENDING -> SENT) is what makes the repeat harmless")
 	results = tick(ctx, env, instances, false)
-	v.Check(count(results, alreadyDone) == 3, "tick 2: all three later runs got the lease and the idempotent write refused each (%d of 3)", count(results, alreadyDone))
+	v.Check(example.Count(results, alreadyDone) == 3, "tick 2: all three later runs got the lease and the idempotent write refused each (%d of 3)", example.Count(results, alreadyDone))
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -192,14 +192,4 @@ func (in *instance) send(ctx context.Context, env *example.Env, l *pglease.Lease
 		env.Logf(in.name, "send failed: %v", err)
 		return skipped
 	}
-}
-
-func count(rs []outcome, want outcome) int {
-	n := 0
-	for _, r := range rs {
-		if r == want {
-			n++
-		}
-	}
-	return n
 }

@@ -84,7 +84,7 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 		return err
 	}
 	v.Check(n1 == 1, "round 1 (cold): one rebuild for five requests (%d)", n1)
-	v.Check(count(r1, servedFresh) == 5, "round 1: every request was answered with the fresh report (%d of 5)", count(r1, servedFresh))
+	v.Check(example.Count(r1, servedFresh) == 5, "round 1: every request was answered with the fresh report (%d of 5)", example.Count(r1, servedFresh))
 
 	env.Section("an hour later: the entry is stale; five requests arrive at once")
 	if _, err := env.Pool.Exec(ctx, `UPDATE cache_entries SET built_at = built_at - interval '1 hour'`); err != nil {
@@ -100,7 +100,7 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 		return err
 	}
 	v.Check(n2 == 1, "round 2 (stale): one rebuild for five requests (%d)", n2)
-	stale, fresh := count(r2, servedStale), count(r2, servedFresh)
+	stale, fresh := example.Count(r2, servedStale), example.Count(r2, servedFresh)
 	// "Without waiting": each stale answer came before the rebuild ended.
 	var rebuildTook time.Duration
 	for i, s := range r2 {
@@ -221,14 +221,4 @@ func rebuildCount(ctx context.Context, env *example.Env, round int) (int, error)
 	err := env.Pool.QueryRow(ctx, `SELECT count(*) FROM rebuilds WHERE round = $1`, round).Scan(&n)
 	env.Note("rebuilds in round %d, read back: %d", round, n)
 	return n, err
-}
-
-func count(rs []served, want served) int {
-	n := 0
-	for _, r := range rs {
-		if r == want {
-			n++
-		}
-	}
-	return n
 }

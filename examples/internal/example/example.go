@@ -233,3 +233,14 @@ func WaitFor(ctx context.Context, cond func() bool) error {
 	}
 	return nil
 }
+
+// Count returns how many of xs equal want.
+func Count[T comparable](xs []T, want T) int {
+	n := 0
+	for _, x := range xs {
+		if x == want {
+			n++
+		}
+	}
+	return n
+}
