@@ -16,10 +16,11 @@
 --     PF001 (stale fence);
 --   * no fence is set: refused in strict mode, SQLSTATE PF002; allowed in
 --     lenient mode;
---   * otherwise allowed. An UPDATE then carries the fence: the row's fence
---     becomes the greatest of its old value, the value the statement wrote
---     and the transaction's fence. A row's fence never goes down, whatever
---     the statement wrote.
+--   * otherwise allowed. The trigger owns the fence column: whatever an
+--     UPDATE wrote to it, the row's fence becomes the greater of its old
+--     value and the transaction's fence (the old value when none is set).
+--     A fenced UPDATE stamps its fence; no UPDATE lowers a row's fence or
+--     raises it past a fence its transaction holds.
 -- The DETAIL of a PF001 error is machine-readable for pgguard.Classify:
 --   table=<schema.table> presented=<n> current=<n>
 -- and the key of the row is not in it (the trigger does not know the key);
@@ -67,7 +68,7 @@ BEGIN
     IF TG_OP = 'DELETE' THEN
       RETURN OLD;
     END IF;
-    want := row_fence;  -- lenient and unfenced: allowed, but the fence never goes down
+    want := row_fence;  -- lenient and unfenced: allowed; the fence stays
   ELSE
     tx_fence := raw::bigint;
     IF tx_fence < row_fence THEN
@@ -83,15 +84,17 @@ BEGIN
     want := greatest(row_fence, tx_fence);  -- a fenced UPDATE stamps its fence
   END IF;
 
-  -- UPDATE: the row's fence becomes the greatest of the value written, its
-  -- old value and the transaction's fence.
+  -- UPDATE: the trigger owns the fence column. Whatever the statement
+  -- wrote to it, the row's fence becomes the greater of its old value and
+  -- the transaction's fence: it can be neither lowered nor raised past a
+  -- fence the transaction holds (which would lock out legitimate holders).
   IF fast THEN
-    IF NEW.last_fence IS NULL OR NEW.last_fence < want THEN
+    IF NEW.last_fence IS DISTINCT FROM want THEN
       NEW.last_fence := want;
     END IF;
   ELSE
     new_fence := (to_jsonb(NEW) ->> col)::bigint;
-    IF new_fence IS NULL OR new_fence < want THEN
+    IF new_fence IS DISTINCT FROM want THEN
       NEW := jsonb_populate_record(NEW, jsonb_build_object(col, want));
     END IF;
   END IF;

@@ -60,8 +60,9 @@
 // transaction-local setting, pgfence.fence, set by SetFence or RunFenced (and
 // by Guard and Payouts statements themselves). A transaction without a fence
 // is refused in Strict mode (SQLSTATE PF002) and let through in Lenient mode;
-// either way a row's fence never goes down, and a fenced UPDATE stamps its
-// fence on the row. Classify maps the trigger's errors to ErrStaleFence and
+// either way the trigger owns the fence column: a fenced UPDATE stamps its
+// fence on the row, and no UPDATE lowers the row's fence or raises it past
+// the fence its transaction holds. Classify maps the trigger's errors to ErrStaleFence and
 // ErrNoFence.
 //
 // # Counting stale writes

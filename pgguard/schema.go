@@ -21,8 +21,8 @@ const (
 	//	SELECT set_config('pgfence.fence', pgfence_next_fence()::text, true);
 	Strict Mode = iota + 1
 	// Lenient lets an UPDATE or DELETE from a transaction without a fence
-	// through (writers that know nothing of fences keep working), but never
-	// lets it lower the row's fence. Writes that carry a fence are checked
+	// through (writers that know nothing of fences keep working), but such
+	// an UPDATE cannot change the row's fence. Writes that carry a fence are checked
 	// exactly as in Strict mode.
 	Lenient
 )
@@ -141,10 +141,11 @@ func FenceColumnMigration(t Table) (up, down string, err error) {
 //     hand-written statement forgot the fence predicate;
 //   - in Strict mode, refused with SQLSTATE PF002 when the transaction set
 //     no fence; in Lenient mode let through;
-//   - otherwise allowed, and an UPDATE leaves the row's fence at the
-//     greatest of its old value, the value written and the transaction's
-//     fence: a fenced UPDATE stamps its fence on the row, and no UPDATE ever
-//     lowers it.
+//   - otherwise allowed. The trigger owns the fence column: whatever an
+//     UPDATE wrote to it, the row's fence becomes the greater of its old
+//     value and the transaction's fence. A fenced UPDATE stamps its fence on
+//     the row; no UPDATE lowers a row's fence, or raises it past the fence
+//     its transaction holds (which would lock legitimate holders out).
 //
 // INSERTs are not checked (a new row has no holder yet), nor is TRUNCATE,
 // which fires no row triggers. The fence column must exist as bigint NOT

@@ -190,6 +190,14 @@ func TestTriggerStrict(t *testing.T) {
 	if a := readAccount(t, pool, table, 1); a.balance != 21 || a.fence != newer {
 		t.Fatalf("fence lowered: %+v", a)
 	}
+	// ... nor raises it past the fence its transaction holds, which would
+	// lock out the holders to come.
+	if err := raw(ctx, pool, newer, "UPDATE "+table+" SET last_fence = 9223372036854775807 WHERE id = 1"); err != nil {
+		t.Fatal(err)
+	}
+	if a := readAccount(t, pool, table, 1); a.fence != newer {
+		t.Fatalf("fence raised past the transaction's: %+v", a)
+	}
 
 	// An operator's override: a fresh fence, which locks out every holder.
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -281,6 +289,12 @@ func TestTriggerLenient(t *testing.T) {
 	if a := readAccount(t, pool, table, 1); a.fence != newer {
 		t.Fatalf("unfenced update lowered the fence: %+v", a)
 	}
+	if _, err := pool.Exec(ctx, "UPDATE "+table+" SET last_fence = last_fence + 1000 WHERE id = 1"); err != nil {
+		t.Fatal(err)
+	}
+	if a := readAccount(t, pool, table, 1); a.fence != newer {
+		t.Fatalf("unfenced update raised the fence: %+v", a)
+	}
 	if _, err := pool.Exec(ctx, "DELETE FROM "+table+" WHERE id = 2"); err != nil {
 		t.Fatalf("lenient, no fence, DELETE: %v", err)
 	}
@@ -337,6 +351,17 @@ func TestMigrationSQL(t *testing.T) {
 	f := fences(t, pool, 2)
 	if err := g.Update(ctx, pool, int64(1), f[1], pgguard.Values{"state": "paid"}, pgguard.Eq("state", "new")); err != nil {
 		t.Fatal(err)
+	}
+	// The generic (non-last_fence) path owns its column too.
+	if err := raw(ctx, pool, f[1], `UPDATE "Mixed_Case$Orders" SET "Fence" = 0`); err != nil {
+		t.Fatal(err)
+	}
+	if err := raw(ctx, pool, f[1], `UPDATE "Mixed_Case$Orders" SET "Fence" = "Fence" + 1000`); err != nil {
+		t.Fatal(err)
+	}
+	var fence int64
+	if err := pool.QueryRow(ctx, `SELECT "Fence" FROM "Mixed_Case$Orders" WHERE id = 1`).Scan(&fence); err != nil || fence != f[1] {
+		t.Fatalf("generic path: fence %d (%v), want %d", fence, err, f[1])
 	}
 	if _, err := pool.Exec(ctx, `UPDATE "Mixed_Case$Orders" SET state = 'x'`); sqlState(err) != pgguard.SQLStateNoFence {
 		t.Fatalf("strict trigger from the migration: %v", err)
