@@ -120,10 +120,15 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 	campaign(nodes[1])
 	campaign(nodes[2])
 
-	select {
-	case <-first.frozen:
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := example.WaitFor(ctx, func() bool {
+		select {
+		case <-first.frozen:
+			return true
+		default:
+			return false
+		}
+	}); err != nil {
+		return err
 	}
 	env.Section("node-1 is cut off: it cannot renew, and it does not know")
 	// Hold node-1's connections: its renewals and writes wait, as in a

@@ -86,6 +86,9 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 		return err
 	}
 
+	env.Note("fences here are large numbers: the server's WAL timeline in the high bits, a sequence below;")
+	env.Note("all that matters is that a later grant's fence is larger (the lesson's 41 and 42)")
+
 	// 1. The lesson's timeline.
 	env.Section("1. the lesson's timeline: B writes, then A's late write arrives")
 	la, lb, err := w.handover(ctx, "invoice:inv_1", "inv_1: PENDING")
