@@ -11,7 +11,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +20,7 @@ import (
 	"time"
 
 	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/proc"
 	"github.com/pgfence/pgfence/pgguard"
 )
 
@@ -114,42 +114,6 @@ func (w *worker) signal(sig syscall.Signal) {
 	}
 }
 
-// waitStopped waits until every thread of the worker is stopped by a
-// signal (state T in /proc/<pid>/task/<tid>/stat).
-func (w *worker) waitStopped() {
-	w.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", w.cmd.Process.Pid))
-		if err != nil || len(tasks) == 0 {
-			w.t.Fatalf("worker %s: no threads in /proc: %v", w.name, err)
-		}
-		all := true
-		for _, task := range tasks {
-			b, err := os.ReadFile(task)
-			if err != nil {
-				continue // the thread ended
-			}
-			// The state follows the parenthesised command name.
-			i := bytes.LastIndexByte(b, ')')
-			if i < 0 || i+2 >= len(b) {
-				w.t.Fatalf("worker %s: unreadable %s: %q", w.name, task, b)
-			}
-			if st := b[i+2]; st != 'T' && st != 't' && st != 'Z' && st != 'X' {
-				all = false
-				break
-			}
-		}
-		if all {
-			return
-		}
-		if time.Now().After(deadline) {
-			w.t.Fatalf("worker %s did not stop within 5s", w.name)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // TestTimelineProcesses is the lesson's timeline with an OS process per
 // worker: A acquires a 1 s lease (no renewal) and is frozen with SIGSTOP for
 // about 2 s, with its write already sent to it; B acquires once A's lease has
@@ -190,11 +154,12 @@ func TestTimelineProcesses(t *testing.T) {
 					a, b := startWorker(t, "A"), startWorker(t, "B")
 					a.send("acquire invoice:%s 1000 0", key)
 					fa := a.fence(10 * time.Second)
-					a.signal(syscall.SIGSTOP)
-					// kill(2) returns before the target stops: wait until
-					// every thread of A is stopped, or A might still read
-					// its write and run it inside its lease.
-					a.waitStopped()
+					// proc.Stop waits until every thread of A is stopped:
+					// kill(2) returns before the target stops, and A might
+					// still read its write and run it inside its lease.
+					if err := proc.Stop(a.cmd.Process.Pid, 5*time.Second); err != nil {
+						t.Fatal(err)
+					}
 					stopped := time.Now()
 					// A's write is on its way: it sits in A's input, and A
 					// acts on it the moment it runs again.

@@ -22,6 +22,7 @@ import (
 
 	"github.com/pgfence/pgfence/internal/dbenv"
 	"github.com/pgfence/pgfence/internal/dsn"
+	"github.com/pgfence/pgfence/internal/proc"
 	"github.com/pgfence/pgfence/migrations"
 	"github.com/pgfence/pgfence/pgguard"
 	"github.com/pgfence/pgfence/pglease"
@@ -483,7 +484,7 @@ func (a *app) staleScene(ctx context.Context, env *demoEnv, pool *pgxpool.Pool, 
 	tl.log("billing-1", "checks its lease before writing: %s", line)
 	// Freeze it between the check and the write: the time-of-check to
 	// time-of-use gap of the lesson.
-	if err := w.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := proc.Stop(w.cmd.Process.Pid, 5*time.Second); err != nil {
 		return nil, err
 	}
 	tl.log("billing-1", "FROZEN (SIGSTOP) for %v: a GC pause, a VM stall; it cannot renew", demoFreeze)
