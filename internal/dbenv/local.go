@@ -151,9 +151,9 @@ func (c *Cluster) InitDB(ctx context.Context) error {
 }
 
 // Start runs postgres as a child of this process with the given extra
-// settings, and waits until it accepts connections. If this process dies, the
-// kernel sends the server SIGQUIT (immediate shutdown), so no cluster
-// outlives its owner.
+// settings, and waits until it accepts connections. On Linux, if this
+// process dies, the kernel sends the server SIGQUIT (immediate shutdown), so
+// no cluster outlives its owner.
 func (c *Cluster) Start(ctx context.Context, log io.Writer, settings ...string) error {
 	args := []string{"-D", c.DataDir(), "-k", c.SockDir, "-p", strconv.Itoa(c.Port),
 		"-c", "listen_addresses=", "-c", "fsync=off", "-c", "full_page_writes=off",
@@ -165,7 +165,7 @@ func (c *Cluster) Start(ctx context.Context, log io.Writer, settings ...string) 
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGQUIT
+	dieWithParent(cmd.SysProcAttr)
 	logFile, err := os.Create(filepath.Join(c.Dir, "server.log"))
 	if err != nil {
 		return err
