@@ -88,7 +88,7 @@ func TestStringKeyMatchesSQL(t *testing.T) {
 func TestMutualExclusionAcrossConnections(t *testing.T) {
 	pool := pgtest.Pool(t, func(c *pgxpool.Config) { c.MaxConns = 20 })
 	ctx := context.Background()
-	pool.Exec(ctx, `CREATE TABLE counter (n int NOT NULL); INSERT INTO counter VALUES (0)`)
+	pool.Exec(ctx, `DROP TABLE IF EXISTS counter; CREATE TABLE counter (n int NOT NULL); INSERT INTO counter VALUES (0)`)
 	k := key(t, "counter")
 	var inside, maxInside atomic.Int32
 	var wg sync.WaitGroup
@@ -128,7 +128,7 @@ func TestMutualExclusionAcrossConnections(t *testing.T) {
 func TestReleasedAtCommitAndRollback(t *testing.T) {
 	pool := pgtest.Pool(t)
 	ctx := context.Background()
-	pool.Exec(ctx, `CREATE TABLE effects (what text)`)
+	pool.Exec(ctx, `DROP TABLE IF EXISTS effects; CREATE TABLE effects (what text)`)
 	k := key(t, "commit-rollback")
 
 	// While held, another transaction is refused, and the function does not run.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,12 @@ import (
 	"github.com/pgfence/pgfence/claim"
 	"github.com/pgfence/pgfence/internal/pgtest"
 )
+
+var queueSeq atomic.Int64
+
+// queue names a queue of the test's own, so that reruns (-count) in the same
+// database never see an earlier run's jobs.
+func queue(name string) string { return fmt.Sprintf("%s-%d", name, queueSeq.Add(1)) }
 
 func newClaimer(t *testing.T, pool *pgxpool.Pool, queue string, opts ...claim.Option) *claim.Claimer {
 	t.Helper()
@@ -80,10 +87,11 @@ func mustLeaseLost(t *testing.T, what string, err error) {
 func TestClaimOrderAndFences(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
-	c := newClaimer(t, pool, "order")
-	low := enqueue(t, pool, claim.NewJob{Queue: "order", Priority: 5, Payload: []byte(`{"n":1}`)})
-	high := enqueue(t, pool, claim.NewJob{Queue: "order", Priority: 1, Payload: []byte(`{"n":2}`)})
-	later := enqueue(t, pool, claim.NewJob{Queue: "order", Priority: 0, Delay: time.Hour})
+	qn := queue("order")
+	c := newClaimer(t, pool, qn)
+	low := enqueue(t, pool, claim.NewJob{Queue: qn, Priority: 5, Payload: []byte(`{"n":1}`)})
+	high := enqueue(t, pool, claim.NewJob{Queue: qn, Priority: 1, Payload: []byte(`{"n":2}`)})
+	later := enqueue(t, pool, claim.NewJob{Queue: qn, Priority: 0, Delay: time.Hour})
 	enqueue(t, pool, claim.NewJob{Queue: "other-queue"})
 
 	first, err := c.Claim(ctx, 1, time.Minute)
@@ -129,8 +137,9 @@ func TestClaimOrderAndFences(t *testing.T) {
 func TestClaimRaces(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
-	c := newClaimer(t, pool, "races")
-	id := enqueue(t, pool, claim.NewJob{Queue: "races"})
+	qn := queue("races")
+	c := newClaimer(t, pool, qn)
+	id := enqueue(t, pool, claim.NewJob{Queue: qn})
 
 	stale := claimOne(t, c, time.Minute)
 	expire(t, pool, id)
@@ -181,8 +190,9 @@ func TestClaimRaces(t *testing.T) {
 func TestRescueEndsDeadAfterMaxAttempts(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
-	c := newClaimer(t, pool, "dead")
-	id := enqueue(t, pool, claim.NewJob{Queue: "dead", MaxAttempts: 2})
+	qn := queue("dead")
+	c := newClaimer(t, pool, qn)
+	id := enqueue(t, pool, claim.NewJob{Queue: qn, MaxAttempts: 2})
 	for attempt, want := range []string{"available", "dead"} {
 		j := claimOne(t, c, time.Minute)
 		if j.Attempt != attempt+1 {
@@ -204,8 +214,9 @@ func TestRescueEndsDeadAfterMaxAttempts(t *testing.T) {
 func TestFailBackoffByDatabaseClock(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
-	c := newClaimer(t, pool, "fail", claim.WithRetryBackoff(func(int) time.Duration { return time.Hour }))
-	id := enqueue(t, pool, claim.NewJob{Queue: "fail", MaxAttempts: 2})
+	qn := queue("fail")
+	c := newClaimer(t, pool, qn, claim.WithRetryBackoff(func(int) time.Duration { return time.Hour }))
+	id := enqueue(t, pool, claim.NewJob{Queue: qn, MaxAttempts: 2})
 	j := claimOne(t, c, time.Minute)
 	res, err := c.Fail(ctx, j, errors.New("boom\x00"))
 	if err != nil || res.Dead {
@@ -234,8 +245,9 @@ func TestFailBackoffByDatabaseClock(t *testing.T) {
 func TestBadInputClaimsNothing(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
-	c := newClaimer(t, pool, "bad")
-	enqueue(t, pool, claim.NewJob{Queue: "bad"})
+	qn := queue("bad")
+	c := newClaimer(t, pool, qn)
+	enqueue(t, pool, claim.NewJob{Queue: qn})
 	for _, tc := range []struct {
 		n     int
 		lease time.Duration
@@ -289,7 +301,7 @@ func TestBadInputClaimsNothing(t *testing.T) {
 		t.Errorf("empty queue: %v", err)
 	}
 	var running int
-	pool.QueryRow(ctx, `SELECT count(*) FROM pgfence_jobs WHERE queue = 'bad' AND (state <> 'available' OR attempt <> 0)`).Scan(&running)
+	pool.QueryRow(ctx, `SELECT count(*) FROM pgfence_jobs WHERE queue = $1 AND (state <> 'available' OR attempt <> 0)`, qn).Scan(&running)
 	if running != 0 {
 		t.Fatalf("%d jobs left the available state after bad input", running)
 	}
@@ -306,6 +318,7 @@ func TestOwnTable(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	_, err := pool.Exec(ctx, `
+DROP TABLE IF EXISTS "My Emails";
 CREATE TABLE "My Emails" (
   email_id   integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
   to_addr    text NOT NULL,
@@ -356,9 +369,10 @@ INSERT INTO "My Emails" (to_addr) VALUES ('a@example.com'), ('b@example.com');`)
 func TestCompleteTxCommitsWithTheWork(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
-	c := newClaimer(t, pool, "tx")
-	pool.Exec(ctx, `CREATE TABLE tx_effects (job_id bigint PRIMARY KEY)`)
-	id := enqueue(t, pool, claim.NewJob{Queue: "tx"})
+	qn := queue("tx")
+	c := newClaimer(t, pool, qn)
+	pool.Exec(ctx, `DROP TABLE IF EXISTS tx_effects; CREATE TABLE tx_effects (job_id bigint PRIMARY KEY)`)
+	id := enqueue(t, pool, claim.NewJob{Queue: qn})
 	stale := claimOne(t, c, time.Minute)
 	expire(t, pool, id)
 	c.Rescue(ctx, 10)
@@ -401,11 +415,12 @@ func TestCompleteTxCommitsWithTheWork(t *testing.T) {
 func TestClaimOrderServedByPartialIndex(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
-	enqueueMany(t, pool, "plan", 2000, 25)
-	pool.Exec(ctx, `UPDATE pgfence_jobs SET state = 'completed' WHERE queue = 'plan' AND id % 2 = 0`)
+	qn := queue("plan")
+	enqueueMany(t, pool, qn, 2000, 25)
+	pool.Exec(ctx, `UPDATE pgfence_jobs SET state = 'completed' WHERE queue = $1 AND id % 2 = 0`, qn)
 	pool.Exec(ctx, `ANALYZE pgfence_jobs`)
 	rows, err := pool.Query(ctx, `EXPLAIN SELECT id FROM pgfence_jobs
-   WHERE state = 'available' AND run_at <= now() AND queue = 'plan'
+   WHERE state = 'available' AND run_at <= now() AND queue = '`+qn+`'
    ORDER BY priority, run_at, id LIMIT 10 FOR UPDATE SKIP LOCKED`)
 	if err != nil {
 		t.Fatal(err)

@@ -45,8 +45,9 @@ func TestPoolManyJobsWithLeaseLosses(t *testing.T) {
 	const jobs, workers = 10000, 8
 	ctx := context.Background()
 	pool := pgtest.Pool(t, func(c *pgxpool.Config) { c.MaxConns = 20 })
-	c := newClaimer(t, pool, "stress")
-	enqueueMany(t, pool, "stress", jobs, 1000)
+	qn := queue("stress")
+	c := newClaimer(t, pool, qn)
+	enqueueMany(t, pool, qn, jobs, 1000)
 
 	var mu sync.Mutex
 	runs := map[int64]int{}
@@ -96,8 +97,8 @@ func TestPoolManyJobsWithLeaseLosses(t *testing.T) {
 			case <-time.After(time.Duration(rand.IntN(3000)) * time.Microsecond):
 			}
 			tag, err := pool.Exec(ctx, `UPDATE pgfence_jobs SET lease_until = now() - interval '1 millisecond'
-				WHERE id = (SELECT id FROM pgfence_jobs WHERE queue = 'stress' AND state = 'running'
-				             ORDER BY random() LIMIT 1)`)
+				WHERE id = (SELECT id FROM pgfence_jobs WHERE queue = $1 AND state = 'running'
+				             ORDER BY random() LIMIT 1)`, qn)
 			if err != nil {
 				t.Error(err)
 				return
@@ -115,7 +116,7 @@ func TestPoolManyJobsWithLeaseLosses(t *testing.T) {
 	deadline := time.Now().Add(150 * time.Second)
 	for {
 		var done int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pgfence_jobs WHERE queue = 'stress' AND state = 'completed'`).Scan(&done); err != nil {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pgfence_jobs WHERE queue = $1 AND state = 'completed'`, qn).Scan(&done); err != nil {
 			t.Fatal(err)
 		}
 		if done == jobs {
@@ -136,7 +137,7 @@ func TestPoolManyJobsWithLeaseLosses(t *testing.T) {
 
 	var n, sumAttempts, notCompleted int64
 	pool.QueryRow(ctx, `SELECT count(*), sum(attempt), count(*) FILTER (WHERE state <> 'completed')
-		FROM pgfence_jobs WHERE queue = 'stress'`).Scan(&n, &sumAttempts, &notCompleted)
+		FROM pgfence_jobs WHERE queue = $1`, qn).Scan(&n, &sumAttempts, &notCompleted)
 	if n != jobs || notCompleted != 0 {
 		t.Fatalf("%d jobs, %d not completed", n, notCompleted)
 	}
@@ -151,7 +152,7 @@ func TestPoolManyJobsWithLeaseLosses(t *testing.T) {
 		}
 	}
 	// Every handler run was one claim, and every claim one counted attempt.
-	rows, err := pool.Query(ctx, `SELECT id, attempt FROM pgfence_jobs WHERE queue = 'stress'`)
+	rows, err := pool.Query(ctx, `SELECT id, attempt FROM pgfence_jobs WHERE queue = $1`, qn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,9 +184,10 @@ func TestPoolManyJobsWithLeaseLosses(t *testing.T) {
 func TestPoolLeaseLossEndsJobContext(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
-	c := newClaimer(t, pool, "loss")
-	other := newClaimer(t, pool, "loss", claim.WithOwner("thief"))
-	id := enqueue(t, pool, claim.NewJob{Queue: "loss"})
+	qn := queue("loss")
+	c := newClaimer(t, pool, qn)
+	other := newClaimer(t, pool, qn, claim.WithOwner("thief"))
+	id := enqueue(t, pool, claim.NewJob{Queue: qn})
 
 	started := make(chan *claim.Job, 1)
 	causes := make(chan error, 1)
@@ -236,9 +238,10 @@ func TestPoolLeaseLossEndsJobContext(t *testing.T) {
 func TestPoolGracefulShutdown(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
-	c := newClaimer(t, pool, "shutdown")
-	quick := enqueue(t, pool, claim.NewJob{Queue: "shutdown", Payload: []byte(`"quick"`)})
-	stuck := enqueue(t, pool, claim.NewJob{Queue: "shutdown", Payload: []byte(`"stuck"`)})
+	qn := queue("shutdown")
+	c := newClaimer(t, pool, qn)
+	quick := enqueue(t, pool, claim.NewJob{Queue: qn, Payload: []byte(`"quick"`)})
+	stuck := enqueue(t, pool, claim.NewJob{Queue: qn, Payload: []byte(`"stuck"`)})
 
 	var started sync.WaitGroup
 	started.Add(2)
@@ -287,7 +290,8 @@ func TestPoolGracefulShutdown(t *testing.T) {
 func TestPoolListenNotify(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
-	c := newClaimer(t, pool, "listen")
+	qn := queue("listen")
+	c := newClaimer(t, pool, qn)
 	done := make(chan int64, 1)
 	p, err := claim.NewPool(c, func(ctx context.Context, j *claim.Job) error {
 		done <- j.ID
@@ -303,7 +307,7 @@ func TestPoolListenNotify(t *testing.T) {
 	defer func() { stop(); <-runDone }()
 	time.Sleep(200 * time.Millisecond) // let the first (empty) claim pass
 	for range 3 {
-		id := enqueue(t, pool, claim.NewJob{Queue: "listen", Notify: "pgfence test wake"})
+		id := enqueue(t, pool, claim.NewJob{Queue: qn, Notify: "pgfence test wake"})
 		select {
 		case got := <-done:
 			if got != id {
@@ -317,7 +321,8 @@ func TestPoolListenNotify(t *testing.T) {
 
 func TestPoolBadOptions(t *testing.T) {
 	pool := pgtest.Pool(t)
-	c := newClaimer(t, pool, "opts")
+	qn := queue("opts")
+	c := newClaimer(t, pool, qn)
 	h := func(context.Context, *claim.Job) error { return nil }
 	for name, o := range map[string]claim.PoolOption{
 		"workers 0":    claim.WithWorkers(0),

@@ -18,7 +18,7 @@ func examplePool() *pgxpool.Pool {
 	if err != nil {
 		panic(err)
 	}
-	if _, err := pool.Exec(context.Background(), schema); err != nil {
+	if _, err := pool.Exec(context.Background(), schema+`DELETE FROM invoices WHERE customer_id = 1001;`); err != nil {
 		panic(err)
 	}
 	return pool
@@ -85,7 +85,8 @@ func ExampleVersioned() {
 	ctx := context.Background()
 	pool := examplePool()
 	defer pool.Close()
-	pool.Exec(ctx, `INSERT INTO accounts (account_id, balance, version) VALUES (500, 100, 0) ON CONFLICT DO NOTHING`)
+	pool.Exec(ctx, `INSERT INTO accounts (account_id, balance, version) VALUES (500, 100, 0)
+		ON CONFLICT (account_id) DO UPDATE SET balance = 100, version = 0`)
 	accounts, err := lockless.NewVersioned(ctx, pool, lockless.VersionedSpec{
 		Table: lockless.Table{Name: "accounts"}, Key: "account_id", Version: "version",
 	})

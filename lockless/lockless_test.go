@@ -59,6 +59,7 @@ func TestDedupExactlyOneWinner(t *testing.T) {
 		t.Fatal(err)
 	}
 	period := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	pool.Exec(ctx, `DELETE FROM invoices WHERE customer_id = 72`)
 	const callers = 32
 	var wins atomic.Int32
 	ids := make([]int64, callers)
@@ -102,7 +103,7 @@ func TestDedupExactlyOneWinner(t *testing.T) {
 func TestInventoryNeverOversold(t *testing.T) {
 	ctx := context.Background()
 	pool := setup(t)
-	pool.Exec(ctx, `INSERT INTO inventory VALUES ('sku-1', 10)`)
+	pool.Exec(ctx, `INSERT INTO inventory VALUES ('sku-1', 10) ON CONFLICT (sku) DO UPDATE SET quantity = 10`)
 	stock, err := lockless.NewCounter(ctx, pool, lockless.CounterSpec{Table: lockless.Table{Name: "inventory"}, Key: "sku", Quantity: "quantity"})
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +156,8 @@ func TestInventoryNeverOversold(t *testing.T) {
 func TestOptimisticConcurrency(t *testing.T) {
 	ctx := context.Background()
 	pool := setup(t)
-	pool.Exec(ctx, `INSERT INTO accounts (account_id, balance) VALUES (1, 0)`)
+	pool.Exec(ctx, `INSERT INTO accounts (account_id, balance) VALUES (1, 0)
+		ON CONFLICT (account_id) DO UPDATE SET balance = 0, version = 0, note = NULL`)
 	acct, err := lockless.NewVersioned(ctx, pool, lockless.VersionedSpec{Table: lockless.Table{Name: "accounts"}, Key: "account_id", Version: "version"})
 	if err != nil {
 		t.Fatal(err)
