@@ -275,3 +275,49 @@ func TestEmbeddedDefaultInterrupted(t *testing.T) {
 		t.Errorf("the throwaway server's directory was left behind: %v", left)
 	}
 }
+
+// TestSchemaFallback runs examples as a role that may not create databases:
+// each must fall back to a schema of its own in the URL's database, pass,
+// and drop the schema.
+func TestSchemaFallback(t *testing.T) {
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, pgtest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	const role = "pgfence_example_nocreatedb"
+	if _, err := admin.Exec(ctx, `CREATE ROLE `+role+` LOGIN NOCREATEDB`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		admin.Exec(ctx, `DROP OWNED BY `+role+` CASCADE`)
+		admin.Exec(ctx, `DROP ROLE `+role)
+	})
+	if _, err := admin.Exec(ctx, `GRANT CREATE ON DATABASE `+pgx.Identifier{admin.Config().Database}.Sanitize()+` TO `+role); err != nil {
+		t.Fatal(err)
+	}
+	cfg := admin.Config().Copy()
+	cfg.User = role
+	url := pgtest.ConnString(cfg)
+
+	t.Run("each", func(t *testing.T) {
+		for _, name := range examples(t) {
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				r := runExample(t, name, []string{"PGFENCE_DATABASE_URL=" + url})
+				checkVerdict(t, name, r)
+				if !strings.Contains(r.stdout, "database: schema pgfence_example_") {
+					t.Errorf("%s did not say it fell back to a schema:\n%s", name, r.stdout)
+				}
+			})
+		}
+	})
+	var left int
+	if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'pgfence_example_%'`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Errorf("%d example schema(s) left behind", left)
+	}
+}

@@ -9,8 +9,9 @@
 // dbenv): PGFENCE_DATABASE_URL, then DATABASE_URL, else a throwaway
 // PostgreSQL started from local binaries, announced on stderr and removed on
 // exit, Ctrl-C included. On that server it creates a database of the
-// example's own, applies pgfence's migrations, runs the example, and drops
-// the database at the end, so a shared server is left as it was found.
+// example's own (or, when the role may not create databases, a schema in the
+// URL's database), applies pgfence's migrations, runs the example, and drops
+// it at the end, so a shared server is left as it was found.
 //
 // The example records what it observed with Verdict.Check; Main prints
 // exactly one line, "VERDICT: PASS — <what held>" or "VERDICT: FAIL — <what
@@ -32,7 +33,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/internal/dbenv"
-	"github.com/pgfence/pgfence/internal/pgtest"
 )
 
 // Exit codes of an example.
@@ -44,10 +44,11 @@ const (
 
 // Env is what an example runs against.
 type Env struct {
-	// URL connects to the example's own database; it is dropped on exit.
-	URL string
-	// Pool is a pool on that database.
+	// Pool is a pool on the example's own database (or schema), which is
+	// dropped on exit.
 	Pool *pgxpool.Pool
+
+	cfg *pgxpool.Config
 
 	out   io.Writer
 	start time.Time
@@ -59,10 +60,7 @@ type Env struct {
 // instance" that should not share connections with the others. It is closed
 // when the example ends.
 func (e *Env) NewPool(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(e.URL)
-	if err != nil {
-		return nil, err
-	}
+	cfg := e.cfg.Copy()
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
 	}
@@ -179,26 +177,26 @@ func Run(stdout, stderr io.Writer, title string, run func(ctx context.Context, e
 		}
 	}()
 
-	url, drop, err := pgtest.CreateDatabase(ctx, srv.URL)
+	place, err := openOwn(ctx, srv.URL)
 	if err != nil {
-		fmt.Fprintf(stderr, "pgfence example: creating a database of its own on the server from %s: %v\n", srv.Source, err)
-		return failed("could not create the example's database (see stderr)")
+		fmt.Fprintf(stderr, "pgfence example: on the server from %s: %v\n", srv.Source, err)
+		return failed("could not make the example a database of its own (see stderr)")
 	}
-	defer drop()
+	defer place.drop()
 
-	pool, err := pgxpool.New(ctx, url)
+	pool, err := pgxpool.NewWithConfig(ctx, place.cfg.Copy())
 	if err != nil {
 		return failed("connecting to the example's database: %v", err)
 	}
 	defer pool.Close()
 
-	env := &Env{URL: url, Pool: pool, out: stdout, start: time.Now()}
+	env := &Env{Pool: pool, cfg: place.cfg, out: stdout, start: time.Now()}
 	defer func() {
 		for _, p := range env.pools {
 			p.Close()
 		}
 	}()
-	fmt.Fprintf(stdout, "database: a fresh database on %s, dropped on exit\n", srv.Source)
+	fmt.Fprintf(stdout, "database: %s on %s; dropped on exit\n", place.where, srv.Source)
 
 	v := &Verdict{}
 	runErr := run(ctx, env, v)
