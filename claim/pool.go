@@ -398,7 +398,9 @@ func (p *Pool) heartbeatLoop(ctx context.Context, cancel context.CancelCauseFunc
 			cancel(&LeaseLostError{Op: "local deadline", JobID: j.ID, Fence: j.Fence})
 			return
 		}
-		hctx, hcancel := context.WithTimeout(ctx, every)
+		// A heartbeat that hangs must not carry the job past its local
+		// deadline: it gets at most until then.
+		hctx, hcancel := context.WithDeadline(ctx, minTime(time.Now().Add(every), j.Deadline()))
 		err := p.c.Heartbeat(hctx, j)
 		hcancel()
 		switch {
@@ -490,4 +492,11 @@ func (p *Pool) listenOnce(ctx context.Context, wake chan<- struct{}) error {
 		default:
 		}
 	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }

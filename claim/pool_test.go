@@ -345,3 +345,53 @@ func TestPoolBadOptions(t *testing.T) {
 		t.Error("nil handler accepted")
 	}
 }
+
+// When heartbeats cannot get through (here: the table is locked, as a slow or
+// unreachable database would look), the job's context ends at the local
+// deadline, before the lease could expire in the database.
+func TestPoolLocalDeadlineWhenHeartbeatsStall(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	qn := queue("stall")
+	c := newClaimer(t, pool, qn)
+	enqueue(t, pool, claim.NewJob{Queue: qn})
+	started := make(chan time.Time, 1)
+	causes := make(chan error, 1)
+	p, err := claim.NewPool(c, func(ctx context.Context, j *claim.Job) error {
+		started <- time.Now()
+		<-ctx.Done()
+		causes <- context.Cause(ctx)
+		return context.Cause(ctx)
+	}, claim.WithWorkers(1), claim.WithLease(600*time.Millisecond), claim.WithRescueInterval(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	runDone := make(chan error, 1)
+	go func() { runDone <- p.Run(runCtx) }()
+	defer func() { stop(); <-runDone }()
+
+	t0 := <-started
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `LOCK TABLE pgfence_jobs IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	var cause error
+	select {
+	case cause = <-causes:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the job's context did not end at its local deadline")
+	}
+	took := time.Since(t0)
+	tx.Rollback(ctx)
+	var lle *claim.LeaseLostError
+	if !errors.As(cause, &lle) || lle.Op != "local deadline" {
+		t.Fatalf("cause %v, want the local deadline", cause)
+	}
+	if took > 600*time.Millisecond {
+		t.Fatalf("context ended %v after the claim; the lease is 600ms", took)
+	}
+}
