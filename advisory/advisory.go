@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/internal/validate"
@@ -86,10 +87,31 @@ func (k Key) sql(try bool) (string, []any) {
 	if try {
 		fn = "pg_try_advisory_xact_lock"
 	}
+	return "SELECT " + fn + k.argsSQL(), k.args()
+}
+
+// argsSQL is the parenthesised parameter list of the key's lock functions.
+func (k Key) argsSQL() string {
 	if k.pair {
-		return "SELECT " + fn + "($1::integer, $2::integer)", []any{k.ns, k.obj}
+		return "($1::integer, $2::integer)"
 	}
-	return "SELECT " + fn + "($1::bigint)", []any{k.id}
+	return "($1::bigint)"
+}
+
+func (k Key) args() []any {
+	if k.pair {
+		return []any{k.ns, k.obj}
+	}
+	return []any{k.id}
+}
+
+// lockTag is how pg_locks shows the key: a bigint key as its high and low 32
+// bits with objsubid 1, a pair as its two integers with objsubid 2.
+func (k Key) lockTag() (classid, objid int64, objsubid int16) {
+	if k.pair {
+		return int64(uint32(k.ns)), int64(uint32(k.obj)), 2
+	}
+	return int64(uint64(k.id) >> 32), int64(uint32(k.id)), 1
 }
 
 func check(pool *pgxpool.Pool, key Key, fn func(context.Context, pgx.Tx) error) error {
@@ -185,32 +207,12 @@ func Do(ctx context.Context, pool *pgxpool.Pool, key Key, fn func(ctx context.Co
 		}
 	}()
 
-	// The wait runs on a context that ctx does not cancel (pgx would close
-	// the socket, which a waiting backend ignores); ctx's end sends a
-	// cancel request instead, and closes the socket only if that does not
-	// end the wait in time.
-	waitCtx, stopWait := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopWait()
-	execDone := make(chan struct{})
-	afterDone := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		defer close(afterDone)
-		cctx, cancel := context.WithTimeout(context.Background(), cancelGrace)
-		conn.Conn().PgConn().CancelRequest(cctx)
-		cancel()
-		t := time.NewTimer(cancelGrace)
-		defer t.Stop()
-		select {
-		case <-execDone:
-		case <-t.C:
-			stopWait()
-		}
-	})
 	q, args := key.sql(false)
-	_, err = tx.Exec(waitCtx, q, args...)
-	close(execDone)
-	if !stop() {
-		<-afterDone
+	interrupted, err := interruptible(ctx, conn.Conn().PgConn(), func(waitCtx context.Context) error {
+		_, err := tx.Exec(waitCtx, q, args...)
+		return err
+	})
+	if interrupted {
 		// A cancel request was sent: whatever the statement's outcome, the
 		// caller gave up, and a late cancel could hit a later statement on
 		// this connection. Drop it.
@@ -221,4 +223,38 @@ func Do(ctx context.Context, pool *pgxpool.Pool, key Key, fn func(ctx context.Co
 		return fmt.Errorf("advisory: locking %v: %w", key, err)
 	}
 	return finish(ctx, tx, fn)
+}
+
+// interruptible runs wait, a statement that may block on a lock, on a
+// context that ctx does not cancel (pgx's reaction to a cancelled context
+// depends on the connection's configuration; a backend waiting for a lock
+// ignores a closed socket). When ctx ends first, it sends the server a cancel
+// request, which ends the wait at once, and only if that has no effect within
+// cancelGrace does it cancel wait's context. interrupted reports that a
+// cancel request was sent: the connection must then be discarded.
+func interruptible(ctx context.Context, pgConn *pgconn.PgConn, wait func(ctx context.Context) error) (interrupted bool, err error) {
+	waitCtx, stopWait := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWait()
+	execDone := make(chan struct{})
+	afterDone := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(afterDone)
+		cctx, cancel := context.WithTimeout(context.Background(), cancelGrace)
+		pgConn.CancelRequest(cctx)
+		cancel()
+		t := time.NewTimer(cancelGrace)
+		defer t.Stop()
+		select {
+		case <-execDone:
+		case <-t.C:
+			stopWait()
+		}
+	})
+	err = wait(waitCtx)
+	close(execDone)
+	if !stop() {
+		<-afterDone
+		return true, err
+	}
+	return false, err
 }

@@ -40,11 +40,13 @@
 // later statement. If the server does not act on the cancel within a few
 // seconds, the socket is closed.
 //
-// Session-level locks are not offered. A session-level advisory lock lives as
-// long as the connection, not the transaction; behind a transaction-pooling
-// proxy such as PgBouncer, consecutive statements run on different server
-// sessions, so the session that took the lock may not be the one that
-// releases it, and another client may inherit a lock it never asked for.
-// Transaction-level locks are safe there, since the proxy keeps a transaction
-// on one server session.
+// Session-level locks (SessionLock, from TryLockSession and LockSession)
+// exist for locks that must outlive any reasonable transaction. Each holds a
+// dedicated connection taken out of the pool. A session-level lock lives as
+// long as the server session, not the transaction; behind a
+// transaction-pooling proxy such as PgBouncer, consecutive transactions run
+// on different server sessions, so the session that took the lock may not be
+// the one that releases it, and another client may inherit a lock it never
+// asked for. Transaction-level locks are safe there, since the proxy keeps a
+// transaction on one server session. See SessionLock.
 package advisory
