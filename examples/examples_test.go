@@ -22,7 +22,19 @@ import (
 // TestMain starts one server for the whole run (dbenv: an explicit URL or a
 // throwaway PostgreSQL); each example then makes and drops a database of its
 // own on it.
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgtest.Main(removeBinaries{m}) }
+
+// removeBinaries runs the tests, then removes the examples built for them.
+type removeBinaries struct{ m *testing.M }
+
+func (r removeBinaries) Run() int {
+	defer func() {
+		if binDir != "" {
+			os.RemoveAll(binDir)
+		}
+	}()
+	return r.m.Run()
+}
 
 // perExample bounds one example's run; the examples take a few seconds.
 const perExample = 90 * time.Second
