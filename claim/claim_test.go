@@ -130,6 +130,22 @@ func TestClaimOrderAndFences(t *testing.T) {
 	if r := getJob(t, pool, low); r.state != "available" || r.attempt != 0 {
 		t.Fatalf("released row: %+v; want available with the attempt given back", r)
 	}
+
+	// A batch comes back in claim order, not id order.
+	c2 := newClaimer(t, pool, queue("batch-order"))
+	var want []int64
+	for p := int32(3); p >= 1; p-- {
+		want = append([]int64{enqueue(t, pool, claim.NewJob{Queue: c2.Queue(), Priority: p})}, want...)
+	}
+	batch, err := c2.Claim(ctx, 3, time.Minute)
+	if err != nil || len(batch) != 3 {
+		t.Fatalf("batch %v %v", batch, err)
+	}
+	for i, j := range batch {
+		if j.ID != want[i] {
+			t.Fatalf("batch order %d: job %d, want %d", i, j.ID, want[i])
+		}
+	}
 }
 
 // The four races in which River, Oban, pg-boss and Graphile Worker let a

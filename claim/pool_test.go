@@ -88,6 +88,18 @@ func TestPoolManyJobsWithLeaseLosses(t *testing.T) {
 	var injected, rescued atomic.Int64
 	injectDone := make(chan struct{})
 	injectStop := make(chan struct{})
+	var stopOnce sync.Once
+	shutdown := func() error {
+		var err error
+		stopOnce.Do(func() {
+			close(injectStop)
+			<-injectDone
+			stop()
+			err = <-runDone
+		})
+		return err
+	}
+	defer shutdown() // also when the test fails half-way
 	go func() {
 		defer close(injectDone)
 		for {
@@ -113,7 +125,7 @@ func TestPoolManyJobsWithLeaseLosses(t *testing.T) {
 		}
 	}()
 
-	deadline := time.Now().Add(150 * time.Second)
+	deadline := time.Now().Add(100 * time.Second)
 	for {
 		var done int
 		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pgfence_jobs WHERE queue = $1 AND state = 'completed'`, qn).Scan(&done); err != nil {
@@ -127,10 +139,7 @@ func TestPoolManyJobsWithLeaseLosses(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	close(injectStop)
-	<-injectDone
-	stop()
-	if err := <-runDone; err != nil {
+	if err := shutdown(); err != nil {
 		t.Fatal(err)
 	}
 	elapsed := time.Since(start)

@@ -28,9 +28,12 @@ func buildStatements(t Table) statements {
 		claimQueue = " AND " + q(t.Queue) + " = $4"
 		rescueQueue = " AND " + q(t.Queue) + " = $2"
 	}
-	returning := "j.{id}::bigint, j.{fence}, j.{attempt}::bigint, j.{max}::bigint, j.{until}"
+	returning := "j.{id}::bigint AS pgf_id, j.{fence} AS pgf_fence, j.{attempt}::bigint AS pgf_attempt, " +
+		"j.{max}::bigint AS pgf_max, j.{until} AS pgf_until, j.{prio} AS pgf_prio, j.{run_at} AS pgf_run_at"
+	selected := "pgf_id, pgf_fence, pgf_attempt, pgf_max, pgf_until"
 	if t.Payload != "" {
-		returning += ", to_jsonb(j." + q(t.Payload) + ")"
+		returning += ", to_jsonb(j." + q(t.Payload) + ") AS pgf_payload"
+		selected += ", pgf_payload"
 	}
 	s.claim = r.Replace(`WITH picked AS (
   SELECT {id} FROM {tbl}
@@ -39,15 +42,18 @@ func buildStatements(t Table) statements {
    LIMIT $1
    FOR UPDATE SKIP LOCKED
 )
-UPDATE {tbl} AS j
-   SET {state} = 'running',
-       {attempt} = j.{attempt} + 1,
-       {fence} = pgfence_next_fence(),
-       {owner} = $2,
-       {until} = now() + $3::bigint * interval '1 microsecond'
-  FROM picked, (SELECT set_config('synchronous_commit', 'on', true)) AS settings
- WHERE j.{id} = picked.{id}
-RETURNING ` + returning)
+, claimed AS (
+  UPDATE {tbl} AS j
+     SET {state} = 'running',
+         {attempt} = j.{attempt} + 1,
+         {fence} = pgfence_next_fence(),
+         {owner} = $2,
+         {until} = now() + $3::bigint * interval '1 microsecond'
+    FROM picked, (SELECT set_config('synchronous_commit', 'on', true)) AS settings
+   WHERE j.{id} = picked.{id}
+  RETURNING ` + returning + `
+)
+SELECT ` + selected + ` FROM claimed ORDER BY pgf_prio, pgf_run_at, pgf_id`)
 
 	s.heartbeat = r.Replace(`UPDATE {tbl}
    SET {until} = now() + $3::bigint * interval '1 microsecond'
