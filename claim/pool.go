@@ -44,6 +44,7 @@ const (
 	WriteError
 )
 
+// String names the outcome.
 func (o Outcome) String() string {
 	switch o {
 	case Completed:
