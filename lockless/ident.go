@@ -4,9 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pgfence/pgfence/internal/validate"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -35,24 +34,9 @@ type Table struct {
 	Schema, Name string
 }
 
-// maxIdentBytes is PostgreSQL's identifier limit (NAMEDATALEN - 1).
-const maxIdentBytes = 63
-
 func checkIdent(what, s string) error {
-	switch {
-	case s == "":
-		return invalid("%s: identifier is empty", what)
-	case len(s) > maxIdentBytes:
-		return invalid("%s: identifier %q is %d bytes; PostgreSQL's limit is %d", what, s, len(s), maxIdentBytes)
-	case !utf8.ValidString(s):
-		return invalid("%s: identifier %q is not valid UTF-8", what, s)
-	case strings.TrimSpace(s) != s:
-		return invalid("%s: identifier %q has leading or trailing space", what, s)
-	}
-	for _, r := range s {
-		if r == 0 || unicode.IsControl(r) {
-			return invalid("%s: identifier %q contains a NUL or control character", what, s)
-		}
+	if err := validate.Identifier(what, s); err != nil {
+		return invalid("%v", err)
 	}
 	return nil
 }

@@ -27,7 +27,8 @@ type Guard struct {
 // NewGuard checks t against the catalog through db and returns a Guard for
 // it. It refuses, with an error satisfying ErrInvalidInput and before any
 // write: names that are empty, longer than 63 bytes, or contain quotes,
-// semicolons, backslashes, whitespace, control characters or comment
+// semicolons, backslashes, control characters, whitespace other than an
+// inner space, or comment
 // markers; a table that does not exist; a key column that does not exist or
 // has no unique index of its own; a fence column that does not exist or is
 // not bigint NOT NULL. The schema is resolved once, here: a later change of

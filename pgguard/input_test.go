@@ -62,7 +62,7 @@ func TestBadInput(t *testing.T) {
 		{"tab\tle", `'\t'`},
 		{"back\\slash", `'\\'`},
 		{"nul\x00byte", `'\x00'`},
-		{"has space", `' '`},
+		{" leading", "leading or trailing space"},
 		{"", "is empty"},
 		{strings.Repeat("x", 64), "at most 63"},
 		{"\xff\xfe", "not valid UTF-8"},

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
-	"unicode"
-	"unicode/utf8"
+	"github.com/pgfence/pgfence/internal/validate"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -24,10 +22,6 @@ type DBTX interface {
 // DefaultFenceColumn is the fence column's name when Table.FenceColumn is
 // empty.
 const DefaultFenceColumn = "last_fence"
-
-// maxIdentBytes is PostgreSQL's identifier limit (NAMEDATALEN - 1); longer
-// names would be truncated silently.
-const maxIdentBytes = 63
 
 // Table names a table of the caller's to guard. Every name is checked (see
 // Guard) and always quoted, never spliced into SQL as it was given.
@@ -54,27 +48,9 @@ func (t Table) fenceColumn() string {
 	return t.FenceColumn
 }
 
-// checkIdent refuses names that cannot be meant as plain identifiers. The
-// names are quoted anyway; this is so that an injection attempt or a
-// confused caller gets a clear error instead of a strange table name.
 func checkIdent(what, s string) error {
-	switch {
-	case s == "":
-		return invalid("%s is empty", what)
-	case len(s) > maxIdentBytes:
-		return invalid("%s %q is %d bytes; PostgreSQL identifiers are at most %d", what, s, len(s), maxIdentBytes)
-	case !utf8.ValidString(s):
-		return invalid("%s %q is not valid UTF-8", what, s)
-	}
-	for _, r := range s {
-		if r == '"' || r == '\'' || r == '`' || r == ';' || r == '\\' || r == 0 || unicode.IsSpace(r) || unicode.IsControl(r) {
-			return invalid("%s %q contains %q; identifiers with quotes, semicolons, backslashes, whitespace, control characters or comment markers are refused", what, s, r)
-		}
-	}
-	for _, marker := range []string{"--", "/*", "*/"} {
-		if strings.Contains(s, marker) {
-			return invalid("%s %q contains the comment marker %q; identifiers with quotes, semicolons, backslashes, whitespace, control characters or comment markers are refused", what, s, marker)
-		}
+	if err := validate.Identifier(what, s); err != nil {
+		return invalid("%v", err)
 	}
 	return nil
 }
