@@ -26,8 +26,8 @@
 // Names are checked against the catalog and quoted with pgx's identifier
 // sanitising; values are always bound parameters. Names with quotes,
 // semicolons, backslashes, control characters, comment markers or whitespace
-// other than an inner space
-// are refused outright, as are fences <= 0 (ErrInvalidInput).
+// other than an inner space are refused outright, as are fences <= 0
+// (ErrInvalidInput).
 //
 // Every function takes a DBTX (a pool, a connection or a pgx.Tx), so a
 // guarded write runs in the caller's transaction.

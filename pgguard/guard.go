@@ -28,8 +28,7 @@ type Guard struct {
 // it. It refuses, with an error satisfying ErrInvalidInput and before any
 // write: names that are empty, longer than 63 bytes, or contain quotes,
 // semicolons, backslashes, control characters, whitespace other than an
-// inner space, or comment
-// markers; a table that does not exist; a key column that does not exist or
+// inner space, or comment markers; a table that does not exist; a key column that does not exist or
 // has no unique index of its own; a fence column that does not exist or is
 // not bigint NOT NULL. The schema is resolved once, here: a later change of
 // search_path does not move the Guard to another table.
