@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
 
 	"github.com/pgfence/pgfence/internal/dbenv"
 	"github.com/pgfence/pgfence/migrations"
@@ -24,12 +25,34 @@ var (
 )
 
 // Main resolves the server, creates and migrates a database named
-// pgfence_test_<random>, runs the tests, drops the database and exits.
+// pgfence_test_<random>, runs the tests, drops the database and exits. When
+// the tests pass, it also fails the package if a goroutine started during
+// the tests is still running: every goroutine pgfence starts must end with
+// its lease, pool or client. m is a *testing.M, or a wrapper around one
+// whose Run does more.
 func Main(m interface{ Run() int }) {
-	os.Exit(run(m))
+	os.Exit(run(leakChecked{m}))
 }
 
-func run(m interface{ Run() int }) int {
+type leakChecked struct{ m interface{ Run() int } }
+
+func (l leakChecked) Run() int {
+	before := goleak.IgnoreCurrent()
+	code := l.m.Run()
+	if code == 0 {
+		// golang-migrate leaves the goroutine that buffers a migration's
+		// body blocked on a pipe when that migration fails (a test makes
+		// Down fail on purpose). It is the library's, not ours.
+		migrateBuffer := goleak.IgnoreAnyFunction("github.com/golang-migrate/migrate/v4.(*Migration).Buffer")
+		if err := goleak.Find(before, migrateBuffer); err != nil {
+			fmt.Fprintln(os.Stderr, "pgtest: goroutine leak:", err)
+			return 1
+		}
+	}
+	return code
+}
+
+func run(m leakChecked) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	var err error
 	server, err = dbenv.Open(ctx, os.Stderr)
