@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfence/pgfence/internal/dbenv"
 	"github.com/pgfence/pgfence/internal/pgtest"
 )
 
@@ -311,7 +312,7 @@ func TestSchemaFallback(t *testing.T) {
 	}
 	cfg := admin.Config().Copy()
 	cfg.User = role
-	url := pgtest.ConnString(cfg)
+	url := dbenv.ConnString(cfg)
 
 	t.Run("each", func(t *testing.T) {
 		for _, name := range examples(t) {

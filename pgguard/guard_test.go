@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence/internal/dbenv"
 	"github.com/pgfence/pgfence/internal/pgtest"
 	"github.com/pgfence/pgfence/migrations"
 	"github.com/pgfence/pgfence/pgguard"
@@ -395,7 +396,7 @@ func TestConcurrentHolders(t *testing.T) {
 // removing that table's enforcement.
 func TestMigrationDown(t *testing.T) {
 	ctx := context.Background()
-	url, drop, err := pgtest.CreateDatabase(ctx, pgtest.ServerURL())
+	url, drop, err := dbenv.CreateDatabase(ctx, pgtest.ServerURL(), "pgfence_test_")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfence/pgfence/internal/dbenv"
 	"github.com/pgfence/pgfence/internal/pgtest"
 )
 
@@ -127,7 +128,7 @@ func emptyDatabase(t *testing.T) string {
 	})
 	dbCfg := cfg.Copy()
 	dbCfg.Database = name
-	return pgtest.ConnString(dbCfg)
+	return dbenv.ConnString(dbCfg)
 }
 
 // withUser returns u with its userinfo replaced.

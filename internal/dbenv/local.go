@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -145,7 +146,12 @@ func (c *Cluster) InitDB(ctx context.Context) error {
 	out, err := c.Command(ctx, "initdb", "-D", c.DataDir(), "-U", "postgres", "-A", "trust",
 		"-E", "UTF8", "--no-sync", "--no-locale").CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("initdb: %v: %s", err, out)
+		hint := ""
+		if c.cred != nil && strings.Contains(err.Error()+string(out), "ermission denied") {
+			hint = fmt.Sprintf(" (PostgreSQL runs as the user %q here and must be able to reach %s: "+
+				"a private TMPDIR blocks it; point TMPDIR at a directory others may traverse, such as /tmp)", "postgres", c.Dir)
+		}
+		return fmt.Errorf("initdb: %v: %s%s", err, out, hint)
 	}
 	return nil
 }

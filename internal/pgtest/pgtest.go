@@ -2,21 +2,15 @@ package pgtest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"net/url"
 	"os"
-	"strconv"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
 	"github.com/pgfence/pgfence/internal/dbenv"
-	"github.com/pgfence/pgfence/migrations"
 )
 
 var (
@@ -62,7 +56,7 @@ func run(m leakChecked) int {
 		return 1
 	}
 	defer server.Close()
-	url, drop, err := CreateDatabase(ctx, server.URL)
+	url, drop, err := dbenv.CreateDatabase(ctx, server.URL, "pgfence_test_")
 	cancel()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "pgtest: create a test database on %s: %v\n", server.Source, err)
@@ -71,64 +65,6 @@ func run(m leakChecked) int {
 	defer drop()
 	dbURL = url
 	return m.Run()
-}
-
-// CreateDatabase creates a fresh database on the server at adminURL, applies
-// pgfence's migrations to it, and returns its URL and a function that drops
-// it.
-func CreateDatabase(ctx context.Context, adminURL string) (url string, drop func(), err error) {
-	cfg, err := pgx.ParseConfig(adminURL)
-	if err != nil {
-		return "", nil, err
-	}
-	admin, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return "", nil, err
-	}
-	defer admin.Close(ctx)
-	var b [6]byte
-	rand.Read(b[:])
-	name := "pgfence_test_" + hex.EncodeToString(b[:])
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		return "", nil, err
-	}
-	drop = func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if c, err := pgx.ConnectConfig(ctx, cfg); err == nil {
-			c.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
-			c.Close(ctx)
-		}
-	}
-	dbCfg := cfg.Copy()
-	dbCfg.Database = name
-	url = ConnString(dbCfg)
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		drop()
-		return "", nil, err
-	}
-	defer pool.Close()
-	if err := migrations.Up(ctx, pool); err != nil {
-		drop()
-		return "", nil, err
-	}
-	return url, drop, nil
-}
-
-// ConnString rebuilds a URL from a parsed config (after its database was
-// changed). Host may be a Unix socket directory; both go in the query.
-func ConnString(cfg *pgx.ConnConfig) string {
-	u := &url.URL{Scheme: "postgres", User: url.User(cfg.User), Path: "/" + cfg.Database}
-	if cfg.Password != "" {
-		u.User = url.UserPassword(cfg.User, cfg.Password)
-	}
-	q := url.Values{"host": {cfg.Host}, "port": {strconv.Itoa(int(cfg.Port))}}
-	if cfg.TLSConfig == nil {
-		q.Set("sslmode", "disable")
-	}
-	u.RawQuery = q.Encode()
-	return u.String()
 }
 
 // URL is the package's test database. It is valid only after Main started.

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/dbenv"
 	"github.com/pgfence/pgfence/migrations"
 )
 
@@ -28,7 +28,7 @@ type own struct {
 // not create databases, a fresh schema in the URL's database (every
 // connection then sets search_path to it). drop removes it.
 func openOwn(ctx context.Context, serverURL string) (*own, error) {
-	url, drop, err := pgtest.CreateDatabase(ctx, serverURL)
+	url, drop, err := dbenv.CreateDatabase(ctx, serverURL, "pgfence_example_")
 	if err == nil {
 		cfg, err := pgxpool.ParseConfig(url)
 		if err != nil {
