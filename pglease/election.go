@@ -11,7 +11,9 @@ import (
 // Campaign competes for leadership under key until ctx ends, for as many
 // terms as it wins. Each time it wins (Acquire, with the client's backoff),
 // it calls lead with a context that ends when leadership is lost, and with
-// the lease's fence as the term's epoch. The epoch is what makes a deposed
+// the term's lease, whose Fence is the term's epoch (the lease also gives
+// the leader its Deadline, and Renew when the client was made
+// WithoutAutoRenew). The epoch is what makes a deposed
 // leader harmless: followers and downstream resources must refuse commands
 // that carry an older epoch than the newest they have seen (package pgguard
 // does that for rows), because a leader that was paused does not know it was
@@ -22,7 +24,7 @@ import (
 // campaigns again. When lead returns another error, Campaign releases and
 // returns it. When ctx ends, Campaign returns ctx's cause. Leadership is
 // renewed automatically unless the client was made WithoutAutoRenew.
-func (c *Client) Campaign(ctx context.Context, key string, ttl time.Duration, lead func(ctx context.Context, epoch int64) error) error {
+func (c *Client) Campaign(ctx context.Context, key string, ttl time.Duration, lead func(ctx context.Context, term *Lease) error) error {
 	if err := c.checkArgs(key, ttl); err != nil {
 		return err
 	}
@@ -43,7 +45,7 @@ func (c *Client) Campaign(ctx context.Context, key string, ttl time.Duration, le
 			return err
 		}
 		c.cfg.logger.Info("pglease: leading", "key", key, "epoch", l.Fence())
-		err = c.run(ctx, l, func(ctx context.Context, l *Lease) error { return lead(ctx, l.Fence()) })
+		err = c.run(ctx, l, lead)
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}

@@ -29,7 +29,8 @@ func TestCampaignOneLeaderRisingEpochs(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := c.Campaign(ctx, key, 500*time.Millisecond, func(ctx context.Context, epoch int64) error {
+			err := c.Campaign(ctx, key, 500*time.Millisecond, func(ctx context.Context, term *pglease.Lease) error {
+				epoch := term.Fence()
 				if leading.Add(1) != 1 {
 					t.Errorf("candidate %d: two leaders at once", i)
 				}

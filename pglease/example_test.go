@@ -73,8 +73,8 @@ func ExampleClient_Campaign() {
 	leases, _ := pglease.New(pool)
 	defer leases.Close()
 
-	err := leases.Campaign(ctx, "leader:scheduler", 15*time.Second, func(ctx context.Context, epoch int64) error {
-		fmt.Println("leading with an epoch:", epoch > 0)
+	err := leases.Campaign(ctx, "leader:scheduler", 15*time.Second, func(ctx context.Context, term *pglease.Lease) error {
+		fmt.Println("leading with an epoch:", term.Fence() > 0)
 		cancel() // a real leader works until ctx ends
 		return nil
 	})

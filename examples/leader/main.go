@@ -207,7 +207,8 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 
 // lead is one term of leadership: send a command to the downstream every
 // 100ms until leadership ends.
-func (n *node) lead(ctx context.Context, epoch int64) error {
+func (n *node) lead(ctx context.Context, term *pglease.Lease) error {
+	epoch := term.Fence() // the leader's epoch
 	n.mu.Lock()
 	n.epochs = append(n.epochs, epoch)
 	n.mu.Unlock()
