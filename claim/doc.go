@@ -45,5 +45,7 @@
 // its lease is lost, rescues expired leases periodically, wakes on
 // LISTEN/NOTIFY when asked to (polling stays the fallback), and on shutdown
 // lets in-flight jobs finish within a grace period and releases the rest.
-// Every goroutine it starts has stopped when Run returns.
+// Every goroutine it starts has stopped when Run returns. NewTxPool runs each
+// job's handler in a transaction that also completes the job (CompleteTx),
+// so a job's effects in this database count only if its completion does.
 package claim

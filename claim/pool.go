@@ -22,6 +22,15 @@ import (
 // Claimer.CompleteTx for effects in the same database).
 type Handler func(ctx context.Context, job *Job) error
 
+// TxHandler does one job inside a transaction that the pool opens on the
+// claimer's pool. When it returns nil, the pool completes the job in the same
+// transaction (Claimer.CompleteTx) and commits: the job's effects in this
+// database and its completion count together or not at all. If the lease was
+// lost meanwhile, the completion is refused and the pool rolls the effects
+// back (outcome LeaseLost). When it returns an error, the transaction rolls
+// back and the job fails as with a Handler.
+type TxHandler func(ctx context.Context, tx pgx.Tx, job *Job) error
+
 // Outcome is what the pool did with a job after its handler returned.
 type Outcome int
 
@@ -191,12 +200,28 @@ func WithResultHook(f func(*Job, Result)) PoolOption {
 	}
 }
 
-// Pool runs a Handler over the jobs a Claimer claims, with N workers.
+// Pool runs a Handler (or a TxHandler) over the jobs a Claimer claims, with
+// N workers.
 type Pool struct {
 	c       *Claimer
 	h       Handler
+	txh     TxHandler
 	cfg     poolConfig
 	running atomic.Bool
+}
+
+// NewTxPool returns a worker pool whose handler runs in a transaction that
+// also completes the job (see TxHandler). Start it with Run.
+func NewTxPool(c *Claimer, h TxHandler, opts ...PoolOption) (*Pool, error) {
+	if h == nil {
+		return nil, invalid("nil handler")
+	}
+	p, err := NewPool(c, func(context.Context, *Job) error { return nil }, opts...)
+	if err != nil {
+		return nil, err
+	}
+	p.h, p.txh = nil, h
+	return p, nil
 }
 
 // NewPool returns a worker pool. Start it with Run.
@@ -340,7 +365,12 @@ func (p *Pool) process(base context.Context, j *Job) {
 	wctx, wcancel := context.WithTimeout(context.Background(), p.cfg.writeTimeout)
 	defer wcancel()
 	res := Result{HandlerErr: herr}
+	var completed *completedInTx
 	switch {
+	case errors.As(herr, &completed):
+		// A TxHandler's transaction tried to complete the job itself.
+		res.HandlerErr = nil
+		res.Outcome, res.Err = Completed, completed.err
 	case herr == nil:
 		res.Outcome, res.Err = Completed, p.c.Complete(wctx, j)
 	case errors.Is(cause, ErrShutdown):
@@ -369,7 +399,37 @@ func (p *Pool) call(ctx context.Context, j *Job) (err error) {
 			err = fmt.Errorf("claim: handler panicked on job %d: %v\n%s", j.ID, r, debug.Stack())
 		}
 	}()
+	if p.txh != nil {
+		return p.callTx(ctx, j)
+	}
 	return p.h(ctx, j)
+}
+
+// completedInTx carries a TxHandler's completion out of call: err is nil
+// when the job's effects and its completion committed together.
+type completedInTx struct{ err error }
+
+func (c *completedInTx) Error() string { return "claim: completed in the handler's transaction" }
+
+// callTx runs the TxHandler and, when it succeeds, completes the job in the
+// same transaction. A refused completion (lease lost) rolls the effects back.
+// A handler error is returned as is, with the transaction rolled back.
+func (p *Pool) callTx(ctx context.Context, j *Job) error {
+	tx, err := p.c.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("claim: begin transaction for job %d: %w", j.ID, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if err := p.txh(ctx, tx, j); err != nil {
+		return err
+	}
+	if err := p.c.CompleteTx(ctx, tx, j); err != nil {
+		return &completedInTx{err: err}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return &completedInTx{err: fmt.Errorf("claim: commit job %d: %w", j.ID, err)}
+	}
+	return &completedInTx{}
 }
 
 // heartbeatLoop extends the job's lease every third of it, and ends the

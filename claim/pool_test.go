@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/jackc/pgx/v5"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -402,5 +403,69 @@ func TestPoolLocalDeadlineWhenHeartbeatsStall(t *testing.T) {
 	}
 	if took > 600*time.Millisecond {
 		t.Fatalf("context ended %v after the claim; the lease is 600ms", took)
+	}
+}
+
+// A TxHandler's effects commit with the job's completion, or not at all: the
+// first job completes and its effect stays; the second is rescued and
+// re-claimed while its handler runs, so its completion is refused and its
+// effect is rolled back.
+func TestTxPoolEffectsCommitWithCompletion(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS txpool_effects (job_id bigint PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	qn := queue("txpool")
+	c := newClaimer(t, pool, qn)
+	other := newClaimer(t, pool, qn, claim.WithOwner("thief"))
+	good := enqueue(t, pool, claim.NewJob{Queue: qn, Priority: 1})
+	stolen := enqueue(t, pool, claim.NewJob{Queue: qn, Priority: 2})
+
+	results := make(chan claim.Result, 2)
+	p, err := claim.NewTxPool(c, func(ctx context.Context, tx pgx.Tx, j *claim.Job) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO txpool_effects VALUES ($1)`, j.ID); err != nil {
+			return err
+		}
+		if j.ID == stolen {
+			// The worker stalls: its lease expires, the job is rescued and
+			// claimed by another worker before this one completes.
+			expire(t, pool, stolen)
+			if r, err := c.Rescue(ctx, 10); err != nil || r.Requeued != 1 {
+				t.Errorf("rescue %+v %v", r, err)
+			}
+			claimOne(t, other, time.Minute)
+		}
+		return nil
+	}, claim.WithWorkers(1), claim.WithBatchSize(1), claim.WithLease(time.Minute), claim.WithRescueInterval(-1),
+		claim.WithResultHook(func(_ *claim.Job, r claim.Result) { results <- r }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	runDone := make(chan error, 1)
+	go func() { runDone <- p.Run(runCtx) }()
+	first, second := <-results, <-results
+	stop()
+	if err := <-runDone; err != nil {
+		t.Fatal(err)
+	}
+	if first.Outcome != claim.Completed || first.Err != nil {
+		t.Fatalf("first job: %v (%v), want completed", first.Outcome, first.Err)
+	}
+	if second.Outcome != claim.LeaseLost {
+		t.Fatalf("stolen job: %v (%v), want lease lost", second.Outcome, second.Err)
+	}
+	var ids []int64
+	rows, _ := pool.Query(ctx, `SELECT job_id FROM txpool_effects ORDER BY job_id`)
+	ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 1 || ids[0] != good {
+		t.Fatalf("effects %v, want only job %d's (the stolen job's effect must roll back)", ids, good)
+	}
+	if row := getJob(t, pool, good); row.state != "completed" {
+		t.Fatalf("good job %+v", row)
 	}
 }
