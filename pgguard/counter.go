@@ -83,6 +83,7 @@ type Option func(*options) error
 type options struct {
 	counter *Counter
 	hook    func(context.Context, *StaleFenceError)
+	done    []Cond // Guard only: the row's final states
 }
 
 func buildOptions(opts []Option) (options, error) {
@@ -146,4 +147,20 @@ func (o *options) observe(ctx context.Context, err error) error {
 		o.caught(ctx, se)
 	}
 	return err
+}
+
+// WithDoneWhen tells a Guard which row states are final: when a guarded
+// write's preconditions fail and the row matches all of done (for example
+// Eq("status", "SENT")), the *PreconditionError also satisfies
+// ErrAlreadyDone, so the caller can tell "the work is already done" from
+// "not ready yet" without re-reading. Default: none (ErrPrecondition only).
+// For Guard only; Payouts knows its final states.
+func WithDoneWhen(done ...Cond) Option {
+	return func(o *options) error {
+		if len(done) == 0 {
+			return invalid("WithDoneWhen needs at least one condition")
+		}
+		o.done = done
+		return nil
+	}
 }

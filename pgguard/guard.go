@@ -53,11 +53,15 @@ func NewGuard(ctx context.Context, db DBTX, t Table, opts ...Option) (*Guard, er
 	if err := r.uniqueKey(ctx, db, t.KeyColumn); err != nil {
 		return nil, err
 	}
-	return &Guard{
+	g := &Guard{
 		t: r, key: t.KeyColumn, fence: t.fenceColumn(),
 		qKey: pgx.Identifier{t.KeyColumn}.Sanitize(), qFence: pgx.Identifier{t.fenceColumn()}.Sanitize(),
 		opts: o,
-	}, nil
+	}
+	if _, err := g.conds(&builder{}, o.done); len(o.done) > 0 && err != nil {
+		return nil, err // WithDoneWhen named a column the table lacks
+	}
+	return g, nil
 }
 
 // Table is the guarded table, schema-qualified (as quote_ident writes it).
@@ -304,11 +308,17 @@ func (g *Guard) Check(ctx context.Context, db DBTX, key any, fence int64, where 
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(&b.sb, "SELECT %s.%s, coalesce(%s, false) FROM %s AS %s WHERE %s.%s = %s",
-		alias, g.qFence, cond, g.t.quoted(), alias, alias, g.qKey, pKey)
+	done := "false"
+	if len(g.opts.done) > 0 {
+		if done, err = g.conds(b, g.opts.done); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(&b.sb, "SELECT %s.%s, coalesce(%s, false), coalesce(%s, false) FROM %s AS %s WHERE %s.%s = %s",
+		alias, g.qFence, cond, done, g.t.quoted(), alias, alias, g.qKey, pKey)
 	var current int64
-	var ok bool
-	err = db.QueryRow(ctx, b.sb.String(), b.args...).Scan(&current, &ok)
+	var ok, isDone bool
+	err = db.QueryRow(ctx, b.sb.String(), b.args...).Scan(&current, &ok, &isDone)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("%w: %s has no row with %s = %q", ErrNoRow, g.t.display, g.key, keyText(key))
@@ -322,7 +332,7 @@ func (g *Guard) Check(ctx context.Context, db DBTX, key any, fence int64, where 
 			parts[i] = c.String()
 		}
 		return &PreconditionError{
-			Table: g.t.display, Key: keyText(key), Fence: fence,
+			Table: g.t.display, Key: keyText(key), Fence: fence, Done: isDone,
 			Detail: "the row does not satisfy " + strings.Join(parts, " AND "),
 		}
 	}

@@ -478,3 +478,37 @@ func TestRepeatableRead(t *testing.T) {
 		t.Fatalf("row: %+v", r)
 	}
 }
+
+// WithDoneWhen tells "already done" from "not ready" in one answer.
+func TestDoneWhen(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	table := newTable(t, pool)
+	insertRow(t, pool, table, "inv_done")
+	insertRow(t, pool, table, "inv_draft")
+	if _, err := pool.Exec(ctx, fmt.Sprintf("UPDATE %s SET status = 'DRAFT' WHERE job_id = 'inv_draft'", table)); err != nil {
+		t.Fatal(err)
+	}
+	g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"},
+		pgguard.WithDoneWhen(pgguard.Eq("status", "SENT")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := fences(t, pool, 1)[0]
+	send := func(key string) error {
+		return g.Update(ctx, pool, key, f, pgguard.Values{"status": "SENT"}, pgguard.Eq("status", "PENDING"))
+	}
+	if err := send("inv_done"); err != nil {
+		t.Fatal(err)
+	}
+	if err := send("inv_done"); !errors.Is(err, pgguard.ErrAlreadyDone) || !errors.Is(err, pgguard.ErrPrecondition) {
+		t.Fatalf("repeat: %v, want ErrAlreadyDone (and ErrPrecondition)", err)
+	}
+	if err := send("inv_draft"); !errors.Is(err, pgguard.ErrPrecondition) || errors.Is(err, pgguard.ErrAlreadyDone) {
+		t.Fatalf("not ready: %v, want ErrPrecondition without ErrAlreadyDone", err)
+	}
+	if _, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"},
+		pgguard.WithDoneWhen(pgguard.Eq("no_such_column", "SENT"))); !errors.Is(err, pgguard.ErrInvalidInput) {
+		t.Fatalf("unknown done column: %v", err)
+	}
+}
