@@ -79,7 +79,8 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 			return err
 		}
 		defer leases.Close()
-		guard, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: "invoice_jobs", KeyColumn: "job_id"})
+		guard, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: "invoice_jobs", KeyColumn: "job_id"},
+			pgguard.WithDoneWhen(pgguard.Eq("status", "SENT"))) // SENT is final: a repeat is "already done"
 		if err != nil {
 			return err
 		}
@@ -182,11 +183,9 @@ func (in *instance) send(ctx context.Context, env *example.Env, l *pglease.Lease
 	case err == nil:
 		env.Logf(in.name, "sent inv_72 to ACME Corp (status PENDING -> SENT, fence %d)", l.Fence())
 		return sent
-	case errors.Is(err, pgguard.ErrPrecondition):
-		// Not stale (that would be ErrStaleFence): the row is no longer PENDING.
-		var status string
-		in.pool.QueryRow(ctx, `SELECT status FROM invoice_jobs WHERE job_id = 'inv_72'`).Scan(&status)
-		env.Logf(in.name, "idempotent write refused: inv_72 is already %s; nothing sent", status)
+	case errors.Is(err, pgguard.ErrAlreadyDone):
+		// Not stale (that would be ErrStaleFence): the invoice is already SENT.
+		env.Logf(in.name, "idempotent write refused: inv_72 is already SENT; nothing sent")
 		return alreadyDone
 	default:
 		env.Logf(in.name, "send failed: %v", err)
