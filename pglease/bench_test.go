@@ -21,7 +21,8 @@ import (
 // so the figures measure overhead, not contention.
 //
 //	PGFENCE_DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres \
-//	  go test -run '^$' -bench AcquireRelease -benchtime 3s ./pglease/
+//	  go test -run '^$' -bench AcquireRelease -benchtime 2s -count 8 ./pglease/ | tee bench.txt
+//	benchstat -col /impl bench.txt
 func BenchmarkAcquireRelease(b *testing.B) {
 	pool := pgtest.Pool(b, func(cfg *pgxpool.Config) { cfg.MaxConns = 32 })
 	c, err := pglease.New(pool)
@@ -49,8 +50,8 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		for _, impl := range []struct {
 			name string
 			fn   func(context.Context, string) error
-		}{{"raw", raw}, {"library", lib}} {
-			b.Run(fmt.Sprintf("goroutines=%d/%s", g, impl.name), func(b *testing.B) {
+		}{{"library", lib}, {"raw", raw}} {
+			b.Run(fmt.Sprintf("goroutines=%d/impl=%s", g, impl.name), func(b *testing.B) {
 				runSplit(b, g, impl.fn)
 			})
 		}
