@@ -187,13 +187,18 @@ func (q *Queries) NextFence(ctx context.Context) (int64, error) {
 }
 
 const Release = `-- name: Release :one
-UPDATE lock_leases AS l
-   SET expires_at = LEAST(l.expires_at, now())
-  FROM lock_leases AS prev
- WHERE l.lock_key = $1
-   AND l.fence = $2
-   AND prev.lock_key = l.lock_key
-RETURNING (prev.expires_at > now())::boolean AS was_held
+WITH released AS (
+  UPDATE lock_leases AS l
+     SET expires_at = LEAST(l.expires_at, now())
+    FROM lock_leases AS prev
+   WHERE l.lock_key = $1
+     AND l.fence = $2
+     AND prev.lock_key = l.lock_key
+  RETURNING l.lock_key, (prev.expires_at > now())::boolean AS was_held
+)
+SELECT r.was_held
+  FROM released AS r,
+       LATERAL (SELECT pg_notify('pgfence_lease_released', r.lock_key)) AS notified
 `
 
 type ReleaseParams struct {
@@ -204,6 +209,11 @@ type ReleaseParams struct {
 // Expires the lease now but keeps the row. Matched on key and fence, so a
 // newer holder's lease is never touched. was_held tells whether the lease was
 // still valid when released; no row means another holder took the key.
+// A released row also sends NOTIFY pgfence_lease_released with the key as
+// payload, for waiters that listen (pglease's WithWakeOnRelease). PostgreSQL
+// delivers it only when this statement's transaction commits, so no waiter
+// wakes before the lease is free; the function is volatile, so the planner
+// neither drops nor repeats it.
 func (q *Queries) Release(ctx context.Context, arg ReleaseParams) (bool, error) {
 	row := q.db.QueryRow(ctx, Release, arg.LockKey, arg.Fence)
 	var was_held bool
@@ -212,12 +222,17 @@ func (q *Queries) Release(ctx context.Context, arg ReleaseParams) (bool, error) 
 }
 
 const ReleaseByOwnerToken = `-- name: ReleaseByOwnerToken :one
-UPDATE lock_leases
-   SET expires_at = LEAST(expires_at, now())
- WHERE lock_key = $1
-   AND owner_token = $2
-   AND expires_at > now()
-RETURNING fence
+WITH released AS (
+  UPDATE lock_leases
+     SET expires_at = LEAST(expires_at, now())
+   WHERE lock_key = $1
+     AND owner_token = $2
+     AND expires_at > now()
+  RETURNING lock_key, fence
+)
+SELECT r.fence
+  FROM released AS r,
+       LATERAL (SELECT pg_notify('pgfence_lease_released', r.lock_key)) AS notified
 `
 
 type ReleaseByOwnerTokenParams struct {
@@ -226,6 +241,7 @@ type ReleaseByOwnerTokenParams struct {
 }
 
 // Gives back a lease whose acquisition was ambiguous and whose caller gave up.
+// Like Release, it sends NOTIFY pgfence_lease_released with the key, at commit.
 func (q *Queries) ReleaseByOwnerToken(ctx context.Context, arg ReleaseByOwnerTokenParams) (int64, error) {
 	row := q.db.QueryRow(ctx, ReleaseByOwnerToken, arg.LockKey, arg.OwnerToken)
 	var fence int64

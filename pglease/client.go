@@ -32,6 +32,8 @@ type Client struct {
 
 	stats counters
 
+	wake *waker // nil unless WithWakeOnRelease
+
 	mu     sync.Mutex
 	closed bool
 	leases map[*Lease]struct{}
@@ -54,12 +56,18 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 	}
-	return &Client{pool: pool, q: fencedb.New(pool), cfg: cfg, leases: map[*Lease]struct{}{}}, nil
+	c := &Client{pool: pool, q: fencedb.New(pool), cfg: cfg, leases: map[*Lease]struct{}{}}
+	if cfg.wakeOnRelease {
+		c.wake = newWaker(c)
+	}
+	return c, nil
 }
 
-// Close stops every renewal, releases every lease this client still holds
-// (best effort, each within a few seconds) and waits for the client's
-// goroutines to end. Later calls fail with ErrClosed.
+// Close stops every renewal and the wake-on-release listener, releases every
+// lease this client still holds (best effort, each within a few seconds) and
+// waits for the client's goroutines to end. Later calls fail with ErrClosed.
+// Close the client before its pool: the listener's connection is no longer
+// the pool's, so only Close ends it.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -72,6 +80,9 @@ func (c *Client) Close() error {
 		held = append(held, l)
 	}
 	c.mu.Unlock()
+	if c.wake != nil {
+		c.wake.stop()
+	}
 	var errs []error
 	for _, l := range held {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -140,7 +151,10 @@ func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 
 // Acquire takes the lease on key, waiting while another owner holds it:
 // retries back off exponentially with full jitter (WithBackoff) until the
-// lease is granted, ctx ends, or the maximum wait (WithMaxWait) passes. Then
+// lease is granted, ctx ends, or the maximum wait (WithMaxWait) passes. With
+// WithWakeOnRelease, a release of key also ends the current backoff sleep at
+// once; the backoff stays as the fallback for lost notifications and for
+// leases that end by expiry, which notify nobody. Then
 // it returns a *WaitError, which satisfies errors.Is(err, ErrNotAcquired) and
 // says how long it waited. Transient errors (a dropped connection, a server
 // restarting) are retried the same way; definite ones (a missing schema, bad
@@ -152,6 +166,14 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*L
 	start := time.Now()
 	defer func() { c.stats.waitedNanos.Add(int64(time.Since(start))) }()
 	bound := c.cfg.backoffMin
+	var woken <-chan struct{} // nil, never ready, without WithWakeOnRelease
+	if c.wake != nil {
+		// Before the first attempt, so that no release between a failed
+		// attempt and the subscription goes unheard.
+		ch, unsubscribe := c.wake.subscribe(key)
+		defer unsubscribe()
+		woken = ch
+	}
 	var lastErr error
 	for attempt := 1; ; attempt++ {
 		l, err := c.tryAcquire(ctx, key, ttl)
@@ -181,12 +203,17 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*L
 			}
 			sleep = min(sleep, left)
 		}
+		if c.wake != nil {
+			c.wake.start() // lazily, on the first wait
+		}
 		t := time.NewTimer(sleep)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return nil, waitErr(context.Cause(ctx))
 		case <-t.C:
+		case <-woken:
+			t.Stop()
 		}
 	}
 }

@@ -27,6 +27,17 @@
 //     sent) is settled with the random owner token sent with it: a caller
 //     still waiting keeps a lease that was granted, and one that gave up has
 //     it released, so no lease is orphaned until its TTL.
+//   - Acquire waits for a held key by polling, with exponential backoff and
+//     full jitter (WithBackoff). WithWakeOnRelease (default: off) adds a
+//     wake-up: Release sends NOTIFY pgfence_lease_released with the key in
+//     the same statement, delivered at commit, and the client's one
+//     listening connection (LISTEN, started on the first wait, ended by
+//     Close) ends the sleep of this client's waiters for that key, so they
+//     retry within milliseconds of the release. Polling stays as the
+//     fallback: for notifications lost while the listener reconnects, and
+//     for leases that end by expiry, which notify nobody. LISTEN needs a
+//     session: connect directly or through a session-pooling proxy, not
+//     PgBouncer's transaction pooling, where waiters only poll.
 //
 // Zero rows is an answer: ErrNotAcquired, ErrLeaseLost, and WaitError (which
 // says how long Acquire waited) are returned, never swallowed.

@@ -26,6 +26,7 @@ type config struct {
 	backoffMax    time.Duration
 	maxWait       time.Duration // 0: no maximum
 	resolveWait   time.Duration
+	wakeOnRelease bool
 	logger        *slog.Logger
 }
 
@@ -117,6 +118,29 @@ func WithMaxWait(d time.Duration) Option {
 		c.maxWait = d
 		return nil
 	}
+}
+
+// WithWakeOnRelease makes Acquire (and Do) retry as soon as the holder
+// releases the key, instead of at the end of its current backoff sleep.
+// Default: off; waiters only poll.
+//
+// Every release (Lease.Release, by any client) sends NOTIFY
+// pgfence_lease_released with the key as payload from within the release
+// statement itself, so the notification is delivered only at its commit, once
+// the lease is free. With this option the client keeps one connection, taken from the pool
+// for good on the first Acquire that has to wait and held until Close, that
+// LISTENs on that channel and wakes this client's waiters for the released
+// key (all of them: one wins, the others sleep again). Polling stays as the
+// fallback, so the backoff maximum (WithBackoff) still bounds the wait when a
+// notification is lost: while the listener is down (it reconnects with
+// backoff), or when a lease ends by expiry, which notifies nobody.
+//
+// LISTEN needs a session of its own: connect the pool directly to
+// PostgreSQL, or through a session-pooling proxy. Behind PgBouncer in
+// transaction or statement pooling mode notifications do not arrive, and
+// Acquire falls back to polling.
+func WithWakeOnRelease() Option {
+	return func(c *config) error { c.wakeOnRelease = true; return nil }
 }
 
 // WithLogger sets where the client reports renewals that failed, leases lost

@@ -36,13 +36,23 @@ RETURNING expires_at;
 -- Expires the lease now but keeps the row. Matched on key and fence, so a
 -- newer holder's lease is never touched. was_held tells whether the lease was
 -- still valid when released; no row means another holder took the key.
-UPDATE lock_leases AS l
-   SET expires_at = LEAST(l.expires_at, now())
-  FROM lock_leases AS prev
- WHERE l.lock_key = sqlc.arg(lock_key)
-   AND l.fence = sqlc.arg(fence)
-   AND prev.lock_key = l.lock_key
-RETURNING (prev.expires_at > now())::boolean AS was_held;
+-- A released row also sends NOTIFY pgfence_lease_released with the key as
+-- payload, for waiters that listen (pglease's WithWakeOnRelease). PostgreSQL
+-- delivers it only when this statement's transaction commits, so no waiter
+-- wakes before the lease is free; the function is volatile, so the planner
+-- neither drops nor repeats it.
+WITH released AS (
+  UPDATE lock_leases AS l
+     SET expires_at = LEAST(l.expires_at, now())
+    FROM lock_leases AS prev
+   WHERE l.lock_key = sqlc.arg(lock_key)
+     AND l.fence = sqlc.arg(fence)
+     AND prev.lock_key = l.lock_key
+  RETURNING l.lock_key, (prev.expires_at > now())::boolean AS was_held
+)
+SELECT r.was_held
+  FROM released AS r,
+       LATERAL (SELECT pg_notify('pgfence_lease_released', r.lock_key)) AS notified;
 
 -- name: FindByOwnerToken :one
 -- Resolves an ambiguous acquisition: the unexpired lease granted to this
@@ -55,12 +65,18 @@ SELECT fence, expires_at
 
 -- name: ReleaseByOwnerToken :one
 -- Gives back a lease whose acquisition was ambiguous and whose caller gave up.
-UPDATE lock_leases
-   SET expires_at = LEAST(expires_at, now())
- WHERE lock_key = sqlc.arg(lock_key)
-   AND owner_token = sqlc.arg(owner_token)
-   AND expires_at > now()
-RETURNING fence;
+-- Like Release, it sends NOTIFY pgfence_lease_released with the key, at commit.
+WITH released AS (
+  UPDATE lock_leases
+     SET expires_at = LEAST(expires_at, now())
+   WHERE lock_key = sqlc.arg(lock_key)
+     AND owner_token = sqlc.arg(owner_token)
+     AND expires_at > now()
+  RETURNING lock_key, fence
+)
+SELECT r.fence
+  FROM released AS r,
+       LATERAL (SELECT pg_notify('pgfence_lease_released', r.lock_key)) AS notified;
 
 -- name: GetLease :one
 -- One lease as the database clock sees it now.

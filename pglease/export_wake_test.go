@@ -1,0 +1,43 @@
+package pglease
+
+import "time"
+
+// ListenerPID is the backend pid of c's wake-on-release listener, 0 while it
+// is not listening (or c has none).
+func ListenerPID(c *Client) uint32 {
+	if c.wake == nil {
+		return 0
+	}
+	c.wake.mu.Lock()
+	defer c.wake.mu.Unlock()
+	return c.wake.pid
+}
+
+// Listens counts the successful LISTENs of c's listener: the first one plus
+// each reconnection.
+func Listens(c *Client) int64 {
+	if c.wake == nil {
+		return 0
+	}
+	c.wake.mu.Lock()
+	defer c.wake.mu.Unlock()
+	return c.wake.listens
+}
+
+// Wakeups counts the wake-ups c's listener handed to waiters.
+func Wakeups(c *Client) int64 {
+	if c.wake == nil {
+		return 0
+	}
+	return c.wake.wakeups.Load()
+}
+
+// SetListenerRetry sets the bounds of the listener's reconnect backoff.
+// Call it before the listener starts.
+func SetListenerRetry(c *Client, min, max time.Duration) {
+	c.wake.retryMin, c.wake.retryMax = min, max
+}
+
+// SetListenerPing sets how long c's listener waits for a notification before
+// it pings its connection. Call it before the listener starts.
+func SetListenerPing(c *Client, d time.Duration) { c.wake.ping = d }
