@@ -21,6 +21,7 @@ const (
 	// listenPing is how long the listener waits for a notification before
 	// it checks that its connection is still alive: a half-open TCP
 	// connection would otherwise keep it deaf until the kernel notices.
+	// (Waiters poll meanwhile, so a deaf listener only slows them.)
 	listenPing = 30 * time.Second
 )
 
@@ -161,8 +162,11 @@ func (w *waker) listen() (listened bool, err error) {
 		case w.ctx.Err() != nil:
 			return true, w.ctx.Err()
 		case errors.Is(err, context.DeadlineExceeded) && !conn.IsClosed():
+			// The liveness check repeats LISTEN (a no-op) rather than a
+			// ping, so that pg_stat_activity keeps showing the backend's
+			// query as LISTEN pgfence_lease_released.
 			pctx, pcancel := context.WithTimeout(w.ctx, 5*time.Second)
-			err = conn.PgConn().Ping(pctx)
+			_, err = conn.PgConn().Exec(pctx, "LISTEN "+wakeChannel).ReadAll()
 			pcancel()
 			if err == nil {
 				continue

@@ -169,7 +169,7 @@ func TestWakeOnRelease(t *testing.T) {
 	}
 }
 
-// The listener's periodic liveness check (a timed-out wait, then a ping)
+// The listener's periodic liveness check (a timed-out wait, then LISTEN again)
 // keeps its connection: with a check every 20ms, it stays on one LISTEN and
 // still wakes waiters.
 func TestWakeListenerPings(t *testing.T) {
@@ -186,6 +186,8 @@ func TestWakeListenerPings(t *testing.T) {
 	if n := pglease.Listens(waiter); n != 1 {
 		t.Fatalf("LISTENed %d times, want once: the pings broke the connection", n)
 	}
+	// The check repeats LISTEN, so pg_stat_activity still shows it.
+	terminateListener(t, pool, waiter)
 }
 
 // Without the option there is no listener, and the waiter still gets the
