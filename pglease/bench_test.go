@@ -37,7 +37,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			return err
 		}
 		var held bool
-		return pool.QueryRow(ctx, fencedb.Release, key, fence).Scan(&held)
+		return pool.QueryRow(ctx, fencedb.Release, false, key, fence).Scan(&held) // $1: notify
 	}
 	lib := func(ctx context.Context, key string) error {
 		l, err := c.TryAcquire(ctx, key, 30*time.Second)

@@ -303,7 +303,7 @@ func (c *Client) resolveAmbiguous(ctx context.Context, key, token string, ttl ti
 		}
 	}
 	// Not adopted: make sure a grant that did or may still land is given back.
-	_, err := c.q.ReleaseByOwnerToken(rctx, fencedb.ReleaseByOwnerTokenParams{LockKey: key, OwnerToken: token})
+	_, err := c.q.ReleaseByOwnerToken(rctx, fencedb.ReleaseByOwnerTokenParams{LockKey: key, OwnerToken: token, Notify: c.cfg.wakeOnRelease})
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return nil, &AmbiguousError{Key: key, TTL: ttl, Err: cause, ResolveErr: err}
 	}
@@ -330,7 +330,7 @@ func (c *Client) recheckLater(key, token string) {
 		time.Sleep(acquireLockTimeout + 500*time.Millisecond)
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.resolveWait)
 		defer cancel()
-		if _, err := c.q.ReleaseByOwnerToken(ctx, fencedb.ReleaseByOwnerTokenParams{LockKey: key, OwnerToken: token}); err == nil {
+		if _, err := c.q.ReleaseByOwnerToken(ctx, fencedb.ReleaseByOwnerTokenParams{LockKey: key, OwnerToken: token, Notify: c.cfg.wakeOnRelease}); err == nil {
 			c.cfg.logger.Info("pglease: a late-landing ambiguous acquire was released", "key", key)
 		}
 	}()

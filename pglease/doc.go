@@ -29,8 +29,9 @@
 //     it released, so no lease is orphaned until its TTL.
 //   - Acquire waits for a held key by polling, with exponential backoff and
 //     full jitter (WithBackoff). WithWakeOnRelease (default: off) adds a
-//     wake-up: Release sends NOTIFY pgfence_lease_released with the key in
-//     the same statement, delivered at commit, and the client's one
+//     wake-up: the client's releases send NOTIFY pgfence_lease_released
+//     with the key in the same statement, delivered at commit (opt-in,
+//     because notifying commits are serialised by PostgreSQL), and its one
 //     listening connection (LISTEN, started on the first wait, ended by
 //     Close) ends the sleep of this client's waiters for that key, so they
 //     retry within milliseconds of the release. Polling stays as the

@@ -62,7 +62,7 @@ func (c *Client) startLease(key, token string, fence int64, expiresAt time.Time,
 		// Closed while acquiring: give the grant back.
 		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer rcancel()
-		c.q.Release(rctx, fencedb.ReleaseParams{LockKey: key, Fence: fence})
+		c.q.Release(rctx, fencedb.ReleaseParams{LockKey: key, Fence: fence, Notify: c.cfg.wakeOnRelease})
 		cancel(ErrClosed)
 		return nil, ErrClosed
 	}
@@ -180,7 +180,7 @@ func (l *Lease) deadlinePassed() {
 		defer l.c.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		l.c.q.Release(ctx, fencedb.ReleaseParams{LockKey: l.key, Fence: l.fence})
+		l.c.q.Release(ctx, fencedb.ReleaseParams{LockKey: l.key, Fence: l.fence, Notify: l.c.cfg.wakeOnRelease})
 		l.forget()
 	}
 }
@@ -293,7 +293,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	l.renewing.Lock()
 	l.renewing.Unlock()
 
-	wasHeld, err := l.c.q.Release(ctx, fencedb.ReleaseParams{LockKey: l.key, Fence: l.fence})
+	wasHeld, err := l.c.q.Release(ctx, fencedb.ReleaseParams{LockKey: l.key, Fence: l.fence, Notify: l.c.cfg.wakeOnRelease})
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		// Not released: renewals stay stopped, the local deadline still
 		// ends the lease, and Release may be called again.

@@ -47,7 +47,21 @@ func TestReleaseNotifies(t *testing.T) {
 		}
 	}
 
-	c := newClient(t, pool)
+	// A client without the option releases silently: notifying is opt-in,
+	// since notifying transactions commit one at a time.
+	quiet := newClient(t, pool)
+	ql, err := quiet.TryAcquire(ctx, key, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ql.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := next(100 * time.Millisecond); ok {
+		t.Fatalf("a release without WithWakeOnRelease notified %q", p)
+	}
+
+	c := newClient(t, pool, pglease.WithWakeOnRelease())
 	l, err := c.TryAcquire(ctx, key, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +81,7 @@ func TestReleaseNotifies(t *testing.T) {
 
 	// A stale fence matches no row: no notification.
 	q := fencedb.New(pool)
-	if _, err := q.Release(ctx, fencedb.ReleaseParams{LockKey: key, Fence: -1}); err == nil {
+	if _, err := q.Release(ctx, fencedb.ReleaseParams{LockKey: key, Fence: -1, Notify: true}); err == nil {
 		t.Fatal("Release with a stale fence found a row")
 	}
 	if p, ok := next(100 * time.Millisecond); ok {
@@ -78,7 +92,7 @@ func TestReleaseNotifies(t *testing.T) {
 	if _, err := q.Acquire(ctx, fencedb.AcquireParams{LockKey: key, Owner: "t", OwnerToken: "tok", TtlMicros: 5e6}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := q.ReleaseByOwnerToken(ctx, fencedb.ReleaseByOwnerTokenParams{LockKey: key, OwnerToken: "tok"}); err != nil {
+	if _, err := q.ReleaseByOwnerToken(ctx, fencedb.ReleaseByOwnerTokenParams{LockKey: key, OwnerToken: "tok", Notify: true}); err != nil {
 		t.Fatal(err)
 	}
 	if p, ok := next(2 * time.Second); !ok || p != key {
@@ -143,7 +157,7 @@ func wakeWaitUntil(t *testing.T, d time.Duration, what string, cond func() bool)
 // polling alone each round would take under 500ms with probability 1/4.
 func TestWakeOnRelease(t *testing.T) {
 	pool := pgtest.Pool(t)
-	holder := newClient(t, pool)
+	holder := newClient(t, pool, pglease.WithWakeOnRelease())
 	waiter := newClient(t, pool, pglease.WithWakeOnRelease(), pglease.WithBackoff(2*time.Second, 2*time.Second))
 	key := uniqueKey(t)
 	if pglease.ListenerPID(waiter) != 0 {
@@ -174,7 +188,7 @@ func TestWakeOnRelease(t *testing.T) {
 // still wakes waiters.
 func TestWakeListenerPings(t *testing.T) {
 	pool := pgtest.Pool(t)
-	holder := newClient(t, pool)
+	holder := newClient(t, pool, pglease.WithWakeOnRelease())
 	waiter := newClient(t, pool, pglease.WithWakeOnRelease(), pglease.WithBackoff(2*time.Second, 2*time.Second))
 	pglease.SetListenerPing(waiter, 20*time.Millisecond)
 	key := uniqueKey(t)
@@ -230,7 +244,7 @@ func terminateListener(t *testing.T, pool *pgxpool.Pool, c *pglease.Client) uint
 func TestWakeListenerKilled(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
-	holder := newClient(t, pool)
+	holder := newClient(t, pool, pglease.WithWakeOnRelease())
 	waiter := newClient(t, pool, pglease.WithWakeOnRelease(), pglease.WithBackoff(2*time.Second, 2*time.Second))
 	// Reconnect in 2-4s, so that the release below finds no listener.
 	pglease.SetListenerRetry(waiter, 4*time.Second, 4*time.Second)
@@ -339,7 +353,7 @@ func BenchmarkWakeLatency(b *testing.B) {
 		opts []pglease.Option
 	}{{"poll", nil}, {"notify", []pglease.Option{pglease.WithWakeOnRelease()}}} {
 		b.Run("impl="+impl.name, func(b *testing.B) {
-			holder, err := pglease.New(pool)
+			holder, err := pglease.New(pool, impl.opts...) // the holder notifies only with the option
 			if err != nil {
 				b.Fatal(err)
 			}
