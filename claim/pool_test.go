@@ -413,7 +413,7 @@ func TestPoolLocalDeadlineWhenHeartbeatsStall(t *testing.T) {
 func TestTxPoolEffectsCommitWithCompletion(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
-	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS txpool_effects (job_id bigint PRIMARY KEY)`); err != nil {
+	if _, err := pool.Exec(ctx, `DROP TABLE IF EXISTS txpool_effects; CREATE TABLE txpool_effects (job_id bigint PRIMARY KEY)`); err != nil {
 		t.Fatal(err)
 	}
 	qn := queue("txpool")
@@ -456,9 +456,8 @@ func TestTxPoolEffectsCommitWithCompletion(t *testing.T) {
 	if second.Outcome != claim.LeaseLost {
 		t.Fatalf("stolen job: %v (%v), want lease lost", second.Outcome, second.Err)
 	}
-	var ids []int64
 	rows, _ := pool.Query(ctx, `SELECT job_id FROM txpool_effects ORDER BY job_id`)
-	ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	if err != nil {
 		t.Fatal(err)
 	}

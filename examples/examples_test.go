@@ -300,12 +300,23 @@ func TestSchemaFallback(t *testing.T) {
 	}
 	defer admin.Close(ctx)
 	const role = "pgfence_example_nocreatedb"
+	dropRole := func(conn *pgx.Conn) {
+		conn.Exec(ctx, `DO $$BEGIN IF EXISTS (SELECT FROM pg_roles WHERE rolname = '`+role+`') THEN
+			EXECUTE 'DROP OWNED BY `+role+` CASCADE'; DROP ROLE `+role+`; END IF; END$$`)
+	}
+	dropRole(admin) // left by an interrupted run
 	if _, err := admin.Exec(ctx, `CREATE ROLE `+role+` LOGIN NOCREATEDB`); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		admin.Exec(ctx, `DROP OWNED BY `+role+` CASCADE`)
-		admin.Exec(ctx, `DROP ROLE `+role)
+		// A connection of its own: admin is closed by the time cleanups run.
+		conn, err := pgx.Connect(ctx, pgtest.URL())
+		if err != nil {
+			t.Errorf("dropping role %s: %v", role, err)
+			return
+		}
+		defer conn.Close(ctx)
+		dropRole(conn)
 	})
 	if _, err := admin.Exec(ctx, `GRANT CREATE ON DATABASE `+pgx.Identifier{admin.Config().Database}.Sanitize()+` TO `+role); err != nil {
 		t.Fatal(err)

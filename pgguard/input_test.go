@@ -20,7 +20,7 @@ func TestBadInput(t *testing.T) {
 	pool := pgtest.Pool(t)
 	table := newTable(t, pool)
 	insertRow(t, pool, table, "k")
-	if _, err := pool.Exec(ctx, "CREATE TABLE bystander (x int)"); err != nil {
+	if _, err := pool.Exec(ctx, "DROP TABLE IF EXISTS bystander; CREATE TABLE bystander (x int)"); err != nil {
 		t.Fatal(err)
 	}
 	good := pgguard.Table{Name: table, KeyColumn: "job_id"}

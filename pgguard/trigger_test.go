@@ -319,7 +319,7 @@ func TestTriggerLenient(t *testing.T) {
 func TestMigrationSQL(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
-	if _, err := pool.Exec(ctx, `CREATE TABLE "Mixed_Case$Orders" (id bigint PRIMARY KEY, state text)`); err != nil {
+	if _, err := pool.Exec(ctx, `DROP TABLE IF EXISTS "Mixed_Case$Orders"; CREATE TABLE "Mixed_Case$Orders" (id bigint PRIMARY KEY, state text)`); err != nil {
 		t.Fatal(err)
 	}
 	tbl := pgguard.Table{Schema: "public", Name: "Mixed_Case$Orders", FenceColumn: "Fence"}
