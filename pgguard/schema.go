@@ -97,13 +97,7 @@ func RunFenced(ctx context.Context, db Beginner, fence int64, fn func(tx pgx.Tx)
 // and refuses a column of that name with another type. t.KeyColumn is not
 // used. For a migration file of your own, see FenceColumnMigration.
 func AddFenceColumn(ctx context.Context, db DBTX, t Table) error {
-	if db == nil {
-		return invalid("nil DBTX")
-	}
-	if err := t.check(false); err != nil {
-		return err
-	}
-	r, err := resolve(ctx, db, t)
+	r, err := lookupTable(ctx, db, t)
 	if err != nil {
 		return err
 	}
@@ -152,16 +146,10 @@ func FenceColumnMigration(t Table) (up, down string, err error) {
 // NULL (AddFenceColumn). t.KeyColumn is not used. Classify turns the
 // trigger's errors into ErrStaleFence and ErrNoFence.
 func InstallTrigger(ctx context.Context, db DBTX, t Table, mode Mode) error {
-	if db == nil {
-		return invalid("nil DBTX")
-	}
 	if mode != Strict && mode != Lenient {
 		return invalid("mode must be Strict or Lenient, got %v", mode)
 	}
-	if err := t.check(false); err != nil {
-		return err
-	}
-	r, err := resolve(ctx, db, t)
+	r, err := lookupTable(ctx, db, t)
 	if err != nil {
 		return err
 	}
@@ -186,13 +174,7 @@ func triggerSQL(quotedTable, fenceColumn string, mode Mode) string {
 
 // RemoveTrigger takes the fencing trigger off t, if it has one.
 func RemoveTrigger(ctx context.Context, db DBTX, t Table) error {
-	if db == nil {
-		return invalid("nil DBTX")
-	}
-	if err := t.check(false); err != nil {
-		return err
-	}
-	r, err := resolve(ctx, db, t)
+	r, err := lookupTable(ctx, db, t)
 	if err != nil {
 		return err
 	}
@@ -205,13 +187,7 @@ func RemoveTrigger(ctx context.Context, db DBTX, t Table) error {
 // TriggerMode reports the mode of t's fencing trigger; ok is false when t has
 // none.
 func TriggerMode(ctx context.Context, db DBTX, t Table) (mode Mode, ok bool, err error) {
-	if db == nil {
-		return 0, false, invalid("nil DBTX")
-	}
-	if err := t.check(false); err != nil {
-		return 0, false, err
-	}
-	r, err := resolve(ctx, db, t)
+	r, err := lookupTable(ctx, db, t)
 	if err != nil {
 		return 0, false, err
 	}
@@ -249,4 +225,17 @@ func TriggerMigration(t Table, mode Mode) (up, down string, err error) {
 	up = "-- pgguard: database-enforced fencing (" + mode.String() + " mode).\n" + triggerSQL(tbl, t.fenceColumn(), mode)
 	down = fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s;\n", TriggerName, tbl)
 	return up, down, nil
+}
+
+// lookupTable validates t's names (the key column is not needed) and finds
+// the table in the catalog through db: the common start of the schema
+// helpers.
+func lookupTable(ctx context.Context, db DBTX, t Table) (*resolved, error) {
+	if db == nil {
+		return nil, invalid("nil DBTX")
+	}
+	if err := t.check(false); err != nil {
+		return nil, err
+	}
+	return resolve(ctx, db, t)
 }
