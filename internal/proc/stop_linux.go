@@ -5,18 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 )
-
-// Stop sends SIGSTOP to pid and waits, up to timeout, until every one of its
-// threads is stopped (state T in /proc/<pid>/task/<tid>/stat).
-func Stop(pid int, timeout time.Duration) error {
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		return fmt.Errorf("proc: SIGSTOP %d: %w", pid, err)
-	}
-	return WaitStopped(pid, timeout)
-}
 
 // WaitStopped waits until every thread of pid is stopped by a signal, or
 // exited.
