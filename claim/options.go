@@ -6,6 +6,8 @@ import (
 	mrand "math/rand/v2"
 	"os"
 	"time"
+
+	"github.com/pgfence/pgfence/internal/validate"
 )
 
 const (
@@ -84,11 +86,12 @@ func WithQueue(name string) Option {
 
 // WithOwner sets the label stored in the owner column of claimed rows, for
 // humans and dashboards. Default: "<hostname>/<pid>". It proves nothing: the
-// fence does.
+// fence does. The label must be 1 to 256 bytes of valid UTF-8 without a NUL
+// byte; New refuses any other with ErrInvalidInput.
 func WithOwner(label string) Option {
 	return func(c *config) error {
-		if label == "" || len(label) > 256 {
-			return invalid("owner label must be 1 to 256 bytes, got %d", len(label))
+		if err := validate.Owner(label); err != nil {
+			return invalid("%v", err)
 		}
 		c.owner = label
 		return nil

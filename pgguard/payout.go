@@ -7,9 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -132,15 +130,8 @@ func NewPayouts(opts ...Option) (*Payouts, error) {
 var currencyRE = regexp.MustCompile(`^[A-Z]{3}$`)
 
 func checkText(what, s string, max int) error {
-	switch {
-	case s == "":
-		return invalid("%s is empty", what)
-	case len(s) > max:
-		return invalid("%s is %d bytes; the limit is %d", what, len(s), max)
-	case !utf8.ValidString(s):
-		return invalid("%s is not valid UTF-8", what)
-	case strings.IndexByte(s, 0) >= 0:
-		return invalid("%s contains a NUL byte", what)
+	if err := validate.Text(what, s, max); err != nil {
+		return invalid("%v", err)
 	}
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"os"
 	"time"
+
+	"github.com/pgfence/pgfence/internal/validate"
 )
 
 // MaxTTL is the longest lease pglease grants. A longer one would turn a
@@ -48,10 +50,12 @@ func defaultConfig() config {
 // WithOwner sets the owner label stored with each lease, for humans and
 // dashboards (pgfence list). Default: "<hostname>/<pid>". It is not what
 // proves ownership: each acquisition carries its own random token and fence.
+// The label must be 1 to 256 bytes of valid UTF-8 without a NUL byte; New
+// refuses any other with ErrInvalidInput.
 func WithOwner(label string) Option {
 	return func(c *config) error {
-		if label == "" || len(label) > 256 {
-			return invalid("owner label must be 1 to 256 bytes, got %d", len(label))
+		if err := validate.Owner(label); err != nil {
+			return invalid("%v", err)
 		}
 		c.owner = label
 		return nil

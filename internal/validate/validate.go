@@ -10,18 +10,32 @@ import (
 // MaxKeyBytes is the longest lock key, in bytes of UTF-8.
 const MaxKeyBytes = 512
 
+// MaxOwnerBytes is the longest owner label (pglease.WithOwner,
+// claim.WithOwner), in bytes of UTF-8.
+const MaxOwnerBytes = 256
+
 // Key checks a lock key: non-empty, at most MaxKeyBytes bytes, valid UTF-8,
 // no NUL byte (PostgreSQL text cannot hold one).
-func Key(key string) error {
+func Key(key string) error { return Text("key", key, MaxKeyBytes) }
+
+// Owner checks an owner label by the rule of keys: non-empty, at most
+// MaxOwnerBytes bytes, valid UTF-8, no NUL byte. A label the database cannot
+// store would otherwise make every acquire or claim fail (SQLSTATE 22021).
+func Owner(label string) error { return Text("owner label", label, MaxOwnerBytes) }
+
+// Text checks a string that is stored in a text column: non-empty, at most
+// max bytes, valid UTF-8 and without a NUL byte, which PostgreSQL text cannot
+// hold. what names it in the message.
+func Text(what, s string, max int) error {
 	switch {
-	case key == "":
-		return fmt.Errorf("key is empty")
-	case len(key) > MaxKeyBytes:
-		return fmt.Errorf("key is %d bytes; the limit is %d", len(key), MaxKeyBytes)
-	case !utf8.ValidString(key):
-		return fmt.Errorf("key %q is not valid UTF-8", key)
-	case strings.IndexByte(key, 0) >= 0:
-		return fmt.Errorf("key %q contains a NUL byte", key)
+	case s == "":
+		return fmt.Errorf("%s is empty", what)
+	case len(s) > max:
+		return fmt.Errorf("%s is %d bytes; the limit is %d", what, len(s), max)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%s %q is not valid UTF-8", what, s)
+	case strings.IndexByte(s, 0) >= 0:
+		return fmt.Errorf("%s %q contains a NUL byte", what, s)
 	}
 	return nil
 }

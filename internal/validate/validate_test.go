@@ -22,6 +22,21 @@ func TestKey(t *testing.T) {
 	}
 }
 
+func TestOwner(t *testing.T) {
+	for label, ok := range map[string]bool{
+		"host-1/4242":            true,
+		strings.Repeat("é", 128): true, // 256 bytes
+		strings.Repeat("o", 257): false,
+		"":                       false,
+		"own\xffer":              false,
+		"own\x00er":              false,
+	} {
+		if err := Owner(label); (err == nil) != ok {
+			t.Errorf("Owner(%q) = %v, want ok=%v", label, err, ok)
+		}
+	}
+}
+
 func TestIdentifier(t *testing.T) {
 	for name, ok := range map[string]bool{
 		"last_fence":             true,
