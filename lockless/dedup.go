@@ -15,8 +15,8 @@ type InsertOnceSpec struct {
 	// Columns are the columns Insert fills, in the order of its values.
 	Columns []string
 	// ConflictOn are the columns of the unique constraint (or unique index)
-	// that makes a row unique, e.g. customer_id, billing_period. They must be
-	// among Columns.
+	// that makes a row unique, e.g. customer_id, billing_period: exactly its
+	// key columns, in any order. They must be among Columns.
 	ConflictOn []string
 	// Returning are the columns Insert scans into its destinations, from the
 	// row it created or, for a caller that lost, from the row that exists.
@@ -34,7 +34,10 @@ type InsertOnce struct {
 }
 
 // NewInsertOnce checks spec against the catalog through q and prepares the
-// statements.
+// statements. It refuses, with ErrInvalidInput, unsafe or unknown names and
+// conflict columns that no unique index or constraint covers exactly (in any
+// order; not a partial, expression or deferrable one): INSERT ... ON
+// CONFLICT would fail on every call without one.
 func NewInsertOnce(ctx context.Context, q Querier, spec InsertOnceSpec) (*InsertOnce, error) {
 	cols, err := spec.Table.columns(ctx, q)
 	if err != nil {
@@ -44,6 +47,9 @@ func NewInsertOnce(ctx context.Context, q Querier, spec InsertOnceSpec) (*Insert
 		return nil, err
 	}
 	if err := spec.Table.need(cols, "conflict", spec.ConflictOn...); err != nil {
+		return nil, err
+	}
+	if err := spec.Table.uniqueOn(ctx, q, spec.ConflictOn); err != nil {
 		return nil, err
 	}
 	pos := map[string]int{}

@@ -124,3 +124,35 @@ func (t Table) need(cols map[string]string, what string, names ...string) error 
 }
 
 func isInt(typ string) bool { return typ == "smallint" || typ == "integer" || typ == "bigint" }
+
+// uniqueOn checks that a valid, immediate, non-partial unique index (a
+// primary key or unique constraint will do) has exactly cols as its key
+// columns, in any order: the index that INSERT ... ON CONFLICT (cols) infers
+// as its arbiter. Without one, every insert would fail with SQLSTATE 42P10;
+// a partial, expression or deferrable index cannot serve ON CONFLICT (cols)
+// either.
+func (t Table) uniqueOn(ctx context.Context, q Querier, cols []string) error {
+	var ok bool
+	err := q.QueryRow(ctx, `
+SELECT EXISTS (
+  SELECT 1 FROM pg_catalog.pg_index i
+   WHERE i.indrelid = pg_catalog.to_regclass($1)
+     AND i.indisunique AND i.indisvalid AND i.indimmediate
+     AND i.indpred IS NULL AND i.indexprs IS NULL
+     AND i.indnkeyatts = cardinality($2::text[])
+     AND (SELECT pg_catalog.array_agg(a.attname::text COLLATE "C" ORDER BY a.attname::text COLLATE "C")
+            FROM unnest(i.indkey) WITH ORDINALITY AS k(num, pos)
+            JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.num
+           WHERE k.pos <= i.indnkeyatts)
+       = (SELECT pg_catalog.array_agg(c COLLATE "C" ORDER BY c COLLATE "C") FROM unnest($2::text[]) AS c))`,
+		t.ident(), cols).Scan(&ok)
+	if err != nil {
+		return fmt.Errorf("lockless: reading the indexes of %s: %w", t.ident(), err)
+	}
+	if !ok {
+		return invalid("table %s has no unique index or constraint on exactly (%s), so INSERT ... ON CONFLICT cannot use it "+
+			"(a partial, expression or deferrable one does not count): add one, e.g. ALTER TABLE %s ADD UNIQUE (%s)",
+			t.ident(), quoteAll(cols), t.ident(), quoteAll(cols))
+	}
+	return nil
+}
