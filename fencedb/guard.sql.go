@@ -10,13 +10,14 @@ import (
 )
 
 const BeginSubmitPayout = `-- name: BeginSubmitPayout :one
+
 UPDATE payout_intents AS p
    SET state = 'SUBMITTING',
        attempts = p.attempts + 1,
        last_fence = $1::bigint,
        submitting_since = now(),
        updated_at = now()
-  FROM (SELECT set_config('pgfence.fence', $1::bigint::text, true)) AS settings
+  FROM (SELECT pgfence_set_fence($1::bigint, NOT $3::boolean)) AS settings
  WHERE p.payout_id = $2
    AND p.state IN ('PENDING', 'SUBMITTING')
    AND p.last_fence <= $1::bigint
@@ -24,15 +25,20 @@ RETURNING p.payout_id, p.amount_cents, p.currency, p.state, p.idempotency_key, p
 `
 
 type BeginSubmitPayoutParams struct {
-	Fence    int64
-	PayoutID string
+	Fence          int64
+	PayoutID       string
+	OwnFenceSource bool
 }
 
+// Every transition sets the transaction's fence, bound to the transaction,
+// for a fencing trigger on payout_intents, and checks it against the ceiling
+// of pgfence's source unless own_fence_source is true (migration 000004;
+// its zero value, false, keeps the check).
 // PENDING or SUBMITTING -> SUBMITTING, before calling the provider. Re-entering
 // SUBMITTING is a retry (after a crash, by a newer holder or by the same one):
 // the provider sees the same idempotency key again.
 func (q *Queries) BeginSubmitPayout(ctx context.Context, arg BeginSubmitPayoutParams) (PayoutIntent, error) {
-	row := q.db.QueryRow(ctx, BeginSubmitPayout, arg.Fence, arg.PayoutID)
+	row := q.db.QueryRow(ctx, BeginSubmitPayout, arg.Fence, arg.PayoutID, arg.OwnFenceSource)
 	var i PayoutIntent
 	err := row.Scan(
 		&i.PayoutID,
@@ -122,7 +128,7 @@ UPDATE payout_intents AS p
        failure_reason = $1::text,
        last_fence = $2::bigint,
        updated_at = now()
-  FROM (SELECT set_config('pgfence.fence', $2::bigint::text, true)) AS settings
+  FROM (SELECT pgfence_set_fence($2::bigint, NOT $4::boolean)) AS settings
  WHERE p.payout_id = $3
    AND p.state IN ('PENDING', 'SUBMITTING')
    AND p.last_fence <= $2::bigint
@@ -130,15 +136,21 @@ RETURNING p.payout_id, p.amount_cents, p.currency, p.state, p.idempotency_key, p
 `
 
 type MarkPayoutFailedParams struct {
-	Reason   string
-	Fence    int64
-	PayoutID string
+	Reason         string
+	Fence          int64
+	PayoutID       string
+	OwnFenceSource bool
 }
 
 // PENDING or SUBMITTING -> FAILED: the provider refused it, or reconciliation
 // found it never arrived and it is given up.
 func (q *Queries) MarkPayoutFailed(ctx context.Context, arg MarkPayoutFailedParams) (PayoutIntent, error) {
-	row := q.db.QueryRow(ctx, MarkPayoutFailed, arg.Reason, arg.Fence, arg.PayoutID)
+	row := q.db.QueryRow(ctx, MarkPayoutFailed,
+		arg.Reason,
+		arg.Fence,
+		arg.PayoutID,
+		arg.OwnFenceSource,
+	)
 	var i PayoutIntent
 	err := row.Scan(
 		&i.PayoutID,
@@ -163,7 +175,7 @@ UPDATE payout_intents AS p
        provider_ref = $1::text,
        last_fence = $2::bigint,
        updated_at = now()
-  FROM (SELECT set_config('pgfence.fence', $2::bigint::text, true)) AS settings
+  FROM (SELECT pgfence_set_fence($2::bigint, NOT $4::boolean)) AS settings
  WHERE p.payout_id = $3
    AND p.state = 'SUBMITTING'
    AND p.last_fence <= $2::bigint
@@ -171,14 +183,20 @@ RETURNING p.payout_id, p.amount_cents, p.currency, p.state, p.idempotency_key, p
 `
 
 type MarkPayoutSubmittedParams struct {
-	ProviderRef string
-	Fence       int64
-	PayoutID    string
+	ProviderRef    string
+	Fence          int64
+	PayoutID       string
+	OwnFenceSource bool
 }
 
 // SUBMITTING -> SUBMITTED, with what the provider answered.
 func (q *Queries) MarkPayoutSubmitted(ctx context.Context, arg MarkPayoutSubmittedParams) (PayoutIntent, error) {
-	row := q.db.QueryRow(ctx, MarkPayoutSubmitted, arg.ProviderRef, arg.Fence, arg.PayoutID)
+	row := q.db.QueryRow(ctx, MarkPayoutSubmitted,
+		arg.ProviderRef,
+		arg.Fence,
+		arg.PayoutID,
+		arg.OwnFenceSource,
+	)
 	var i PayoutIntent
 	err := row.Scan(
 		&i.PayoutID,

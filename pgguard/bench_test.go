@@ -36,7 +36,7 @@ func BenchmarkUpdate(b *testing.B) {
 				}
 			}
 		})
-		sql := "UPDATE " + table + " SET writer = $1, last_fence = $2 FROM (SELECT set_config('pgfence.fence', $2::bigint::text, true)) s WHERE job_id = $3 AND last_fence <= $2 AND status = 'PENDING'"
+		sql := "UPDATE " + table + " SET writer = $1, last_fence = $2 FROM (SELECT pgfence_set_fence($2::bigint)) s WHERE job_id = $3 AND last_fence <= $2 AND status = 'PENDING'"
 		b.Run(fmt.Sprintf("handwritten/trigger=%v", trigger), func(b *testing.B) {
 			for b.Loop() {
 				if _, err := pool.Exec(ctx, sql, "x", f, "k"); err != nil {

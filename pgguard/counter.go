@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"strconv"
 	"sync"
 )
 
@@ -77,13 +78,16 @@ func (c *Counter) Last() *StaleFenceError {
 	return &cp
 }
 
-// Option configures a Guard, Payouts or RunFenced.
+// Option configures a Guard, Payouts, RunFenced or SetFence.
 type Option func(*options) error
 
 type options struct {
 	counter *Counter
 	hook    func(context.Context, *StaleFenceError)
 	done    []Cond // Guard only: the row's final states
+	// ownSource: fences come from the caller's own source, so the
+	// ceiling of pgfence's source does not apply (WithOwnFenceSource).
+	ownSource bool
 }
 
 func buildOptions(opts []Option) (options, error) {
@@ -163,4 +167,26 @@ func WithDoneWhen(done ...Cond) Option {
 		o.done = done
 		return nil
 	}
+}
+
+// WithOwnFenceSource says that the fences given to a Guard, Payouts,
+// RunFenced or SetFence come from a source of your own (an epoch, a term, a
+// revision of another system), not from pgfence's (pglease, claim,
+// pgfence_next_fence()). It turns off the fence ceiling: by default, a fence
+// above the highest one pgfence's source has issued so far
+// (pgfence_fence_ceiling()) is refused with ErrFenceAboveCeiling, because a
+// made-up fence that high would lock every real holder out of the rows it
+// wrote. Default: off (the ceiling is checked).
+func WithOwnFenceSource() Option {
+	return func(o *options) error {
+		o.ownSource = true
+		return nil
+	}
+}
+
+// setFenceCall is the SQL call that sets the transaction's fence, bound to
+// the transaction (migration 000004), with the ceiling checked unless the
+// fences come from a source of the caller's own.
+func (o *options) setFenceCall(fenceParam string) string {
+	return "pgfence_set_fence(" + fenceParam + "::bigint, " + strconv.FormatBool(!o.ownSource) + ")"
 }

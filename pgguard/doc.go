@@ -54,17 +54,48 @@
 //
 // # Database-enforced fencing
 //
-// InstallTrigger (opt-in, per table) adds a trigger that refuses, with
-// SQLSTATE PF001, any UPDATE or DELETE of a row whose transaction carries an
-// older fence than the row's, whatever SQL issued it, even a hand-written
-// statement that forgot the predicate. The transaction's fence is a
-// transaction-local setting, pgfence.fence, set by SetFence or RunFenced (and
-// by Guard and Payouts statements themselves). A transaction without a fence
-// is refused in Strict mode (SQLSTATE PF002) and let through in Lenient mode;
-// either way the trigger owns the fence column: a fenced UPDATE stamps its
-// fence on the row, and no UPDATE lowers the row's fence or raises it past
-// the fence its transaction holds. Classify maps the trigger's errors to ErrStaleFence and
-// ErrNoFence.
+// InstallTrigger (opt-in, per table, and on the tables that INHERITS from
+// it) adds a trigger that refuses, with SQLSTATE PF001, any UPDATE or DELETE
+// of a row whose transaction carries an older fence than the row's, whatever
+// SQL issued it, even a hand-written statement that forgot the predicate.
+// The transaction's fence is set by SetFence or RunFenced (and by Guard and
+// Payouts statements themselves), all through the SQL function
+// pgfence_set_fence, which binds it to the transaction: the setting
+// pgfence.fence holds '<fence>@<transaction id>', and the trigger accepts it
+// only in that transaction. A pgfence.fence set any other way (a
+// session-level SET, which would outlive its transaction and, on a pooled
+// connection, vouch for other clients' transactions; a plain set_config) is
+// refused in either mode with SQLSTATE PF003. A transaction without a fence
+// is refused in Strict mode (SQLSTATE PF002) and let through in Lenient
+// mode; either way the trigger owns the fence column: a fenced UPDATE stamps
+// its fence on the row, and no UPDATE lowers the row's fence or raises it
+// past the fence its transaction holds. Classify maps the trigger's errors
+// to ErrStaleFence and ErrNoFence.
+//
+// # The fence ceiling
+//
+// A made-up fence far above anything issued (say 2^62), once written to a
+// row, locks every real holder out of it. So pgfence_set_fence refuses
+// (SQLSTATE PF004, ErrFenceAboveCeiling) a fence above the highest that
+// pgfence's source has issued so far, pgfence_fence_ceiling(): the WAL
+// timeline over the fence sequence's last value. Guard, Payouts, SetFence
+// and RunFenced all check it, in the statement that sets the fence; it costs
+// nothing per row. If your fences come from a source of your own (an epoch,
+// a term, another system's revision), pass WithOwnFenceSource.
+//
+// # Trust model
+//
+// Fencing protects the resource from holders that are late, not from roles
+// that lie. The lease's fence is only as good as the code that passes it on;
+// the binding and the ceiling stop mistakes (a leftover session setting, a
+// corrupted or invented fence passed through pgguard), not a role with SQL
+// access, which can write any value into pgfence.fence, bound form
+// included, or stamp a fence column directly on a table without the
+// trigger. The database's privileges are the boundary: give roles you do
+// not trust no UPDATE or DELETE on fenced tables and no UPDATE on the
+// sequence pgfence_fence_seq (setval would move the ceiling), and keep the
+// trigger in Strict mode where every writer should be fenced. Only a table's
+// owner can disable its trigger.
 //
 // # Counting stale writes
 //
@@ -82,6 +113,6 @@
 // reconciliation query (Stuck) for rows left in SUBMITTING.
 //
 // pgguard never imports pglease: the resource knows fences, not leases.
-// Its tables and trigger function come from pgfence's migrations (package
-// migrations, version 2).
+// Its tables and functions come from pgfence's migrations (package
+// migrations, versions 2 and 4).
 package pgguard

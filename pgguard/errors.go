@@ -30,9 +30,21 @@ var (
 	ErrNoRow = errors.New("pgguard: no such row")
 
 	// ErrNoFence: a table fenced in strict mode refused an UPDATE or DELETE
-	// from a transaction that set no fence (see InstallTrigger and SetFence).
-	// Classify turns the database's error into one that satisfies it.
+	// from a transaction that set no fence (SQLSTATE PF002), or a fenced
+	// table, in either mode, refused one under a pgfence.fence that the
+	// transaction did not set with pgfence_set_fence (PF003: a session-level
+	// SET, or a plain set_config). See InstallTrigger and SetFence. Classify
+	// turns the database's errors into ones that satisfy it.
 	ErrNoFence = errors.New("pgguard: no fence set for a table fenced in strict mode")
+
+	// ErrFenceAboveCeiling: the fence is above the highest fence pgfence's
+	// source has issued so far (pgfence_fence_ceiling(): the current WAL
+	// timeline over the fence sequence's last value), so it is made up or
+	// corrupted: written to a row, it would lock every real holder out.
+	// Refused by pgfence_set_fence, which SetFence, RunFenced, Guard and
+	// Payouts call, with SQLSTATE PF004. If your fences come from a source of
+	// your own, pass WithOwnFenceSource.
+	ErrFenceAboveCeiling = errors.New("pgguard: fence above the highest pgfence has issued")
 
 	// ErrInvalidInput: a fence, key, identifier or value was refused before
 	// anything was sent to the database. The error's text says which and why.
@@ -44,12 +56,19 @@ var (
 )
 
 // SQLSTATEs raised by the fencing trigger (pgfence_enforce_fence, installed
-// by InstallTrigger). Class PF is not used by PostgreSQL.
+// by InstallTrigger) and by pgfence_set_fence. Class PF is not used by
+// PostgreSQL.
 const (
 	// SQLStateStaleFence: the transaction's fence is older than the row's.
 	SQLStateStaleFence = "PF001"
 	// SQLStateNoFence: strict mode, and the transaction set no fence.
 	SQLStateNoFence = "PF002"
+	// SQLStateUnboundFence: pgfence.fence is set, but not by this
+	// transaction's pgfence_set_fence (either mode).
+	SQLStateUnboundFence = "PF003"
+	// SQLStateFenceAboveCeiling: pgfence_set_fence refused a fence above the
+	// highest pgfence's source has issued.
+	SQLStateFenceAboveCeiling = "PF004"
 )
 
 func invalid(format string, args ...any) error {
@@ -138,7 +157,8 @@ func (e *PreconditionError) Is(target error) bool {
 
 // Classify turns the fencing trigger's errors into pgguard's: a
 // *pgconn.PgError with SQLSTATE PF001 becomes a *StaleFenceError (wrapping
-// it), one with PF002 an error satisfying ErrNoFence. Other errors, nil
+// it), one with PF002 or PF003 an error satisfying ErrNoFence, one with PF004
+// an error satisfying ErrFenceAboveCeiling. Other errors, nil
 // included, are returned unchanged. Use it on errors from your own SQL on a
 // table with a fencing trigger; RunFenced and the Guard's methods already do.
 func Classify(err error) error {
@@ -147,8 +167,8 @@ func Classify(err error) error {
 		return err
 	}
 	var already *StaleFenceError
-	if errors.As(err, &already) {
-		return err
+	if errors.As(err, &already) || errors.Is(err, ErrNoFence) || errors.Is(err, ErrFenceAboveCeiling) {
+		return err // classified already
 	}
 	switch pgErr.Code {
 	case SQLStateStaleFence:
@@ -165,8 +185,10 @@ func Classify(err error) error {
 			}
 		}
 		return e
-	case SQLStateNoFence:
+	case SQLStateNoFence, SQLStateUnboundFence:
 		return fmt.Errorf("%w: %w", ErrNoFence, err)
+	case SQLStateFenceAboveCeiling:
+		return fmt.Errorf("%w: %w", ErrFenceAboveCeiling, err)
 	}
 	return err
 }

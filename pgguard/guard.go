@@ -203,11 +203,13 @@ func (g *Guard) checkArgs(key any, fence int64) error {
 	return nil
 }
 
-// setFence is the FROM item that sets the transaction's fence in the same
-// statement, for a fencing trigger on the table (it runs before the row is
-// written).
-func setFence(fenceParam string) string {
-	return "(SELECT pg_catalog.set_config('pgfence.fence', " + fenceParam + "::bigint::text, true)) AS pgfence_settings"
+// setFence is the FROM item that sets the transaction's fence, bound to the
+// transaction, in the same statement, for a fencing trigger on the table (it
+// runs before the row is written). It also checks the fence against the
+// ceiling of pgfence's source (see WithOwnFenceSource), which holds whenever
+// the statement writes a row: the join cannot produce a row without it.
+func (g *Guard) setFence(fenceParam string) string {
+	return "(SELECT " + g.opts.setFenceCall(fenceParam) + ") AS pgfence_settings"
 }
 
 // Update is the guarded write, one statement:
@@ -217,7 +219,9 @@ func setFence(fenceParam string) string {
 //
 // "<=" lets one holder write several times with one fence; a newer fence
 // locks older ones out. It also sets the transaction's fence (as SetFence
-// does) for a fencing trigger on the table.
+// does) for a fencing trigger on the table, and so refuses a fence above the
+// highest pgfence's source has issued with ErrFenceAboveCeiling, unless the
+// Guard was made WithOwnFenceSource.
 //
 // It returns nil when the row was written. When no row was, it re-reads the
 // row with the next statement on db (in the caller's transaction when db is
@@ -270,7 +274,7 @@ func (g *Guard) Update(ctx context.Context, db DBTX, key any, fence int64, set V
 		return err
 	}
 	fmt.Fprintf(&b.sb, "UPDATE %s AS %s SET %s FROM %s WHERE %s.%s = %s AND %s.%s <= %s::bigint AND %s",
-		g.t.quoted(), alias, strings.Join(assigns, ", "), setFence(pFence),
+		g.t.quoted(), alias, strings.Join(assigns, ", "), g.setFence(pFence),
 		alias, g.qKey, pKey, alias, g.qFence, pFence, cond)
 	tag, err := db.Exec(ctx, b.sb.String(), b.args...)
 	if err != nil {
@@ -290,10 +294,10 @@ func (g *Guard) Update(ctx context.Context, db DBTX, key any, fence int64, set V
 }
 
 // Check reads the row and says whether a guarded write with fence and where
-// would apply now: nil if it would, else a *StaleFenceError (counted), a
-// *PreconditionError or an error satisfying ErrNoRow, decided in that order
-// after the row's existence: a stale holder hears it is stale whatever the
-// row's state. Use it after your own guarded SQL changed no row, on the same
+// would apply now: nil if it would, else ErrFenceAboveCeiling (unless
+// WithOwnFenceSource), a *StaleFenceError (counted), a *PreconditionError or
+// an error satisfying ErrNoRow, decided in that order after the row's
+// existence: a stale holder hears it is stale whatever the row's state. Use it after your own guarded SQL changed no row, on the same
 // db (your transaction), to learn which it was.
 func (g *Guard) Check(ctx context.Context, db DBTX, key any, fence int64, where ...Cond) error {
 	if err := g.checkArgs(key, fence); err != nil {
@@ -314,16 +318,26 @@ func (g *Guard) Check(ctx context.Context, db DBTX, key any, fence int64, where 
 			return err
 		}
 	}
-	fmt.Fprintf(&b.sb, "SELECT %s.%s, coalesce(%s, false), coalesce(%s, false) FROM %s AS %s WHERE %s.%s = %s",
-		alias, g.qFence, cond, done, g.t.quoted(), alias, alias, g.qKey, pKey)
+	// The ceiling, unless the fences are the caller's own: a write with a
+	// fence above it would be refused (pgfence_set_fence), so Check says so.
+	ceiling := "NULL::bigint"
+	if !g.opts.ownSource {
+		ceiling = "pgfence_fence_ceiling()"
+	}
+	fmt.Fprintf(&b.sb, "SELECT %s.%s, coalesce(%s, false), coalesce(%s, false), %s FROM %s AS %s WHERE %s.%s = %s",
+		alias, g.qFence, cond, done, ceiling, g.t.quoted(), alias, alias, g.qKey, pKey)
 	var current int64
+	var top *int64
 	var ok, isDone bool
-	err = db.QueryRow(ctx, b.sb.String(), b.args...).Scan(&current, &ok, &isDone)
+	err = db.QueryRow(ctx, b.sb.String(), b.args...).Scan(&current, &ok, &isDone, &top)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("%w: %s has no row with %s = %q", ErrNoRow, g.t.display, g.key, keyText(key))
 	case err != nil:
 		return g.wrap(ctx, "re-read", key, err)
+	case top != nil && fence > *top:
+		return fmt.Errorf("%w: fence %d for %s key %q; the highest issued is %d (pass WithOwnFenceSource if your fences come from a source of your own)",
+			ErrFenceAboveCeiling, fence, g.t.display, keyText(key), *top)
 	case current > fence:
 		return g.opts.caught(ctx, &StaleFenceError{Table: g.t.display, Key: keyText(key), Presented: fence, Current: current})
 	case !ok:
@@ -356,7 +370,8 @@ func (g *Guard) Check(ctx context.Context, db DBTX, key any, fence int64, where 
 //
 // Zero rows is an answer: a *StaleFenceError (counted) means a newer holder
 // exists, so abandon the attempt; ErrNoRow means there is no such row. Claim
-// also sets the transaction's fence, as SetFence does.
+// also sets the transaction's fence, as SetFence does, and so refuses a fence
+// above the ceiling (ErrFenceAboveCeiling) as Update does.
 func (g *Guard) Claim(ctx context.Context, db DBTX, key any, fence int64, columns []string, dest ...any) error {
 	if err := g.checkArgs(key, fence); err != nil {
 		return err
@@ -380,7 +395,7 @@ func (g *Guard) Claim(ctx context.Context, db DBTX, key any, fence int64, column
 		ret = append(ret, alias+"."+pgx.Identifier{name}.Sanitize())
 	}
 	fmt.Fprintf(&b.sb, "UPDATE %s AS %s SET %s = %s::bigint FROM %s WHERE %s.%s = %s AND %s.%s <= %s::bigint RETURNING %s",
-		g.t.quoted(), alias, g.qFence, pFence, setFence(pFence),
+		g.t.quoted(), alias, g.qFence, pFence, g.setFence(pFence),
 		alias, g.qKey, pKey, alias, g.qFence, pFence, strings.Join(ret, ", "))
 	var raised int64
 	err := db.QueryRow(ctx, b.sb.String(), b.args...).Scan(append([]any{&raised}, dest...)...)

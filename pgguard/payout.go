@@ -118,7 +118,8 @@ type Payouts struct {
 	o options
 }
 
-// NewPayouts returns a Payouts. Options: WithCounter, WithStaleHook.
+// NewPayouts returns a Payouts. Options: WithCounter, WithStaleHook,
+// WithOwnFenceSource.
 func NewPayouts(opts ...Option) (*Payouts, error) {
 	o, err := buildOptions(opts)
 	if err != nil {
@@ -210,7 +211,7 @@ func (p *Payouts) BeginSubmit(ctx context.Context, db DBTX, id string, fence int
 		return Payout{}, err
 	}
 	return p.transition(ctx, db, id, fence, "begin submitting", func(q *fencedb.Queries) (fencedb.PayoutIntent, error) {
-		return q.BeginSubmitPayout(ctx, fencedb.BeginSubmitPayoutParams{Fence: fence, PayoutID: id})
+		return q.BeginSubmitPayout(ctx, fencedb.BeginSubmitPayoutParams{Fence: fence, PayoutID: id, OwnFenceSource: p.o.ownSource})
 	})
 }
 
@@ -226,7 +227,7 @@ func (p *Payouts) MarkSubmitted(ctx context.Context, db DBTX, id string, fence i
 		return Payout{}, err
 	}
 	return p.transition(ctx, db, id, fence, "mark submitted", func(q *fencedb.Queries) (fencedb.PayoutIntent, error) {
-		return q.MarkPayoutSubmitted(ctx, fencedb.MarkPayoutSubmittedParams{Fence: fence, PayoutID: id, ProviderRef: providerRef})
+		return q.MarkPayoutSubmitted(ctx, fencedb.MarkPayoutSubmittedParams{Fence: fence, PayoutID: id, ProviderRef: providerRef, OwnFenceSource: p.o.ownSource})
 	})
 }
 
@@ -243,7 +244,7 @@ func (p *Payouts) MarkFailed(ctx context.Context, db DBTX, id string, fence int6
 		return Payout{}, err
 	}
 	return p.transition(ctx, db, id, fence, "mark failed", func(q *fencedb.Queries) (fencedb.PayoutIntent, error) {
-		return q.MarkPayoutFailed(ctx, fencedb.MarkPayoutFailedParams{Fence: fence, PayoutID: id, Reason: reason})
+		return q.MarkPayoutFailed(ctx, fencedb.MarkPayoutFailedParams{Fence: fence, PayoutID: id, Reason: reason, OwnFenceSource: p.o.ownSource})
 	})
 }
 
@@ -287,7 +288,7 @@ func (p *Payouts) transition(ctx context.Context, db DBTX, id string, fence int6
 		return payoutFrom(row), nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		err = Classify(err)
+		err = Classify(err) // a trigger's refusal, or a fence above the ceiling
 		if se, ok := err.(*StaleFenceError); ok {
 			se.Key = id
 			return Payout{}, p.o.caught(ctx, se)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -16,14 +17,18 @@ const (
 	// Strict refuses an UPDATE or DELETE from a transaction without a fence,
 	// with SQLSTATE PF002 (ErrNoFence after Classify): every change to an
 	// existing row must come from a fenced transaction. For a one-off manual
-	// fix, an operator sets a fresh fence, which also locks out every
-	// current holder:
-	//	SELECT set_config('pgfence.fence', pgfence_next_fence()::text, true);
+	// fix, an operator sets a fresh fence, in the transaction that writes,
+	// which also locks out every current holder:
+	//	SELECT pgfence_set_fence(pgfence_next_fence());
 	Strict Mode = iota + 1
 	// Lenient lets an UPDATE or DELETE from a transaction without a fence
 	// through (writers that know nothing of fences keep working), but such
-	// an UPDATE cannot change the row's fence. Writes that carry a fence are checked
-	// exactly as in Strict mode.
+	// an UPDATE cannot change the row's fence. Writes that carry a fence are
+	// checked exactly as in Strict mode, and in both modes a pgfence.fence
+	// that the transaction did not set with pgfence_set_fence (a
+	// session-level SET, a plain set_config) is refused, SQLSTATE PF003:
+	// a writer that sets a fence means to be fenced, and treating its fence
+	// as absent would let its stale writes through without a word.
 	Lenient
 )
 
@@ -42,21 +47,35 @@ func (m Mode) String() string {
 // a table.
 const TriggerName = "pgfence_fence_guard"
 
-// SetFence sets the fence of the transaction tx: the transaction-local
-// setting pgfence.fence, which the fencing trigger compares with the
-// last_fence of every row an UPDATE or DELETE touches, whatever SQL issued
-// it. It lasts until the transaction ends. A Guard's Update and Claim and the
-// Payouts transitions set it too, to the fence they were given, so call it
-// again after them if you mix fences in one transaction (you should not).
-func SetFence(ctx context.Context, tx pgx.Tx, fence int64) error {
+// SetFence sets the fence of the transaction tx, bound to tx: SELECT
+// pgfence_set_fence(fence) (migration 000004). The fencing trigger compares
+// it with the fence column of every row an UPDATE or DELETE touches,
+// whatever SQL issued it, and accepts it only in the transaction that set it:
+// it ends with tx, and no session-level setting can stand in for it. A Guard's
+// Update and Claim and the Payouts transitions set it too, to the fence they
+// were given, so call it again after them if you mix fences in one
+// transaction (you should not).
+//
+// A fence above the highest one pgfence's source has issued is refused with
+// ErrFenceAboveCeiling; pass WithOwnFenceSource when your fences come from a
+// source of your own (the only option SetFence reads).
+func SetFence(ctx context.Context, tx pgx.Tx, fence int64, opts ...Option) error {
 	if tx == nil {
 		return invalid("nil transaction")
 	}
 	if fence <= 0 {
 		return invalid("fence must be positive, got %d", fence)
 	}
-	if _, err := tx.Exec(ctx, "SELECT pg_catalog.set_config('pgfence.fence', $1::bigint::text, true)", fence); err != nil {
-		return fmt.Errorf("pgguard: setting the transaction's fence: %w", err)
+	o, err := buildOptions(opts)
+	if err != nil {
+		return err
+	}
+	return setFence(ctx, tx, fence, &o)
+}
+
+func setFence(ctx context.Context, tx pgx.Tx, fence int64, o *options) error {
+	if _, err := tx.Exec(ctx, "SELECT "+o.setFenceCall("$1"), fence); err != nil {
+		return fmt.Errorf("pgguard: setting the transaction's fence: %w", Classify(err))
 	}
 	return nil
 }
@@ -67,8 +86,8 @@ type Beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// RunFenced runs fn in a transaction whose fence is set (SetFence) and
-// commits it when fn returns nil; otherwise it rolls back. Errors are
+// RunFenced runs fn in a transaction whose fence is set (SetFence, with the
+// same options) and commits it when fn returns nil; otherwise it rolls back. Errors are
 // classified (see Classify) and stale-fence refusals counted, so a raw UPDATE
 // in fn that a fencing trigger refused comes back as a *StaleFenceError.
 func RunFenced(ctx context.Context, db Beginner, fence int64, fn func(tx pgx.Tx) error, opts ...Option) error {
@@ -83,7 +102,7 @@ func RunFenced(ctx context.Context, db Beginner, fence int64, fn func(tx pgx.Tx)
 		return err
 	}
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if err := SetFence(ctx, tx, fence); err != nil {
+		if err := setFence(ctx, tx, fence, &o); err != nil {
 			return err
 		}
 		return fn(tx)
@@ -141,6 +160,21 @@ func FenceColumnMigration(t Table) (up, down string, err error) {
 //     the row; no UPDATE lowers a row's fence, or raises it past the fence
 //     its transaction holds (which would lock legitimate holders out).
 //
+// The transaction's fence counts only in the transaction that set it with
+// pgfence_set_fence (SetFence, RunFenced, Guard, Payouts): an UPDATE or
+// DELETE under a pgfence.fence set any other way (a session-level SET, which
+// would outlive its transaction and, on a pooled connection, vouch for other
+// clients; a plain set_config) is refused in both modes with SQLSTATE PF003
+// (ErrNoFence after Classify).
+//
+// Tables that inherit from t (INHERITS, at any depth) get the trigger too,
+// in the same transaction: UPDATE t and DELETE FROM t reach their rows, and
+// a row trigger on t does not fire for them. A child created later is not
+// covered until InstallTrigger runs on t again (it is idempotent) or on the
+// child; run it after every CREATE TABLE ... INHERITS. Partitions need
+// nothing: PostgreSQL puts a partitioned table's trigger on every partition,
+// present and future.
+//
 // INSERTs are not checked (a new row has no holder yet), nor is TRUNCATE,
 // which fires no row triggers. The fence column must exist as bigint NOT
 // NULL (AddFenceColumn). t.KeyColumn is not used. Classify turns the
@@ -156,12 +190,48 @@ func InstallTrigger(ctx context.Context, db DBTX, t Table, mode Mode) error {
 	if err := r.fenceColumn(t.fenceColumn()); err != nil {
 		return err
 	}
-	// One simple-protocol Exec: both statements run in one implicit
-	// transaction, so the table is never left without a trigger.
-	if _, err := db.Exec(ctx, triggerSQL(r.quoted(), t.fenceColumn(), mode)); err != nil {
+	children, err := r.inheritors(ctx, db)
+	if err != nil {
+		return err
+	}
+	// One simple-protocol Exec: every statement runs in one implicit
+	// transaction, so no table is ever left without a trigger.
+	var sql strings.Builder
+	for _, tbl := range append([]string{r.quoted()}, children...) {
+		sql.WriteString(triggerSQL(tbl, t.fenceColumn(), mode))
+	}
+	if _, err := db.Exec(ctx, sql.String()); err != nil {
 		return fmt.Errorf("pgguard: installing the fencing trigger on %s (did pgfence's migrations run?): %w", r.quoted(), err)
 	}
 	return nil
+}
+
+// inheritors returns the tables that inherit from r through INHERITS, at any
+// depth, quoted, in name order. Partitions are left out: PostgreSQL itself
+// puts a partitioned table's row triggers on its partitions, present and
+// future, while an INHERITS child gets nothing from its parent's triggers,
+// though UPDATE and DELETE on the parent reach its rows.
+func (r *resolved) inheritors(ctx context.Context, db DBTX) ([]string, error) {
+	rows, err := db.Query(ctx, `
+WITH RECURSIVE d(oid) AS (
+  SELECT i.inhrelid FROM pg_catalog.pg_inherits i WHERE i.inhparent = pg_catalog.to_regclass($1)
+  UNION
+  SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN d ON i.inhparent = d.oid
+)
+SELECT pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.relname)
+  FROM d
+  JOIN pg_catalog.pg_class c ON c.oid = d.oid
+  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+ WHERE NOT c.relispartition
+ ORDER BY 1`, r.quoted())
+	if err != nil {
+		return nil, fmt.Errorf("pgguard: reading the tables that inherit from %s: %w", r.quoted(), err)
+	}
+	children, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("pgguard: reading the tables that inherit from %s: %w", r.quoted(), err)
+	}
+	return children, nil
 }
 
 func triggerSQL(quotedTable, fenceColumn string, mode Mode) string {
@@ -172,13 +242,22 @@ func triggerSQL(quotedTable, fenceColumn string, mode Mode) string {
 		TriggerName, quotedTable, TriggerName, quotedTable, mode, fenceColumn)
 }
 
-// RemoveTrigger takes the fencing trigger off t, if it has one.
+// RemoveTrigger takes the fencing trigger off t and off every table that
+// inherits from it, where they have one, atomically.
 func RemoveTrigger(ctx context.Context, db DBTX, t Table) error {
 	r, err := lookupTable(ctx, db, t)
 	if err != nil {
 		return err
 	}
-	if _, err := db.Exec(ctx, fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s", TriggerName, r.quoted())); err != nil {
+	children, err := r.inheritors(ctx, db)
+	if err != nil {
+		return err
+	}
+	var sql strings.Builder
+	for _, tbl := range append([]string{r.quoted()}, children...) {
+		fmt.Fprintf(&sql, "DROP TRIGGER IF EXISTS %s ON %s;\n", TriggerName, tbl)
+	}
+	if _, err := db.Exec(ctx, sql.String()); err != nil {
 		return fmt.Errorf("pgguard: removing the fencing trigger from %s: %w", r.quoted(), err)
 	}
 	return nil
@@ -212,7 +291,8 @@ func TriggerMode(ctx context.Context, db DBTX, t Table) (mode Mode, ok bool, err
 
 // TriggerMigration returns the SQL of a migration (up and down) that installs
 // the fencing trigger on t, for a migration tool of your own; see
-// InstallTrigger. It needs pgfence's migrations to have run first. The names
+// InstallTrigger. It covers t alone: it sees no catalog, so it cannot know
+// t's INHERITS children; generate one for each of them too. It needs pgfence's migrations to have run first. The names
 // are checked (but not against a catalog) and quoted.
 func TriggerMigration(t Table, mode Mode) (up, down string, err error) {
 	if mode != Strict && mode != Lenient {

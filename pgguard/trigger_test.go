@@ -201,7 +201,7 @@ func TestTriggerStrict(t *testing.T) {
 
 	// An operator's override: a fresh fence, which locks out every holder.
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT set_config('pgfence.fence', pgfence_next_fence()::text, true)"); err != nil {
+		if _, err := tx.Exec(ctx, "SELECT pgfence_set_fence(pgfence_next_fence())"); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, "UPDATE "+table+" SET balance = 0 WHERE id = 1")

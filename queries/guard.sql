@@ -9,6 +9,11 @@ RETURNING *;
 -- name: GetPayout :one
 SELECT * FROM payout_intents WHERE payout_id = sqlc.arg(payout_id);
 
+-- Every transition sets the transaction's fence, bound to the transaction,
+-- for a fencing trigger on payout_intents, and checks it against the ceiling
+-- of pgfence's source unless own_fence_source is true (migration 000004;
+-- its zero value, false, keeps the check).
+
 -- name: BeginSubmitPayout :one
 -- PENDING or SUBMITTING -> SUBMITTING, before calling the provider. Re-entering
 -- SUBMITTING is a retry (after a crash, by a newer holder or by the same one):
@@ -19,7 +24,7 @@ UPDATE payout_intents AS p
        last_fence = sqlc.arg(fence)::bigint,
        submitting_since = now(),
        updated_at = now()
-  FROM (SELECT set_config('pgfence.fence', sqlc.arg(fence)::bigint::text, true)) AS settings
+  FROM (SELECT pgfence_set_fence(sqlc.arg(fence)::bigint, NOT sqlc.arg(own_fence_source)::boolean)) AS settings
  WHERE p.payout_id = sqlc.arg(payout_id)
    AND p.state IN ('PENDING', 'SUBMITTING')
    AND p.last_fence <= sqlc.arg(fence)::bigint
@@ -32,7 +37,7 @@ UPDATE payout_intents AS p
        provider_ref = sqlc.arg(provider_ref)::text,
        last_fence = sqlc.arg(fence)::bigint,
        updated_at = now()
-  FROM (SELECT set_config('pgfence.fence', sqlc.arg(fence)::bigint::text, true)) AS settings
+  FROM (SELECT pgfence_set_fence(sqlc.arg(fence)::bigint, NOT sqlc.arg(own_fence_source)::boolean)) AS settings
  WHERE p.payout_id = sqlc.arg(payout_id)
    AND p.state = 'SUBMITTING'
    AND p.last_fence <= sqlc.arg(fence)::bigint
@@ -46,7 +51,7 @@ UPDATE payout_intents AS p
        failure_reason = sqlc.arg(reason)::text,
        last_fence = sqlc.arg(fence)::bigint,
        updated_at = now()
-  FROM (SELECT set_config('pgfence.fence', sqlc.arg(fence)::bigint::text, true)) AS settings
+  FROM (SELECT pgfence_set_fence(sqlc.arg(fence)::bigint, NOT sqlc.arg(own_fence_source)::boolean)) AS settings
  WHERE p.payout_id = sqlc.arg(payout_id)
    AND p.state IN ('PENDING', 'SUBMITTING')
    AND p.last_fence <= sqlc.arg(fence)::bigint
