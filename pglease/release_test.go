@@ -127,4 +127,3 @@ func TestReleaseOfLostLeaseSaysHow(t *testing.T) {
 		t.Fatalf("release of a swept row: %v", err)
 	}
 }
-
