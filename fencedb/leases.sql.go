@@ -10,13 +10,60 @@ import (
 	"time"
 )
 
+const Abandon = `-- name: Abandon :one
+WITH tombstone AS (
+  INSERT INTO pgfence_abandoned_tokens (owner_token)
+  VALUES ($2::text)
+  ON CONFLICT (owner_token) DO NOTHING
+), released AS (
+  UPDATE lock_leases AS l
+     SET expires_at = CASE WHEN l.owner_token = $2::text
+                           THEN LEAST(l.expires_at, now())
+                           ELSE l.expires_at END
+   WHERE l.lock_key = $3
+  RETURNING l.lock_key, l.fence, (l.owner_token = $2::text AND l.expires_at = now()) AS ours
+)
+SELECT r.fence
+  FROM released AS r,
+       LATERAL (SELECT CASE WHEN $1::boolean
+                            THEN pg_notify('pgfence_lease_released', r.lock_key) END) AS notified
+ WHERE r.ours
+`
+
+type AbandonParams struct {
+	Notify     bool
+	OwnerToken string
+	LockKey    string
+}
+
+// Gives up an acquisition whose outcome was ambiguous: records a tombstone
+// for its owner token, so that Acquire never grants under it however late the
+// request reaches the server, and releases a grant that already landed. It
+// returns the released lease's fence; no row when nothing was held under the
+// token. The update is matched on the key alone, so that it waits for an
+// acquisition of the key still in progress and then judges the newest row
+// version; a row held by another token is written back unchanged. With
+// notify, a release also sends NOTIFY pgfence_lease_released with the key.
+//
+// One race is left to the caller: an acquisition that reached the server
+// before the tombstone committed and that has not yet touched the row when
+// this runs. Its statement is bounded by lock_timeout, so pglease runs Abandon
+// once more after that bound (see recheckLater).
+func (q *Queries) Abandon(ctx context.Context, arg AbandonParams) (int64, error) {
+	row := q.db.QueryRow(ctx, Abandon, arg.Notify, arg.OwnerToken, arg.LockKey)
+	var fence int64
+	err := row.Scan(&fence)
+	return fence, err
+}
+
 const Acquire = `-- name: Acquire :one
 INSERT INTO lock_leases AS l (lock_key, owner, owner_token, fence, acquired_at, expires_at)
 SELECT $1::text, $2::text, $3::text,
-       pgfence_next_fence(), now(),
+       pgfence_draw_fence(), now(),
        now() + $4::bigint * interval '1 microsecond'
-  FROM (SELECT set_config('synchronous_commit', 'on', true),
-               set_config('lock_timeout', '1s', true)) AS settings
+ WHERE pgfence_commit_durably()
+   AND set_config('lock_timeout', '1s', true) IS NOT NULL
+   AND NOT EXISTS (SELECT FROM pgfence_abandoned_tokens AS a WHERE a.owner_token = $3::text)
 ON CONFLICT (lock_key) DO UPDATE
    SET owner       = EXCLUDED.owner,
        owner_token = EXCLUDED.owner_token,
@@ -24,6 +71,7 @@ ON CONFLICT (lock_key) DO UPDATE
        acquired_at = EXCLUDED.acquired_at,
        expires_at  = EXCLUDED.expires_at
  WHERE l.expires_at <= now()
+   AND l.fence < EXCLUDED.fence
 RETURNING l.fence, l.expires_at
 `
 
@@ -41,12 +89,23 @@ type AcquireRow struct {
 
 // Grants the lease when the key is free or its lease has expired by the
 // database clock, and returns the new fence; no row when an unexpired lease
-// exists. The settings make this commit durable whatever the session's
-// synchronous_commit (a grant lost in a crash could hand its fence out
-// twice), and bound the wait on a concurrent acquisition of the same key, so
-// that an ambiguous outcome is settled within a known time (pglease's
-// acquireLockTimeout). A fence is drawn on every call, granted or not; gaps
-// are harmless.
+// exists, or when this owner token was abandoned (see Abandon).
+//
+// Its conditions, cheapest first, all inside the one statement:
+//   - pgfence_commit_durably() makes this transaction commit durably
+//     whatever the session's synchronous_commit (a grant lost in a crash
+//     could hand its fence out twice);
+//   - lock_timeout bounds the wait on a concurrent acquisition of the same
+//     key, so that an ambiguous outcome is settled within a known time
+//     (pglease's acquireLockTimeout);
+//   - the owner token must have no tombstone: one index probe in a table
+//     that is almost always empty;
+//   - the conflicting row must have expired, and carry a lower fence than
+//     the one just drawn: an acquisition that drew its fence early and then
+//     waited for the row can never write a fence below the row's.
+//
+// pgfence_draw_fence() is inlined into this statement, no function call. A
+// fence is drawn on every call, granted or not; gaps are harmless.
 func (q *Queries) Acquire(ctx context.Context, arg AcquireParams) (AcquireRow, error) {
 	row := q.db.QueryRow(ctx, Acquire,
 		arg.LockKey,
@@ -123,6 +182,20 @@ func (q *Queries) GetLease(ctx context.Context, lockKey string) (GetLeaseRow, er
 	return i, err
 }
 
+const LeaseFence = `-- name: LeaseFence :one
+SELECT fence FROM lock_leases WHERE lock_key = $1
+`
+
+// The fence the key's row carries now, held or not: after a Release that
+// found nothing to release, it tells "had expired" (still this fence) from
+// "another owner took the key" (another fence, or no row).
+func (q *Queries) LeaseFence(ctx context.Context, lockKey string) (int64, error) {
+	row := q.db.QueryRow(ctx, LeaseFence, lockKey)
+	var fence int64
+	err := row.Scan(&fence)
+	return fence, err
+}
+
 const ListLeases = `-- name: ListLeases :many
 SELECT lock_key, owner, fence, acquired_at, expires_at,
        (expires_at > now())::boolean AS held,
@@ -178,7 +251,9 @@ SELECT pgfence_next_fence()::bigint AS fence
 `
 
 // Draws a fence from the never-repeating source without taking a lease, for
-// token sources of your own (job rows, epochs).
+// token sources of your own (job rows, epochs). It commits durably whatever
+// the session's synchronous_commit (see pgfence_next_fence() in migration
+// 000005), so a fence it returned is never drawn again after a crash.
 func (q *Queries) NextFence(ctx context.Context) (int64, error) {
 	row := q.db.QueryRow(ctx, NextFence)
 	var fence int64
@@ -187,73 +262,69 @@ func (q *Queries) NextFence(ctx context.Context) (int64, error) {
 }
 
 const Release = `-- name: Release :one
-WITH released AS (
-  UPDATE lock_leases AS l
-     SET expires_at = LEAST(l.expires_at, now())
-    FROM lock_leases AS prev
-   WHERE l.lock_key = $2
-     AND l.fence = $3
-     AND prev.lock_key = l.lock_key
-  RETURNING l.lock_key, (prev.expires_at > now())::boolean AS was_held
-)
-SELECT r.was_held
-  FROM released AS r,
-       LATERAL (SELECT CASE WHEN $1::boolean
-                            THEN pg_notify('pgfence_lease_released', r.lock_key) END) AS notified
+UPDATE lock_leases
+   SET expires_at = now()
+ WHERE lock_key = $1
+   AND fence = $2
+   AND expires_at > now()
+   AND CASE WHEN $3::boolean THEN pgfence_commit_durably()
+            ELSE set_config('synchronous_commit', 'off', true) = 'off' END
+RETURNING true AS released
 `
 
 type ReleaseParams struct {
-	Notify  bool
 	LockKey string
 	Fence   int64
+	Durable bool
 }
 
-// Expires the lease now but keeps the row. Matched on key and fence, so a
-// newer holder's lease is never touched. was_held tells whether the lease was
-// still valid when released; no row means another holder took the key.
-// With notify, a released row also sends NOTIFY pgfence_lease_released with
-// the key as payload, for waiters that listen (pglease's WithWakeOnRelease).
+// Expires a held lease now but keeps the row, matched on key and fence, so a
+// newer holder's lease is never touched. One row (true) means it was still
+// held and is released; no row means it was not held any more (expired, or
+// another owner took the key: LeaseFence tells which), and nothing was
+// written.
+//
+// Unless durable, it commits asynchronously (synchronous_commit = off for
+// this transaction only): a release lost in a crash only makes the lease run
+// to its TTL, which is always safe, and the next durable commit on the
+// server (any acquisition) flushes it anyway. That saves one WAL flush per
+// acquire + release.
+func (q *Queries) Release(ctx context.Context, arg ReleaseParams) (bool, error) {
+	row := q.db.QueryRow(ctx, Release, arg.LockKey, arg.Fence, arg.Durable)
+	var released bool
+	err := row.Scan(&released)
+	return released, err
+}
+
+const ReleaseNotify = `-- name: ReleaseNotify :one
+UPDATE lock_leases
+   SET expires_at = now()
+ WHERE lock_key = $1
+   AND fence = $2
+   AND expires_at > now()
+   AND CASE WHEN $3::boolean THEN pgfence_commit_durably()
+            ELSE set_config('synchronous_commit', 'off', true) = 'off' END
+RETURNING (pg_notify('pgfence_lease_released', lock_key) IS NOT NULL)::boolean AS released
+`
+
+type ReleaseNotifyParams struct {
+	LockKey string
+	Fence   int64
+	Durable bool
+}
+
+// Release that also sends NOTIFY pgfence_lease_released with the key as
+// payload, for waiters that listen (pglease's WithWakeOnRelease).
 // PostgreSQL delivers it only when this statement's transaction commits, so
 // no waiter wakes before the lease is free. It is opt-in because it is not
 // free: notifying transactions commit one at a time (PostgreSQL serialises
 // them on a global lock), which halved release throughput at 8+ concurrent
 // clients with fsync on.
-func (q *Queries) Release(ctx context.Context, arg ReleaseParams) (bool, error) {
-	row := q.db.QueryRow(ctx, Release, arg.Notify, arg.LockKey, arg.Fence)
-	var was_held bool
-	err := row.Scan(&was_held)
-	return was_held, err
-}
-
-const ReleaseByOwnerToken = `-- name: ReleaseByOwnerToken :one
-WITH released AS (
-  UPDATE lock_leases
-     SET expires_at = LEAST(expires_at, now())
-   WHERE lock_key = $2
-     AND owner_token = $3
-     AND expires_at > now()
-  RETURNING lock_key, fence
-)
-SELECT r.fence
-  FROM released AS r,
-       LATERAL (SELECT CASE WHEN $1::boolean
-                            THEN pg_notify('pgfence_lease_released', r.lock_key) END) AS notified
-`
-
-type ReleaseByOwnerTokenParams struct {
-	Notify     bool
-	LockKey    string
-	OwnerToken string
-}
-
-// Gives back a lease whose acquisition was ambiguous and whose caller gave up.
-// Like Release, with notify it sends NOTIFY pgfence_lease_released with the
-// key, at commit.
-func (q *Queries) ReleaseByOwnerToken(ctx context.Context, arg ReleaseByOwnerTokenParams) (int64, error) {
-	row := q.db.QueryRow(ctx, ReleaseByOwnerToken, arg.Notify, arg.LockKey, arg.OwnerToken)
-	var fence int64
-	err := row.Scan(&fence)
-	return fence, err
+func (q *Queries) ReleaseNotify(ctx context.Context, arg ReleaseNotifyParams) (bool, error) {
+	row := q.db.QueryRow(ctx, ReleaseNotify, arg.LockKey, arg.Fence, arg.Durable)
+	var released bool
+	err := row.Scan(&released)
+	return released, err
 }
 
 const Renew = `-- name: Renew :one
@@ -262,6 +333,7 @@ UPDATE lock_leases
  WHERE lock_key = $2
    AND fence = $3
    AND expires_at > now()
+   AND pgfence_commit_durably()
 RETURNING expires_at
 `
 
@@ -273,11 +345,28 @@ type RenewParams struct {
 
 // Extends the lease only while it is unexpired and still carries this fence:
 // it can never resurrect an expired lease. No row means the lease is lost.
+// It commits durably whatever the session says: a renewal lost in a crash
+// would leave the holder believing in an expiry the server forgot.
 func (q *Queries) Renew(ctx context.Context, arg RenewParams) (time.Time, error) {
 	row := q.db.QueryRow(ctx, Renew, arg.TtlMicros, arg.LockKey, arg.Fence)
 	var expires_at time.Time
 	err := row.Scan(&expires_at)
 	return expires_at, err
+}
+
+const SweepAbandonedTokens = `-- name: SweepAbandonedTokens :execrows
+DELETE FROM pgfence_abandoned_tokens
+ WHERE abandoned_at < now() - $1::bigint * interval '1 microsecond'
+`
+
+// Deletes tombstones of abandoned acquisitions older than the retention
+// (pglease.AbandonedTokenRetention).
+func (q *Queries) SweepAbandonedTokens(ctx context.Context, retentionMicros int64) (int64, error) {
+	result, err := q.db.Exec(ctx, SweepAbandonedTokens, retentionMicros)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const SweepExpired = `-- name: SweepExpired :execrows

@@ -34,6 +34,11 @@ type PayoutIntent struct {
 	SubmittingSince *time.Time
 }
 
+type PgfenceAbandonedToken struct {
+	OwnerToken  string
+	AbandonedAt time.Time
+}
+
 type PgfenceJob struct {
 	ID          int64
 	Queue       string

@@ -130,3 +130,99 @@ func TestAcquireRetriesThroughAmbiguity(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The acquisition's request reaches the server long after its caller gave up
+// (held 4s by the network, past the one re-check at ~1.5s after giving up).
+// The caller's tombstone for its owner token makes the late statement grant
+// nothing: the key stays free. The control run removes the tombstone before
+// the request lands and shows that the same late request would otherwise
+// hold the key for its whole TTL.
+func TestLateDeliveredAcquireNeverHoldsTheKey(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for two delayed deliveries (about 10s); run without -short")
+	}
+	ctx := context.Background()
+	pool, proxy := proxiedPool(t)
+	direct := pgtest.Pool(t)
+	q := fencedb.New(direct)
+	c := newClient(t, pool)
+	const delay = 4 * time.Second
+
+	// giveUp sends an acquisition that the proxy delivers delay late, gives
+	// up on it after 300ms, and returns when the request was delivered.
+	giveUp := func(key string, beforeDelivery func()) {
+		t.Helper()
+		delivered := proxy.DelayDelivery("INSERT INTO lock_leases", delay)
+		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		if _, err := c.TryAcquire(cctx, key, time.Hour); err == nil {
+			t.Fatal("an acquisition whose request never arrived succeeded")
+		}
+		if beforeDelivery != nil {
+			beforeDelivery()
+		}
+		select {
+		case <-delivered:
+		case <-time.After(2 * delay):
+			t.Fatal("the delayed request was never delivered")
+		}
+	}
+	held := func(key string) bool {
+		t.Helper()
+		row, err := q.GetLease(ctx, key)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return row.Held
+	}
+
+	// Control: without the tombstone, the late request takes the key.
+	control := uniqueKey(t) + "/control"
+	giveUp(control, func() {
+		// After the caller's re-check (~1.5s after giving up), before the
+		// delivery: forget the tombstones, as the old code had none.
+		time.Sleep(delay - time.Second)
+		if _, err := direct.Exec(ctx, "DELETE FROM pgfence_abandoned_tokens"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	deadline := time.Now().Add(5 * time.Second)
+	for !held(control) {
+		if time.Now().After(deadline) {
+			t.Fatal("control: the late request never took the key; the test does not exercise a late delivery")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// The real thing: the tombstone stays, the late request grants nothing.
+	key := uniqueKey(t)
+	giveUp(key, nil)
+	time.Sleep(time.Second) // time for the delivered statement to run
+	if held(key) {
+		t.Fatal("a request delivered after its caller gave up holds the key")
+	}
+	other := newClient(t, direct)
+	l, err := other.TryAcquire(ctx, key, time.Second)
+	if err != nil {
+		t.Fatalf("the key is not free after a late delivery: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// The sweep keeps fresh tombstones (they must outlive late deliveries).
+	var before int
+	if err := direct.QueryRow(ctx, "SELECT count(*) FROM pgfence_abandoned_tokens").Scan(&before); err != nil || before == 0 {
+		t.Fatalf("no tombstone left by the caller that gave up: %d, %v", before, err)
+	}
+	if _, err := c.SweepExpired(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	var after int
+	if err := direct.QueryRow(ctx, "SELECT count(*) FROM pgfence_abandoned_tokens").Scan(&after); err != nil || after != before {
+		t.Fatalf("the sweep deleted fresh tombstones: %d before, %d after, %v", before, after, err)
+	}
+}

@@ -302,24 +302,47 @@ func (c *Client) resolveAmbiguous(ctx context.Context, key, token string, ttl ti
 			return nil, &AmbiguousError{Key: key, TTL: ttl, Err: cause, ResolveErr: err}
 		}
 	}
-	// Not adopted: make sure a grant that did or may still land is given back.
-	_, err := c.q.ReleaseByOwnerToken(rctx, fencedb.ReleaseByOwnerTokenParams{LockKey: key, OwnerToken: token, Notify: c.cfg.wakeOnRelease})
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	// Not adopted: tombstone the token, so that the request can never be
+	// granted however late it reaches the server, and give back a grant
+	// that already landed.
+	if _, err := c.abandon(rctx, key, token); err != nil {
 		return nil, &AmbiguousError{Key: key, TTL: ttl, Err: cause, ResolveErr: err}
 	}
-	if err == nil {
-		c.cfg.logger.Info("pglease: ambiguous acquire was granted after the caller gave up; released it", "key", key)
-	}
-	// The server may still be executing the statement (waiting on a row
-	// lock, bounded by the statement's lock_timeout): check once more after
-	// that bound.
+	// An acquisition that reached the server before the tombstone committed
+	// may still be executing (waiting on a row lock, bounded by the
+	// statement's lock_timeout): abandon once more after that bound.
 	c.recheckLater(key, token)
 	return nil, fmt.Errorf("pglease: acquiring %q: no answer from the server, and the lease was not kept: %w", key, cause)
 }
 
+// AbandonedTokenRetention is how long the tombstone of an abandoned
+// acquisition is kept before SweepExpired deletes it. While it exists, the
+// acquisition it names can never be granted, however late its request
+// reaches the server. It must outlast any time a request can spend on the
+// way: TCP retransmits unacknowledged data for about 15 minutes at most
+// (Linux's tcp_retries2 default), PgBouncer queues a query for at most
+// query_wait_timeout (120 s by default; do not set it to 0, which means
+// forever). An hour leaves a wide margin, and tombstones are few: one per
+// acquisition whose answer was lost.
+const AbandonedTokenRetention = time.Hour
+
 // acquireLockTimeout is the lock_timeout the acquire statement sets for
 // itself (see queries/leases.sql); the ambiguity re-check waits past it.
 const acquireLockTimeout = time.Second
+
+// abandon tombstones token and releases what it holds on key, if anything;
+// it reports whether a grant was released.
+func (c *Client) abandon(ctx context.Context, key, token string) (bool, error) {
+	_, err := c.q.Abandon(ctx, fencedb.AbandonParams{LockKey: key, OwnerToken: token, Notify: c.cfg.wakeOnRelease})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	c.cfg.logger.Info("pglease: ambiguous acquire was granted after the caller gave up; released it", "key", key)
+	return true, nil
+}
 
 func (c *Client) recheckLater(key, token string) {
 	if !c.track() {
@@ -330,9 +353,7 @@ func (c *Client) recheckLater(key, token string) {
 		time.Sleep(acquireLockTimeout + 500*time.Millisecond)
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.resolveWait)
 		defer cancel()
-		if _, err := c.q.ReleaseByOwnerToken(ctx, fencedb.ReleaseByOwnerTokenParams{LockKey: key, OwnerToken: token, Notify: c.cfg.wakeOnRelease}); err == nil {
-			c.cfg.logger.Info("pglease: a late-landing ambiguous acquire was released", "key", key)
-		}
+		c.abandon(ctx, key, token)
 	}()
 }
 

@@ -19,6 +19,12 @@
 //   - Renew extends only an unexpired lease that still carries its fence; it
 //     never resurrects an expired one. Release expires the lease but keeps
 //     the row, and never touches a newer holder's lease.
+//   - Acquire and renew commit durably whatever the session's
+//     synchronous_commit (a grant lost in a crash could hand its fence out
+//     twice). Release commits asynchronously by default: a release lost in a
+//     crash only makes the lease run to its TTL, which is safe, and it saves
+//     one WAL flush per acquire + release. WithDurableRelease makes it
+//     durable.
 //   - The client keeps a pessimistic local deadline on the monotonic clock
 //     (time before sending + TTL - safety margin). Auto-renewal (default every
 //     TTL/3) moves it; when it passes, or a renewal finds the lease gone, the
@@ -26,7 +32,9 @@
 //   - An acquisition whose answer is lost (the connection broke after it was
 //     sent) is settled with the random owner token sent with it: a caller
 //     still waiting keeps a lease that was granted, and one that gave up has
-//     it released, so no lease is orphaned until its TTL.
+//     it released and leaves a tombstone for the token, so that the request
+//     grants nothing however late the network delivers it (tombstones are
+//     kept for AbandonedTokenRetention; SweepExpired deletes older ones).
 //   - Acquire waits for a held key by polling, with exponential backoff and
 //     full jitter (WithBackoff). WithWakeOnRelease (default: off) adds a
 //     wake-up: the client's releases send NOTIFY pgfence_lease_released

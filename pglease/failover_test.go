@@ -48,14 +48,17 @@ func TestFencesSurviveCrashAndPromotion(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer pool.Close()
-		c, err := pglease.New(pool, pglease.WithoutAutoRenew())
+		// Acquire, not TryAcquire: releases commit asynchronously, so the
+		// last release before a crash may be lost, and its lease then runs
+		// to its TTL (1s) before the key is free again.
+		c, err := pglease.New(pool, pglease.WithoutAutoRenew(), pglease.WithMaxWait(10*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
 		var last int64
 		for i := range n {
-			l, err := c.TryAcquire(ctx, "invoice:inv_72", time.Second)
+			l, err := c.Acquire(ctx, "invoice:inv_72", time.Second)
 			if err != nil {
 				t.Fatalf("grant %d on %s: %v", i, url, err)
 			}

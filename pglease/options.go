@@ -30,6 +30,8 @@ type config struct {
 	resolveWait   time.Duration
 	wakeOnRelease bool
 	logger        *slog.Logger
+
+	durableRelease bool
 }
 
 func defaultConfig() config {
@@ -161,4 +163,17 @@ func WithLogger(l *slog.Logger) Option {
 		c.logger = l
 		return nil
 	}
+}
+
+// WithDurableRelease makes releases commit durably (synchronous_commit on for
+// the release's transaction). Default: off; a release commits asynchronously,
+// which saves one WAL flush per acquire + release. That is safe: a release
+// lost in a server crash (it is lost only if the server crashes within a few
+// hundred milliseconds of it, before the WAL writer or any later durable
+// commit flushes it) leaves the lease held until its TTL, never two holders.
+// Set this option when a crash-restart of the database must not keep a
+// released key blocked for up to a TTL, for example with long TTLs.
+// Acquisition and renewal always commit durably.
+func WithDurableRelease() Option {
+	return func(c *config) error { c.durableRelease = true; return nil }
 }

@@ -17,11 +17,16 @@ type Proxy struct {
 	conns  map[net.Conn]struct{}
 	wg     sync.WaitGroup
 	closed bool
+	done   chan struct{} // closed by Close: ends a delay early
 }
 
+// rule is one armed fault. Both kinds mute the server's answer to the
+// marked message; a cut closes the client's connection cutAfter after the
+// message was forwarded, a delay holds the message back for delay first.
 type rule struct {
 	marker   []byte
-	cutAfter time.Duration
+	cutAfter time.Duration // for a cut
+	delay    time.Duration // > 0: a delay, not a cut
 	fired    chan struct{}
 }
 
@@ -31,7 +36,7 @@ func New(dial func() (net.Conn, error)) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{ln: ln, dial: dial, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{ln: ln, dial: dial, conns: map[net.Conn]struct{}{}, done: make(chan struct{})}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -53,9 +58,28 @@ func (p *Proxy) CutAfterSending(marker string, cut time.Duration) <-chan struct{
 	return r.fired
 }
 
-// Close stops the proxy and closes every connection.
+// DelayDelivery arms a one-shot fault: the first client message that contains
+// marker is held back for delay, then forwarded to the server, even if the
+// client has closed its connection meanwhile (the server reads the bytes,
+// then the end of the connection). Nothing the server sends on that
+// connection from then on reaches the client. It is a request that the
+// network delivers late, after its sender gave up. The returned channel is
+// closed once the message was handed to the server.
+func (p *Proxy) DelayDelivery(marker string, delay time.Duration) <-chan struct{} {
+	r := &rule{marker: []byte(marker), delay: delay, fired: make(chan struct{})}
+	p.mu.Lock()
+	p.rule = r
+	p.mu.Unlock()
+	return r.fired
+}
+
+// Close stops the proxy and closes every connection; a delayed message is
+// dropped.
 func (p *Proxy) Close() error {
 	p.mu.Lock()
+	if !p.closed {
+		close(p.done)
+	}
 	p.closed = true
 	for c := range p.conns {
 		c.Close()
@@ -109,13 +133,18 @@ func (p *Proxy) accept() {
 					r := p.take(buf[:n])
 					if r != nil {
 						mute.Do(func() { close(muted) })
+						if r.delay > 0 && !p.sleep(r.delay) {
+							return
+						}
 					}
 					if _, werr := server.Write(buf[:n]); werr != nil {
 						return
 					}
 					if r != nil {
 						close(r.fired)
-						time.AfterFunc(r.cutAfter, func() { client.Close() })
+						if r.delay == 0 { // a cut
+							time.AfterFunc(r.cutAfter, func() { client.Close() })
+						}
 					}
 				}
 				if err != nil {
@@ -145,6 +174,19 @@ func (p *Proxy) accept() {
 				}
 			}
 		}()
+	}
+}
+
+// sleep waits d, or less if the proxy is closed meanwhile; it reports
+// whether d passed.
+func (p *Proxy) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-p.done:
+		return false
 	}
 }
 
