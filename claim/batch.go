@@ -1,0 +1,144 @@
+package claim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// The batched writes Pool uses. Each takes jobs of one claimer and sends one
+// statement whatever their number; every row is still matched on its own
+// id + fence + state 'running', and each job learns on its own whether its
+// write counted.
+
+// idsAndFences returns the parallel arrays the batch statements take.
+func idsAndFences(jobs []*Job) (ids, fences []int64) {
+	ids, fences = make([]int64, len(jobs)), make([]int64, len(jobs))
+	for i, j := range jobs {
+		ids[i], fences[i] = j.ID, j.Fence
+	}
+	return ids, fences
+}
+
+// heartbeatMany extends the leases of jobs (all of lease length lease) in one
+// statement. It returns the jobs whose lease was lost (not extended); the
+// others' local deadlines have moved. An error means nothing is known: the
+// leases stay valid until their deadlines.
+func (c *Claimer) heartbeatMany(ctx context.Context, jobs []*Job, lease time.Duration) (lost []*Job, err error) {
+	ids, fences := idsAndFences(jobs)
+	sent := time.Now()
+	rows, err := c.pool.Query(ctx, c.sql.heartbeatMany, ids, fences, lease.Microseconds())
+	if err != nil {
+		return nil, fmt.Errorf("claim: heartbeat %d jobs: %w", len(jobs), err)
+	}
+	until := make(map[int64]time.Time, len(jobs))
+	var id int64
+	var u time.Time
+	_, err = pgx.ForEachRow(rows, []any{&id, &u}, func() error { until[id] = u; return nil })
+	if err != nil {
+		return nil, fmt.Errorf("claim: heartbeat %d jobs: %w", len(jobs), err)
+	}
+	for _, j := range jobs {
+		if u, ok := until[j.ID]; ok {
+			j.extend(sent, u)
+		} else {
+			lost = append(lost, j)
+		}
+	}
+	return lost, nil
+}
+
+// completeMany completes jobs in one durable statement and returns, per job
+// (same order), nil when its completion counted and a *LeaseLostError when
+// it did not. A non-nil error means the outcome of every job is unknown: the
+// statement may or may not have committed (see settleMany).
+func (c *Claimer) completeMany(ctx context.Context, jobs []*Job) ([]error, error) {
+	ids, fences := idsAndFences(jobs)
+	rows, err := c.pool.Query(ctx, c.sql.completeMany, ids, fences)
+	if err != nil {
+		return nil, fmt.Errorf("claim: complete %d jobs: %w", len(jobs), err)
+	}
+	done := make(map[int64]bool, len(jobs))
+	var id int64
+	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { done[id] = true; return nil }); err != nil {
+		return nil, fmt.Errorf("claim: complete %d jobs: %w", len(jobs), err)
+	}
+	res := make([]error, len(jobs))
+	for i, j := range jobs {
+		if !done[j.ID] {
+			res[i] = &LeaseLostError{Op: "complete", JobID: j.ID, Fence: j.Fence}
+		}
+	}
+	return res, nil
+}
+
+// readBack reports, for each job, the state of its row if the row still
+// carries the job's fence ("" when it does not: another claim has the job
+// since). It waits for any transaction still holding one of the rows, so the
+// states it returns are final, and it runs on whichever pool connection is
+// free: never the one whose answer was lost, which pgx has closed.
+func (c *Claimer) readBack(ctx context.Context, jobs []*Job) (map[int64]string, error) {
+	ids, fences := idsAndFences(jobs)
+	rows, err := c.pool.Query(ctx, c.sql.readBack, ids, fences)
+	if err != nil {
+		return nil, fmt.Errorf("claim: read back %d jobs: %w", len(jobs), err)
+	}
+	states := make(map[int64]string, len(jobs))
+	var id int64
+	var state string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &state}, func() error { states[id] = state; return nil }); err != nil {
+		return nil, fmt.Errorf("claim: read back %d jobs: %w", len(jobs), err)
+	}
+	return states, nil
+}
+
+// settleMany finds out what an ambiguous completeMany did, the way an
+// ambiguous acquire is settled: it sends the completion again (rows that the
+// first one completed no longer match state 'running'; rows it did not
+// complete are completed now, still only under their fence) and then reads
+// back, in a new statement and so a new snapshot, which of the rest are
+// completed under their fence. Result as completeMany's.
+func (c *Claimer) settleMany(ctx context.Context, jobs []*Job) ([]error, error) {
+	res, err := c.completeMany(ctx, jobs)
+	if err != nil {
+		return nil, err
+	}
+	var rest []*Job
+	for i, j := range jobs {
+		if res[i] != nil {
+			rest = append(rest, j)
+		}
+	}
+	if len(rest) == 0 {
+		return res, nil
+	}
+	states, err := c.readBack(ctx, rest)
+	if err != nil {
+		return nil, err
+	}
+	for i, j := range jobs {
+		if res[i] != nil && states[j.ID] == "completed" {
+			res[i] = nil
+		}
+	}
+	return res, nil
+}
+
+// ambiguous reports whether err leaves a write's outcome unknown: the
+// statement may have reached the server and committed, but no answer came
+// back. An error from the server itself, or one pgx raised before sending,
+// is not ambiguous.
+func ambiguous(err error) bool {
+	if err == nil {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return false
+	}
+	return !pgconn.SafeToRetry(err)
+}
