@@ -278,7 +278,7 @@ func (p *Pool) Run(ctx context.Context) error {
 	for range p.cfg.workers {
 		slots <- struct{}{}
 	}
-	work := make(chan *Job)
+	work := make(chan *Job, p.cfg.workers)
 	wake := make(chan struct{}, 1)
 	r := &run{renew: newRenewer(p.c, p.cfg.lease), completions: make(chan *Job, p.cfg.workers)}
 
@@ -332,27 +332,47 @@ type run struct {
 
 func (p *Pool) fetchLoop(ctx context.Context, r *run, work chan<- *Job, slots chan struct{}, wake <-chan struct{}) {
 	log := p.c.cfg.logger
+	gather := time.NewTimer(time.Hour)
+	gather.Stop()
+	var window time.Duration // half the last claim's round trip
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-slots:
 		}
+		// Take every idle worker, and wait up to half a claim's round
+		// trip for more to come free: workers that finish together then
+		// share one claim instead of each paying for a claim of their own,
+		// and a job never waits for more than that.
 		n := 1
 	more:
 		for n < p.cfg.batch {
 			select {
 			case <-slots:
 				n++
+				continue
 			default:
+			}
+			if window <= 0 {
+				break
+			}
+			gather.Reset(window)
+			select {
+			case <-slots:
+				n++
+				gather.Stop() // since Go 1.23 a stopped timer delivers nothing stale
+			case <-gather.C:
 				break more
 			}
 		}
 		// The claim's answer must not be lost to shutdown: rows it claimed
 		// would wait for Rescue. Let it finish on its own timeout.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.writeTimeout)
+		sent := time.Now()
 		jobs, err := p.c.Claim(cctx, n, p.cfg.lease)
 		cancel()
+		window = min(time.Since(sent)/2, p.cfg.poll)
 		if err != nil {
 			log.Warn("claim: claiming failed; retrying after the poll interval", "err", err)
 		}
