@@ -128,17 +128,12 @@ func (c *Claimer) settleMany(ctx context.Context, jobs []*Job) ([]error, error) 
 	return res, nil
 }
 
-// ambiguous reports whether err leaves a write's outcome unknown: the
-// statement may have reached the server and committed, but no answer came
-// back. An error from the server itself, or one pgx raised before sending,
-// is not ambiguous.
+// ambiguous reports whether err leaves a write's outcome unknown: any error
+// but the server's own answer. pgconn.SafeToRetry is no guide here: a COMMIT
+// whose answer was cut off comes back from pgx as a "conn closed" error that
+// claims to be safe to retry, although the server received and ran it. So
+// every such error is settled by reading back, which is always correct.
 func ambiguous(err error) bool {
-	if err == nil {
-		return false
-	}
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return false
-	}
-	return !pgconn.SafeToRetry(err)
+	return err != nil && !errors.As(err, &pgErr)
 }
