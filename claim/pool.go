@@ -35,7 +35,8 @@ type TxHandler func(ctx context.Context, tx pgx.Tx, job *Job) error
 type Outcome int
 
 const (
-	// Completed: the handler returned nil and the completion was accepted.
+	// Completed: the handler returned nil and the completion was accepted
+	// and is durable.
 	Completed Outcome = iota + 1
 	// Failed: the handler returned an error (or panicked) and the failure
 	// was recorded; the job retries later or is dead.
@@ -47,9 +48,11 @@ const (
 	// the job was rescued or claimed again meanwhile. This attempt does not
 	// count.
 	LeaseLost
-	// WriteError: the completion, failure or release could not be sent (the
-	// database was unreachable). The lease will expire and Rescue requeue
-	// the job.
+	// WriteError: the completion, failure or release could not be written,
+	// and for a completion its outcome could not be settled by reading the
+	// job back either (the database was unreachable within the write
+	// timeout). The lease will expire and Rescue requeue the job, unless a
+	// completion whose answer was lost did land.
 	WriteError
 )
 

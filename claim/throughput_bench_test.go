@@ -68,7 +68,8 @@ func BenchmarkJobThroughput(b *testing.B) {
 				rate := float64(jobs) / time.Since(start).Seconds()
 				key := fmt.Sprintf("%s/workers=%d", c.name, workers)
 				rates[key] = append(rates[key], rate)
-				b.Logf("round %d  %-20s %7.0f jobs/s", round+1, key, rate)
+				// Printed, not logged: benchmark logs are cut after ten lines.
+				fmt.Printf("round %d  %-20s %7.0f jobs/s\n", round+1, key, rate)
 			}
 		}
 	}
@@ -82,7 +83,7 @@ func BenchmarkJobThroughput(b *testing.B) {
 		b.ReportMetric(tx, fmt.Sprintf("txpool-w%d-jobs/s", workers))
 		b.ReportMetric(one, fmt.Sprintf("onepertx-w%d-jobs/s", workers))
 	}
-	b.Log(table.String())
+	fmt.Println(table.String())
 }
 
 func envInt(b *testing.B, name string, def int) int {
