@@ -76,6 +76,51 @@ func (c *Claimer) completeMany(ctx context.Context, jobs []*Job) ([]error, error
 	return res, nil
 }
 
+// completeAndClaim completes done and claims up to n jobs in one round trip
+// and one transaction: a pipeline of the two statements with one Sync, which
+// PostgreSQL runs as one implicit transaction, so the pool pays one durable
+// commit for both. The completions count only if that transaction commits,
+// so res (as completeMany's) is returned only once the commit is
+// acknowledged. On any error nothing is known about the completions (settle
+// them with settleMany) and any rows the claim took wait for Rescue, as
+// after a failed Claim.
+func (c *Claimer) completeAndClaim(ctx context.Context, done []*Job, n int, lease time.Duration) (res []error, jobs []*Job, err error) {
+	ids, fences := idsAndFences(done)
+	b := &pgx.Batch{}
+	b.Queue(c.sql.completeMany, ids, fences)
+	b.Queue(c.sql.claim, c.claimArgs(n, lease)...)
+	sent := time.Now()
+	br := c.pool.SendBatch(ctx, b)
+	defer br.Close()
+	rows, err := br.Query()
+	if err != nil {
+		return nil, nil, fmt.Errorf("claim: complete %d jobs and claim: %w", len(done), err)
+	}
+	completed := make(map[int64]bool, len(done))
+	var id int64
+	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { completed[id] = true; return nil }); err != nil {
+		return nil, nil, fmt.Errorf("claim: complete %d jobs and claim: %w", len(done), err)
+	}
+	rows, err = br.Query()
+	if err != nil {
+		return nil, nil, c.explain("claim", err)
+	}
+	if jobs, err = c.scanClaimed(rows, sent, lease); err != nil {
+		return nil, nil, err
+	}
+	// Close reads up to the ReadyForQuery that follows the commit.
+	if err := br.Close(); err != nil {
+		return nil, nil, fmt.Errorf("claim: commit completions and claim: %w", err)
+	}
+	res = make([]error, len(done))
+	for i, j := range done {
+		if !completed[j.ID] {
+			res[i] = &LeaseLostError{Op: "complete", JobID: j.ID, Fence: j.Fence}
+		}
+	}
+	return res, jobs, nil
+}
+
 // readBack reports, for each job, the state of its row if the row still
 // carries the job's fence ("" when it does not: another claim has the job
 // since). It waits for any transaction still holding one of the rows, so the

@@ -288,7 +288,6 @@ func (p *Pool) Run(ctx context.Context) error {
 	var workers, background, completer, renewer sync.WaitGroup
 	stopRenew := make(chan struct{})
 	renewer.Go(func() { r.renew.run(stopRenew) })
-	completer.Go(func() { p.completeLoop(r) })
 	for range p.cfg.workers {
 		workers.Go(func() {
 			for j := range work {
@@ -306,6 +305,8 @@ func (p *Pool) Run(ctx context.Context) error {
 
 	p.fetchLoop(ctx, r, work, slots, wake)
 	close(work)
+	// From here on completions are written on their own.
+	completer.Go(func() { p.completeLoop(r) })
 
 	done := make(chan struct{})
 	go func() { workers.Wait(); close(done) }()
@@ -333,51 +334,59 @@ type run struct {
 	completions chan *Job // handler returned nil: to be completed in a batch
 }
 
+// fetchLoop is the pool's one writer while it runs: it claims jobs for idle
+// workers and writes the completions that workers queue, each round in one
+// round trip. Completions queued when a claim is due ride in the claim's
+// transaction (one durable commit for both); when no claim is due (no idle
+// worker, or waiting for the poll interval after a short claim) they go
+// alone. When ctx ends it returns, and completeLoop takes the completions
+// over.
 func (p *Pool) fetchLoop(ctx context.Context, r *run, work chan<- *Job, slots chan struct{}, wake <-chan struct{}) {
-	log := p.c.cfg.logger
+	poll := time.NewTimer(time.Hour)
+	poll.Stop()
 	gather := time.NewTimer(time.Hour)
 	gather.Stop()
 	var window time.Duration // half the last claim's round trip
+	resting := false         // after a short claim, until the poll interval or a wake-up
 	for {
+		var slotsC chan struct{}
+		var pollC <-chan time.Time
+		var wakeC <-chan struct{}
+		if resting {
+			pollC, wakeC = poll.C, wake
+		} else {
+			slotsC = slots
+		}
+		n := 0
+		var done []*Job
 		select {
 		case <-ctx.Done():
 			return
-		case <-slots:
+		case <-pollC:
+			resting = false
+			continue
+		case <-wakeC:
+			poll.Stop()
+			resting = false
+			continue
+		case <-slotsC:
+			n = 1
+		case j := <-r.completions:
+			done = append(done, j)
 		}
-		// Take every idle worker, and wait up to half a claim's round
-		// trip for more to come free: workers that finish together then
-		// share one claim instead of each paying for a claim of their own,
-		// and a job never waits for more than that.
-		n := 1
-	more:
-		for n < p.cfg.batch {
-			select {
-			case <-slots:
-				n++
-				continue
-			default:
-			}
-			if window <= 0 {
-				break
-			}
-			gather.Reset(window)
-			select {
-			case <-slots:
-				n++
-				gather.Stop() // since Go 1.23 a stopped timer delivers nothing stale
-			case <-gather.C:
-				break more
-			}
+		if !resting {
+			n = p.gatherSlots(n, slots, gather, window)
 		}
-		// The claim's answer must not be lost to shutdown: rows it claimed
-		// would wait for Rescue. Let it finish on its own timeout.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.writeTimeout)
+		done = drain(done, r.completions)
+		if n == 0 {
+			p.completeBatch(r, done)
+			continue
+		}
 		sent := time.Now()
-		jobs, err := p.c.Claim(cctx, n, p.cfg.lease)
-		cancel()
+		jobs, err := p.claimFor(r, n, done)
 		window = min(time.Since(sent)/2, p.cfg.poll)
 		if err != nil {
-			log.Warn("claim: claiming failed; retrying after the poll interval", "err", err)
+			p.c.cfg.logger.Warn("claim: claiming failed; retrying after the poll interval", "err", err)
 		}
 		for _, j := range jobs {
 			work <- j // n workers are idle: this does not wait long
@@ -385,19 +394,74 @@ func (p *Pool) fetchLoop(ctx context.Context, r *run, work chan<- *Job, slots ch
 		for range n - len(jobs) {
 			slots <- struct{}{}
 		}
-		if len(jobs) == n && err == nil {
-			continue
-		}
-		t := time.NewTimer(p.cfg.poll)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-wake:
-			t.Stop()
-		case <-t.C:
+		if len(jobs) < n || err != nil {
+			resting = true
+			poll.Reset(p.cfg.poll)
 		}
 	}
+}
+
+// gatherSlots takes every idle worker (n already taken), and waits up to
+// window (half a claim's round trip) for more to come free: workers that
+// finish together then share one claim instead of each paying for a claim
+// of its own, and a job never waits for more than that.
+func (p *Pool) gatherSlots(n int, slots chan struct{}, gather *time.Timer, window time.Duration) int {
+	for n < p.cfg.batch {
+		select {
+		case <-slots:
+			n++
+			continue
+		default:
+		}
+		if n == 0 || window <= 0 {
+			return n
+		}
+		gather.Reset(window)
+		select {
+		case <-slots:
+			n++
+			gather.Stop() // since Go 1.23 a stopped timer delivers nothing stale
+		case <-gather.C:
+			return n
+		}
+	}
+	return n
+}
+
+// drain appends the completions queued now, up to maxCompleteBatch.
+func drain(done []*Job, completions <-chan *Job) []*Job {
+	for len(done) < maxCompleteBatch {
+		select {
+		case j, ok := <-completions:
+			if !ok {
+				return done
+			}
+			done = append(done, j)
+		default:
+			return done
+		}
+	}
+	return done
+}
+
+// claimFor claims up to n jobs and completes done in the same transaction,
+// reporting each completion once it is settled. The claim's answer must not
+// be lost to shutdown (rows it claimed would wait for Rescue), so it runs on
+// its own timeout.
+func (p *Pool) claimFor(r *run, n int, done []*Job) ([]*Job, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.writeTimeout)
+	defer cancel()
+	if len(done) == 0 {
+		return p.c.Claim(ctx, n, p.cfg.lease)
+	}
+	res, jobs, err := p.c.completeAndClaim(ctx, done, n, p.cfg.lease)
+	if err != nil {
+		// Whether the completions committed is unknown: settle them.
+		p.settleBatch(r, done, err)
+		return nil, err
+	}
+	p.reportBatch(r, done, res, nil)
+	return jobs, nil
 }
 
 // process runs one job's handler and records its result: a completion goes
@@ -452,26 +516,12 @@ func (p *Pool) report(j *Job, res Result) {
 // maxCompleteBatch bounds one completion statement.
 const maxCompleteBatch = 1000
 
-// completeLoop writes the queued completions, as many per statement as are
-// queued when the previous statement returns (group commit: the busier the
-// pool, the bigger the batch), until the queue is closed and drained.
+// completeLoop writes the completions still queued once fetchLoop has
+// stopped (shutdown), as many per statement as are queued, until the queue
+// is closed and drained.
 func (p *Pool) completeLoop(r *run) {
-	batch := make([]*Job, 0, maxCompleteBatch)
 	for j := range r.completions {
-		batch = append(batch[:0], j)
-	drain:
-		for len(batch) < maxCompleteBatch {
-			select {
-			case j, ok := <-r.completions:
-				if !ok {
-					break drain
-				}
-				batch = append(batch, j)
-			default:
-				break drain
-			}
-		}
-		p.completeBatch(r, batch)
+		p.completeBatch(r, drain([]*Job{j}, r.completions))
 	}
 }
 
@@ -484,11 +534,24 @@ func (p *Pool) completeBatch(r *run, jobs []*Job) {
 	res, err := p.c.completeMany(ctx, jobs)
 	cancel()
 	if ambiguous(err) {
-		p.c.cfg.logger.Warn("claim: completion answer lost; reading the jobs back", "jobs", len(jobs), "err", err)
-		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.writeTimeout)
-		res, err = p.c.settleMany(ctx, jobs)
-		cancel()
+		p.settleBatch(r, jobs, err)
+		return
 	}
+	p.reportBatch(r, jobs, res, err)
+}
+
+// settleBatch settles completions whose outcome err left unknown.
+func (p *Pool) settleBatch(r *run, jobs []*Job, err error) {
+	p.c.cfg.logger.Warn("claim: completion answer lost; settling by reading the jobs back", "jobs", len(jobs), "err", err)
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.writeTimeout)
+	defer cancel()
+	res, err := p.c.settleMany(ctx, jobs)
+	p.reportBatch(r, jobs, res, err)
+}
+
+// reportBatch reports each job's completion: res[i] for job i, or err for
+// all when err is not nil.
+func (p *Pool) reportBatch(r *run, jobs []*Job, res []error, err error) {
 	for i, j := range jobs {
 		r.renew.remove(j)
 		out := Result{Outcome: Completed, Err: err}
