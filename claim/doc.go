@@ -45,10 +45,11 @@
 // half a claim's round trip for workers about to free up, so they share it);
 // one goroutine extends the leases of all running jobs in one heartbeat
 // statement per round (a job's local deadline is a timer, not a goroutine);
-// and one goroutine completes the jobs whose handler returned nil in one
-// statement per batch (UPDATE … FROM unnest(ids, fences), each row still
-// matched on id + fence + state 'running'), so a worker takes its next job
-// while the last one's completion is written. Each job learns on its own
+// and the jobs whose handler returned nil are completed in one statement per
+// batch (UPDATE … FROM unnest(ids, fences), each row still matched on id +
+// fence + state 'running'), pipelined with the next claim in one transaction
+// when a claim is due (one durable commit for both), so a worker takes its
+// next job while the last one's completion is written. Each job learns on its own
 // whether its completion counted (LeaseLost when it did not), and Completed
 // is reported only after the completion committed durably. A completion
 // whose answer was lost (connection cut) is settled before it is reported:

@@ -264,11 +264,12 @@ func NewPool(c *Claimer, h Handler, opts ...PoolOption) (*Pool, error) {
 //
 // How it spends the database: one claim statement takes as many jobs as
 // there are idle workers; one goroutine heartbeats every running job's
-// lease in one statement per round; and one goroutine completes the jobs
-// whose handler returned nil in one durable statement per batch (each job
-// still matched on id + fence + state 'running'), so a worker is free for
-// the next job while its last one's completion is written. A job is
-// reported Completed only after its completion committed durably.
+// lease in one statement per round; and the jobs whose handler returned nil
+// are completed in one statement per batch (each job still matched on id +
+// fence + state 'running'), sent in the same transaction as the next claim
+// when one is due, so a worker is free for the next job while its last
+// one's completion is written. A job is reported Completed only after its
+// completion committed durably.
 func (p *Pool) Run(ctx context.Context) error {
 	if !p.running.CompareAndSwap(false, true) {
 		return errors.New("claim: pool is already running")
@@ -331,7 +332,7 @@ func (p *Pool) Run(ctx context.Context) error {
 // run is the state one Run shares between its goroutines.
 type run struct {
 	renew       *renewer
-	completions chan *Job // handler returned nil: to be completed in a batch
+	completions chan *Job // handler returned nil: to be completed in a batch (by fetchLoop, then completeLoop)
 }
 
 // fetchLoop is the pool's one writer while it runs: it claims jobs for idle
