@@ -147,10 +147,20 @@ func (c *Claimer) Claim(ctx context.Context, n int, lease time.Duration) ([]*Job
 		return nil, err
 	}
 	sent := time.Now()
-	rows, err := c.pool.Query(ctx, c.sql.claim, c.queueArgs(n, c.cfg.owner, lease.Microseconds())...)
+	rows, err := c.pool.Query(ctx, c.sql.claim, c.claimArgs(n, lease)...)
 	if err != nil {
 		return nil, c.explain("claim", err)
 	}
+	return c.scanClaimed(rows, sent, lease)
+}
+
+func (c *Claimer) claimArgs(n int, lease time.Duration) []any {
+	return c.queueArgs(n, c.cfg.owner, lease.Microseconds())
+}
+
+// scanClaimed reads the claim statement's rows; sent is the time just before
+// the claim was sent, the start of the jobs' local deadlines.
+func (c *Claimer) scanClaimed(rows pgx.Rows, sent time.Time, lease time.Duration) ([]*Job, error) {
 	defer rows.Close()
 	deadline := sent.Add(lease - lease/10)
 	var jobs []*Job

@@ -40,12 +40,35 @@
 // the catalog and every identifier is quoted with pgx.Identifier.Sanitize.
 // Values are always bound parameters.
 //
-// Pool runs N workers over a Claimer: it claims in batches as workers free
-// up, heartbeats each job at a third of its lease, ends a job's context when
-// its lease is lost, rescues expired leases periodically, wakes on
+// Pool runs N workers over a Claimer and spends the database sparingly: one
+// claim statement takes as many jobs as there are idle workers (waiting up to
+// half a claim's round trip for workers about to free up, so they share it);
+// one goroutine extends the leases of all running jobs in one heartbeat
+// statement per round (a job's local deadline is a timer, not a goroutine);
+// and the jobs whose handler returned nil are completed in one statement per
+// batch (UPDATE … FROM unnest(ids, fences), each row still matched on id +
+// fence + state 'running'), pipelined with the next claim in one transaction
+// when a claim is due (one durable commit for both), so a worker takes its
+// next job while the last one's completion is written. Each job learns on its own
+// whether its completion counted (LeaseLost when it did not), and Completed
+// is reported only after the completion committed durably. A completion
+// whose answer was lost (connection cut) is settled before it is reported:
+// it is sent again and the rows are read back by id + fence on another
+// connection, within the write timeout; WriteError only when even that
+// fails. Pool also rescues expired leases periodically, wakes on
 // LISTEN/NOTIFY when asked to (polling stays the fallback), and on shutdown
-// lets in-flight jobs finish within a grace period and releases the rest.
-// Every goroutine it starts has stopped when Run returns. NewTxPool runs each
-// job's handler in a transaction that also completes the job (CompleteTx),
-// so a job's effects in this database count only if its completion does.
+// lets in-flight jobs finish within a grace period, releases the rest and
+// writes the completions still queued. Every goroutine it starts has stopped
+// when Run returns.
+//
+// NewTxPool runs each job's handler in a transaction that also completes the
+// job (CompleteTx), so a job's effects in this database count only if its
+// completion does. That is one transaction, and one durable commit, per job:
+// it does not batch completions, and runs at a fraction of Pool's rate (see
+// BenchmarkJobThroughput). A TxHandler that returns nil after its context
+// ended with a lost lease is LeaseLost and its effects roll back; a commit
+// whose answer was lost is settled by reading the row back by id + fence
+// (completed under this fence: Completed; still running under it: the
+// commit did not land, the attempt is recorded as failed; otherwise
+// LeaseLost).
 package claim

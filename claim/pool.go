@@ -35,7 +35,8 @@ type TxHandler func(ctx context.Context, tx pgx.Tx, job *Job) error
 type Outcome int
 
 const (
-	// Completed: the handler returned nil and the completion was accepted.
+	// Completed: the handler returned nil and the completion was accepted
+	// and is durable.
 	Completed Outcome = iota + 1
 	// Failed: the handler returned an error (or panicked) and the failure
 	// was recorded; the job retries later or is dead.
@@ -47,9 +48,11 @@ const (
 	// the job was rescued or claimed again meanwhile. This attempt does not
 	// count.
 	LeaseLost
-	// WriteError: the completion, failure or release could not be sent (the
-	// database was unreachable). The lease will expire and Rescue requeue
-	// the job.
+	// WriteError: the completion, failure or release could not be written,
+	// and for a completion its outcome could not be settled by reading the
+	// job back either (the database was unreachable within the write
+	// timeout). The lease will expire and Rescue requeue the job, unless a
+	// completion whose answer was lost did land.
 	WriteError
 )
 
@@ -122,7 +125,9 @@ func WithBatchSize(n int) PoolOption {
 	}
 }
 
-// WithLease sets each job's lease. Heartbeats extend it every third of it.
+// WithLease sets each job's lease. One heartbeat statement per round extends
+// the leases of all running jobs, each between a third and a half of the
+// lease after its last successful extension.
 // Default: 30s. Within [MinLease, MaxLease].
 func WithLease(d time.Duration) PoolOption {
 	return func(c *poolConfig) error {
@@ -188,8 +193,9 @@ func WithRescueInterval(d time.Duration) PoolOption {
 	}
 }
 
-// WithResultHook calls f after each job's end, from the worker's goroutine,
-// for metrics and tests. Default: none. f must not block for long.
+// WithResultHook calls f after each job's end, from a pool goroutine (the
+// worker's, or for completions the one that writes them in batches), for
+// metrics and tests. Default: none. f must not block for long.
 func WithResultHook(f func(*Job, Result)) PoolOption {
 	return func(c *poolConfig) error {
 		if f == nil {
@@ -252,9 +258,18 @@ func NewPool(c *Claimer, h Handler, opts ...PoolOption) (*Pool, error) {
 
 // Run claims and runs jobs until ctx ends, then shuts down gracefully: it
 // stops claiming, lets in-flight jobs finish within the shutdown grace,
-// releases those that do not, and returns once every goroutine it started
-// has stopped. It returns nil after a graceful shutdown. A Pool runs once at
-// a time.
+// releases those that do not, records the results still pending, and
+// returns once every goroutine it started has stopped. It returns nil after
+// a graceful shutdown. A Pool runs once at a time.
+//
+// How it spends the database: one claim statement takes as many jobs as
+// there are idle workers; one goroutine heartbeats every running job's
+// lease in one statement per round; and the jobs whose handler returned nil
+// are completed in one statement per batch (each job still matched on id +
+// fence + state 'running'), sent in the same transaction as the next claim
+// when one is due, so a worker is free for the next job while its last
+// one's completion is written. A job is reported Completed only after its
+// completion committed durably.
 func (p *Pool) Run(ctx context.Context) error {
 	if !p.running.CompareAndSwap(false, true) {
 		return errors.New("claim: pool is already running")
@@ -267,14 +282,17 @@ func (p *Pool) Run(ctx context.Context) error {
 	for range p.cfg.workers {
 		slots <- struct{}{}
 	}
-	work := make(chan *Job)
+	work := make(chan *Job, p.cfg.workers)
 	wake := make(chan struct{}, 1)
+	r := &run{renew: newRenewer(p.c, p.cfg.lease), completions: make(chan *Job, p.cfg.workers)}
 
-	var workers, background sync.WaitGroup
+	var workers, background, completer, renewer sync.WaitGroup
+	stopRenew := make(chan struct{})
+	renewer.Go(func() { r.renew.run(stopRenew) })
 	for range p.cfg.workers {
 		workers.Go(func() {
 			for j := range work {
-				p.process(jobsCtx, j)
+				p.process(jobsCtx, r, j)
 				slots <- struct{}{}
 			}
 		})
@@ -286,8 +304,10 @@ func (p *Pool) Run(ctx context.Context) error {
 		background.Go(func() { p.listenLoop(ctx, wake) })
 	}
 
-	p.fetchLoop(ctx, work, slots, wake)
+	p.fetchLoop(ctx, r, work, slots, wake)
 	close(work)
+	// From here on completions are written on their own.
+	completer.Go(func() { p.completeLoop(r) })
 
 	done := make(chan struct{})
 	go func() { workers.Wait(); close(done) }()
@@ -299,35 +319,75 @@ func (p *Pool) Run(ctx context.Context) error {
 		stopJobs(ErrShutdown)
 		<-done
 	}
+	// Every worker has stopped: the completions still queued are written
+	// (the renewer keeps their leases meanwhile), then the renewer stops.
+	close(r.completions)
+	completer.Wait()
+	close(stopRenew)
+	renewer.Wait()
 	background.Wait()
 	return nil
 }
 
-func (p *Pool) fetchLoop(ctx context.Context, work chan<- *Job, slots chan struct{}, wake <-chan struct{}) {
-	log := p.c.cfg.logger
+// run is the state one Run shares between its goroutines.
+type run struct {
+	renew       *renewer
+	completions chan *Job // handler returned nil: to be completed in a batch (by fetchLoop, then completeLoop)
+}
+
+// fetchLoop is the pool's one writer while it runs: it claims jobs for idle
+// workers and writes the completions that workers queue, each round in one
+// round trip. Completions queued when a claim is due ride in the claim's
+// transaction (one durable commit for both); when no claim is due (no idle
+// worker, or waiting for the poll interval after a short claim) they go
+// alone. When ctx ends it returns, and completeLoop takes the completions
+// over.
+func (p *Pool) fetchLoop(ctx context.Context, r *run, work chan<- *Job, slots chan struct{}, wake <-chan struct{}) {
+	poll := time.NewTimer(time.Hour)
+	poll.Stop()
+	gather := time.NewTimer(time.Hour)
+	gather.Stop()
+	var window time.Duration // half the last claim's round trip
+	resting := false         // after a short claim, until the poll interval or a wake-up
 	for {
+		var slotsC chan struct{}
+		var pollC <-chan time.Time
+		var wakeC <-chan struct{}
+		if resting {
+			pollC, wakeC = poll.C, wake
+		} else {
+			slotsC = slots
+		}
+		n := 0
+		var done []*Job
 		select {
 		case <-ctx.Done():
 			return
-		case <-slots:
+		case <-pollC:
+			resting = false
+			continue
+		case <-wakeC:
+			poll.Stop()
+			resting = false
+			continue
+		case <-slotsC:
+			n = 1
+		case j := <-r.completions:
+			done = append(done, j)
 		}
-		n := 1
-	more:
-		for n < p.cfg.batch {
-			select {
-			case <-slots:
-				n++
-			default:
-				break more
-			}
+		if !resting {
+			n = p.gatherSlots(n, slots, gather, window)
 		}
-		// The claim's answer must not be lost to shutdown: rows it claimed
-		// would wait for Rescue. Let it finish on its own timeout.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.writeTimeout)
-		jobs, err := p.c.Claim(cctx, n, p.cfg.lease)
-		cancel()
+		done = drain(done, r.completions)
+		if n == 0 {
+			p.completeBatch(r, done)
+			continue
+		}
+		sent := time.Now()
+		jobs, err := p.claimFor(r, n, done)
+		window = min(time.Since(sent)/2, p.cfg.poll)
 		if err != nil {
-			log.Warn("claim: claiming failed; retrying after the poll interval", "err", err)
+			p.c.cfg.logger.Warn("claim: claiming failed; retrying after the poll interval", "err", err)
 		}
 		for _, j := range jobs {
 			work <- j // n workers are idle: this does not wait long
@@ -335,50 +395,111 @@ func (p *Pool) fetchLoop(ctx context.Context, work chan<- *Job, slots chan struc
 		for range n - len(jobs) {
 			slots <- struct{}{}
 		}
-		if len(jobs) == n && err == nil {
-			continue
-		}
-		t := time.NewTimer(p.cfg.poll)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-wake:
-			t.Stop()
-		case <-t.C:
+		if len(jobs) < n || err != nil {
+			resting = true
+			poll.Reset(p.cfg.poll)
 		}
 	}
 }
 
-func (p *Pool) process(base context.Context, j *Job) {
-	jctx, cancel := context.WithCancelCause(base)
-	stop := make(chan struct{})
-	hbDone := make(chan struct{})
-	go p.heartbeatLoop(jctx, cancel, j, stop, hbDone)
+// gatherSlots takes every idle worker (n already taken), and waits up to
+// window (half a claim's round trip) for more to come free: workers that
+// finish together then share one claim instead of each paying for a claim
+// of its own, and a job never waits for more than that.
+func (p *Pool) gatherSlots(n int, slots chan struct{}, gather *time.Timer, window time.Duration) int {
+	for n < p.cfg.batch {
+		select {
+		case <-slots:
+			n++
+			continue
+		default:
+		}
+		if n == 0 || window <= 0 {
+			return n
+		}
+		gather.Reset(window)
+		select {
+		case <-slots:
+			n++
+			gather.Stop() // since Go 1.23 a stopped timer delivers nothing stale
+		case <-gather.C:
+			return n
+		}
+	}
+	return n
+}
 
+// drain appends the completions queued now, up to maxCompleteBatch.
+func drain(done []*Job, completions <-chan *Job) []*Job {
+	for len(done) < maxCompleteBatch {
+		select {
+		case j, ok := <-completions:
+			if !ok {
+				return done
+			}
+			done = append(done, j)
+		default:
+			return done
+		}
+	}
+	return done
+}
+
+// claimFor claims up to n jobs and completes done in the same transaction,
+// reporting each completion once it is settled. The claim's answer must not
+// be lost to shutdown (rows it claimed would wait for Rescue), so it runs on
+// its own timeout.
+func (p *Pool) claimFor(r *run, n int, done []*Job) ([]*Job, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.writeTimeout)
+	defer cancel()
+	if len(done) == 0 {
+		return p.c.Claim(ctx, n, p.cfg.lease)
+	}
+	res, jobs, err := p.c.completeAndClaim(ctx, done, n, p.cfg.lease)
+	if err != nil {
+		// Whether the completions committed is unknown: settle them.
+		p.settleBatch(r, done, err)
+		return nil, err
+	}
+	p.reportBatch(r, done, res, nil)
+	return jobs, nil
+}
+
+// process runs one job's handler and records its result: a completion goes
+// to the completer (the worker is then free), anything else is written here.
+func (p *Pool) process(base context.Context, r *run, j *Job) {
+	jctx, cancel := context.WithCancelCause(base)
+	r.renew.add(j, cancel)
 	herr := p.call(jctx, j)
-	close(stop)
-	<-hbDone
 	cause := context.Cause(jctx)
 	cancel(nil)
 
+	if herr == nil && p.txh == nil {
+		// The renewer keeps the lease until the completion is written.
+		r.completions <- j
+		return
+	}
+	defer r.renew.remove(j)
 	wctx, wcancel := context.WithTimeout(context.Background(), p.cfg.writeTimeout)
 	defer wcancel()
 	res := Result{HandlerErr: herr}
 	var completed *completedInTx
 	switch {
 	case errors.As(herr, &completed):
-		// A TxHandler's transaction tried to complete the job itself.
+		// A TxHandler's transaction completed the job, or tried to.
 		res.HandlerErr = nil
-		res.Outcome, res.Err = Completed, completed.err
-	case herr == nil:
-		res.Outcome, res.Err = Completed, p.c.Complete(wctx, j)
+		res.Outcome, res.Err = completed.outcome, completed.err
 	case errors.Is(cause, ErrShutdown):
 		res.Outcome, res.Err = Released, p.c.Release(wctx, j)
 	default:
 		res.Outcome = Failed
 		res.Fail, res.Err = p.c.Fail(wctx, j, herr)
 	}
+	p.report(j, res)
+}
+
+// report classifies a result's write error, logs it and calls the hook.
+func (p *Pool) report(j *Job, res Result) {
 	if res.Err != nil {
 		if errors.Is(res.Err, ErrLeaseLost) {
 			res.Outcome = LeaseLost
@@ -390,6 +511,55 @@ func (p *Pool) process(base context.Context, j *Job) {
 	}
 	if p.cfg.hook != nil {
 		p.cfg.hook(j, res)
+	}
+}
+
+// maxCompleteBatch bounds one completion statement.
+const maxCompleteBatch = 1000
+
+// completeLoop writes the completions still queued once fetchLoop has
+// stopped (shutdown), as many per statement as are queued, until the queue
+// is closed and drained.
+func (p *Pool) completeLoop(r *run) {
+	for j := range r.completions {
+		p.completeBatch(r, drain([]*Job{j}, r.completions))
+	}
+}
+
+// completeBatch completes jobs in one statement and reports each job's
+// outcome. An answer lost on the way back is settled before anything is
+// reported (see Claimer.settleMany), so Completed always means durably
+// completed and LeaseLost always means refused.
+func (p *Pool) completeBatch(r *run, jobs []*Job) {
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.writeTimeout)
+	res, err := p.c.completeMany(ctx, jobs)
+	cancel()
+	if ambiguous(err) {
+		p.settleBatch(r, jobs, err)
+		return
+	}
+	p.reportBatch(r, jobs, res, err)
+}
+
+// settleBatch settles completions whose outcome err left unknown.
+func (p *Pool) settleBatch(r *run, jobs []*Job, err error) {
+	p.c.cfg.logger.Warn("claim: completion answer lost; settling by reading the jobs back", "jobs", len(jobs), "err", err)
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.writeTimeout)
+	defer cancel()
+	res, err := p.c.settleMany(ctx, jobs)
+	p.reportBatch(r, jobs, res, err)
+}
+
+// reportBatch reports each job's completion: res[i] for job i, or err for
+// all when err is not nil.
+func (p *Pool) reportBatch(r *run, jobs []*Job, res []error, err error) {
+	for i, j := range jobs {
+		r.renew.remove(j)
+		out := Result{Outcome: Completed, Err: err}
+		if err == nil {
+			out.Err = res[i]
+		}
+		p.report(j, out)
 	}
 }
 
@@ -405,15 +575,34 @@ func (p *Pool) call(ctx context.Context, j *Job) (err error) {
 	return p.h(ctx, j)
 }
 
-// completedInTx carries a TxHandler's completion out of call: err is nil
-// when the job's effects and its completion committed together.
-type completedInTx struct{ err error }
+// completedInTx carries a TxHandler's completion out of call, with the
+// outcome it settled on.
+type completedInTx struct {
+	outcome Outcome
+	err     error
+}
 
 func (c *completedInTx) Error() string { return "claim: completed in the handler's transaction" }
 
 // callTx runs the TxHandler and, when it succeeds, completes the job in the
-// same transaction. A refused completion (lease lost) rolls the effects back.
-// A handler error is returned as is, with the transaction rolled back.
+// same transaction and commits. A handler error is returned as is, with the
+// transaction rolled back. Otherwise the outcome is settled here:
+//
+//   - the job's lease was lost while the handler ran (its context ended with
+//     a *LeaseLostError) and the handler returned nil anyway: the effects are
+//     rolled back and the outcome is LeaseLost, without asking the database;
+//   - the completion was refused: rolled back, LeaseLost;
+//   - the commit's answer was lost (the connection broke after COMMIT was
+//     sent): the row is read back by id + fence on another connection,
+//     within the write timeout. Completed under this fence means the commit
+//     landed (Completed); running under this fence means it did not, and
+//     the attempt is recorded as failed (the effects are gone); anything
+//     else means another claim has the job (LeaseLost). If even that cannot
+//     be read, WriteError.
+//
+// The completion and the commit run on a context of their own, bounded by
+// the write timeout: a handler that ran into the shutdown grace still gets
+// its completion recorded.
 func (p *Pool) callTx(ctx context.Context, j *Job) error {
 	tx, err := p.c.pool.Begin(ctx)
 	if err != nil {
@@ -423,58 +612,42 @@ func (p *Pool) callTx(ctx context.Context, j *Job) error {
 	if err := p.txh(ctx, tx, j); err != nil {
 		return err
 	}
-	if err := p.c.CompleteTx(ctx, tx, j); err != nil {
-		return &completedInTx{err: err}
+	if cause := context.Cause(ctx); errors.Is(cause, ErrLeaseLost) {
+		return &completedInTx{outcome: LeaseLost, err: cause}
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return &completedInTx{err: fmt.Errorf("claim: commit job %d: %w", j.ID, err)}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.writeTimeout)
+	defer cancel()
+	if err := p.c.CompleteTx(wctx, tx, j); err != nil {
+		return &completedInTx{outcome: Completed, err: err}
 	}
-	return &completedInTx{}
+	err = tx.Commit(wctx)
+	if err == nil {
+		return &completedInTx{outcome: Completed}
+	}
+	err = fmt.Errorf("claim: commit job %d: %w", j.ID, err)
+	if !ambiguous(err) {
+		return &completedInTx{outcome: Completed, err: err}
+	}
+	return p.settleTx(j, err)
 }
 
-// heartbeatLoop extends the job's lease every third of it, and ends the
-// job's context when a heartbeat finds the lease gone or the local deadline
-// passes without a successful heartbeat.
-func (p *Pool) heartbeatLoop(ctx context.Context, cancel context.CancelCauseFunc, j *Job, stop <-chan struct{}, done chan<- struct{}) {
-	defer close(done)
-	every := j.lease / 3
-	next := every
-	for {
-		wait := min(next, time.Until(j.Deadline()))
-		if wait <= 0 {
-			cancel(&LeaseLostError{Op: "local deadline", JobID: j.ID, Fence: j.Fence})
-			return
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-stop:
-			t.Stop()
-			return
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		if !time.Now().Before(j.Deadline()) {
-			cancel(&LeaseLostError{Op: "local deadline", JobID: j.ID, Fence: j.Fence})
-			return
-		}
-		// A heartbeat that hangs must not carry the job past its local
-		// deadline: it gets at most until then.
-		hctx, hcancel := context.WithDeadline(ctx, minTime(time.Now().Add(every), j.Deadline()))
-		err := p.c.Heartbeat(hctx, j)
-		hcancel()
-		switch {
-		case err == nil:
-			next = every
-		case errors.Is(err, ErrLeaseLost):
-			cancel(err)
-			return
-		default:
-			p.c.cfg.logger.Warn("claim: heartbeat failed; retrying", "job", j.ID, "err", err)
-			next = max(every/4, time.Millisecond)
-		}
+// settleTx reads back a job whose commit answer was lost; see callTx.
+func (p *Pool) settleTx(j *Job, commitErr error) error {
+	p.c.cfg.logger.Warn("claim: commit answer lost; reading the job back", "job", j.ID, "fence", j.Fence, "err", commitErr)
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.writeTimeout)
+	defer cancel()
+	states, err := p.c.readBack(ctx, []*Job{j})
+	switch {
+	case err != nil:
+		return &completedInTx{outcome: WriteError, err: fmt.Errorf("%w; reading the job back: %w", commitErr, err)}
+	case states[j.ID] == "completed":
+		return &completedInTx{outcome: Completed}
+	case states[j.ID] == "running":
+		// The commit did not land and the lease is still ours: the
+		// attempt failed, its effects are gone.
+		return commitErr
 	}
+	return &completedInTx{outcome: LeaseLost, err: &LeaseLostError{Op: "complete", JobID: j.ID, Fence: j.Fence}}
 }
 
 func (p *Pool) rescueLoop(ctx context.Context, wake chan<- struct{}) {

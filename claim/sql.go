@@ -10,6 +10,9 @@ import (
 // identifier quoted by pgx.Identifier.Sanitize. Values are always bound.
 type statements struct {
 	claim, heartbeat, complete, fail, release, rescue string
+	// Batched forms, used by Pool: one statement for many jobs, each row
+	// still matched on id + fence + state 'running'.
+	heartbeatMany, completeMany, readBack string
 }
 
 func buildStatements(t Table) statements {
@@ -71,6 +74,32 @@ RETURNING {until}`)
 )
 SELECT EXISTS (SELECT 1 FROM upd)
     OR EXISTS (SELECT 1 FROM {tbl} WHERE {id} = $1 AND {fence} = $2 AND {state} = 'completed')`)
+
+	// The batch forms take parallel arrays of ids and fences. The
+	// completion forces a durable commit whatever the session's
+	// synchronous_commit: Pool reports a job completed only once its
+	// completion is durable. Each statement returns the ids it changed; a
+	// job missing from the answer was not changed (lease lost).
+	s.heartbeatMany = r.Replace(`UPDATE {tbl} AS j
+   SET {until} = now() + $3::bigint * interval '1 microsecond'
+  FROM unnest($1::bigint[], $2::bigint[]) AS x(id, fence)
+ WHERE j.{id} = x.id AND j.{fence} = x.fence AND j.{state} = 'running' AND j.{until} > now()
+RETURNING j.{id}::bigint, j.{until}`)
+
+	s.completeMany = r.Replace(`UPDATE {tbl} AS j SET {state} = 'completed'` + finished + `
+  FROM unnest($1::bigint[], $2::bigint[]) AS x(id, fence),
+       (SELECT set_config('synchronous_commit', 'on', true)) AS settings
+ WHERE j.{id} = x.id AND j.{fence} = x.fence AND j.{state} = 'running'
+RETURNING j.{id}::bigint`)
+
+	// readBack settles an ambiguous completion: for each id + fence still
+	// on its row, the row's state. FOR UPDATE waits until a transaction
+	// that still holds the row (the one whose answer was lost, if its
+	// backend lives) ends, so the state read is its final word.
+	s.readBack = r.Replace(`SELECT j.{id}::bigint, j.{state}::text
+  FROM {tbl} AS j
+  JOIN unnest($1::bigint[], $2::bigint[]) AS x(id, fence) ON j.{id} = x.id AND j.{fence} = x.fence
+   FOR UPDATE OF j`)
 
 	extra := ""
 	if t.LastError != "" {

@@ -1,0 +1,184 @@
+package claim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// The batched writes Pool uses. Each takes jobs of one claimer and sends one
+// statement whatever their number; every row is still matched on its own
+// id + fence + state 'running', and each job learns on its own whether its
+// write counted.
+
+// idsAndFences returns the parallel arrays the batch statements take.
+func idsAndFences(jobs []*Job) (ids, fences []int64) {
+	ids, fences = make([]int64, len(jobs)), make([]int64, len(jobs))
+	for i, j := range jobs {
+		ids[i], fences[i] = j.ID, j.Fence
+	}
+	return ids, fences
+}
+
+// heartbeatMany extends the leases of jobs (all of lease length lease) in one
+// statement. It returns the jobs whose lease was lost (not extended); the
+// others' local deadlines have moved. An error means nothing is known: the
+// leases stay valid until their deadlines.
+func (c *Claimer) heartbeatMany(ctx context.Context, jobs []*Job, lease time.Duration) (lost []*Job, err error) {
+	ids, fences := idsAndFences(jobs)
+	sent := time.Now()
+	rows, err := c.pool.Query(ctx, c.sql.heartbeatMany, ids, fences, lease.Microseconds())
+	if err != nil {
+		return nil, fmt.Errorf("claim: heartbeat %d jobs: %w", len(jobs), err)
+	}
+	until := make(map[int64]time.Time, len(jobs))
+	var id int64
+	var u time.Time
+	_, err = pgx.ForEachRow(rows, []any{&id, &u}, func() error { until[id] = u; return nil })
+	if err != nil {
+		return nil, fmt.Errorf("claim: heartbeat %d jobs: %w", len(jobs), err)
+	}
+	for _, j := range jobs {
+		if u, ok := until[j.ID]; ok {
+			j.extend(sent, u)
+		} else {
+			lost = append(lost, j)
+		}
+	}
+	return lost, nil
+}
+
+// completeMany completes jobs in one durable statement and returns, per job
+// (same order), nil when its completion counted and a *LeaseLostError when
+// it did not. A non-nil error means the outcome of every job is unknown: the
+// statement may or may not have committed (see settleMany).
+func (c *Claimer) completeMany(ctx context.Context, jobs []*Job) ([]error, error) {
+	ids, fences := idsAndFences(jobs)
+	rows, err := c.pool.Query(ctx, c.sql.completeMany, ids, fences)
+	if err != nil {
+		return nil, fmt.Errorf("claim: complete %d jobs: %w", len(jobs), err)
+	}
+	done := make(map[int64]bool, len(jobs))
+	var id int64
+	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { done[id] = true; return nil }); err != nil {
+		return nil, fmt.Errorf("claim: complete %d jobs: %w", len(jobs), err)
+	}
+	res := make([]error, len(jobs))
+	for i, j := range jobs {
+		if !done[j.ID] {
+			res[i] = &LeaseLostError{Op: "complete", JobID: j.ID, Fence: j.Fence}
+		}
+	}
+	return res, nil
+}
+
+// completeAndClaim completes done and claims up to n jobs in one round trip
+// and one transaction: a pipeline of the two statements with one Sync, which
+// PostgreSQL runs as one implicit transaction, so the pool pays one durable
+// commit for both. The completions count only if that transaction commits,
+// so res (as completeMany's) is returned only once the commit is
+// acknowledged. On any error nothing is known about the completions (settle
+// them with settleMany) and any rows the claim took wait for Rescue, as
+// after a failed Claim.
+func (c *Claimer) completeAndClaim(ctx context.Context, done []*Job, n int, lease time.Duration) (res []error, jobs []*Job, err error) {
+	ids, fences := idsAndFences(done)
+	b := &pgx.Batch{}
+	b.Queue(c.sql.completeMany, ids, fences)
+	b.Queue(c.sql.claim, c.claimArgs(n, lease)...)
+	sent := time.Now()
+	br := c.pool.SendBatch(ctx, b)
+	defer br.Close()
+	rows, err := br.Query()
+	if err != nil {
+		return nil, nil, fmt.Errorf("claim: complete %d jobs and claim: %w", len(done), err)
+	}
+	completed := make(map[int64]bool, len(done))
+	var id int64
+	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { completed[id] = true; return nil }); err != nil {
+		return nil, nil, fmt.Errorf("claim: complete %d jobs and claim: %w", len(done), err)
+	}
+	rows, err = br.Query()
+	if err != nil {
+		return nil, nil, c.explain("claim", err)
+	}
+	if jobs, err = c.scanClaimed(rows, sent, lease); err != nil {
+		return nil, nil, err
+	}
+	// Close reads up to the ReadyForQuery that follows the commit.
+	if err := br.Close(); err != nil {
+		return nil, nil, fmt.Errorf("claim: commit completions and claim: %w", err)
+	}
+	res = make([]error, len(done))
+	for i, j := range done {
+		if !completed[j.ID] {
+			res[i] = &LeaseLostError{Op: "complete", JobID: j.ID, Fence: j.Fence}
+		}
+	}
+	return res, jobs, nil
+}
+
+// readBack reports, for each job, the state of its row if the row still
+// carries the job's fence ("" when it does not: another claim has the job
+// since). It waits for any transaction still holding one of the rows, so the
+// states it returns are final, and it runs on whichever pool connection is
+// free: never the one whose answer was lost, which pgx has closed.
+func (c *Claimer) readBack(ctx context.Context, jobs []*Job) (map[int64]string, error) {
+	ids, fences := idsAndFences(jobs)
+	rows, err := c.pool.Query(ctx, c.sql.readBack, ids, fences)
+	if err != nil {
+		return nil, fmt.Errorf("claim: read back %d jobs: %w", len(jobs), err)
+	}
+	states := make(map[int64]string, len(jobs))
+	var id int64
+	var state string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &state}, func() error { states[id] = state; return nil }); err != nil {
+		return nil, fmt.Errorf("claim: read back %d jobs: %w", len(jobs), err)
+	}
+	return states, nil
+}
+
+// settleMany finds out what an ambiguous completeMany did, the way an
+// ambiguous acquire is settled: it sends the completion again (rows that the
+// first one completed no longer match state 'running'; rows it did not
+// complete are completed now, still only under their fence) and then reads
+// back, in a new statement and so a new snapshot, which of the rest are
+// completed under their fence. Result as completeMany's.
+func (c *Claimer) settleMany(ctx context.Context, jobs []*Job) ([]error, error) {
+	res, err := c.completeMany(ctx, jobs)
+	if err != nil {
+		return nil, err
+	}
+	var rest []*Job
+	for i, j := range jobs {
+		if res[i] != nil {
+			rest = append(rest, j)
+		}
+	}
+	if len(rest) == 0 {
+		return res, nil
+	}
+	states, err := c.readBack(ctx, rest)
+	if err != nil {
+		return nil, err
+	}
+	for i, j := range jobs {
+		if res[i] != nil && states[j.ID] == "completed" {
+			res[i] = nil
+		}
+	}
+	return res, nil
+}
+
+// ambiguous reports whether err leaves a write's outcome unknown: any error
+// but the server's own answer. pgconn.SafeToRetry is no guide here: a COMMIT
+// whose answer was cut off comes back from pgx as a "conn closed" error that
+// claims to be safe to retry, although the server received and ran it. So
+// every such error is settled by reading back, which is always correct.
+func ambiguous(err error) bool {
+	var pgErr *pgconn.PgError
+	return err != nil && !errors.As(err, &pgErr)
+}
