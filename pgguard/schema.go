@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
 // Mode is how a table's fencing trigger treats an UPDATE or DELETE from a
@@ -55,7 +57,7 @@ func SetFence(ctx context.Context, tx pgx.Tx, fence int64) error {
 	if fence <= 0 {
 		return invalid("fence must be positive, got %d", fence)
 	}
-	if _, err := tx.Exec(ctx, "SELECT pg_catalog.set_config('pgfence.fence', $1::bigint::text, true)", fence); err != nil {
+	if _, err := pgmode.Wrap(tx).Exec(ctx, "SELECT pg_catalog.set_config('pgfence.fence', $1::bigint::text, true)", fence); err != nil {
 		return fmt.Errorf("pgguard: setting the transaction's fence: %w", err)
 	}
 	return nil
@@ -106,7 +108,7 @@ func AddFenceColumn(ctx context.Context, db DBTX, t Table) error {
 	}
 	sql := fmt.Sprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS %s bigint NOT NULL DEFAULT 0",
 		r.quoted(), pgx.Identifier{t.fenceColumn()}.Sanitize())
-	if _, err := db.Exec(ctx, sql); err != nil {
+	if _, err := pgmode.Wrap(db).Exec(ctx, sql); err != nil {
 		return fmt.Errorf("pgguard: adding the fence column to %s: %w", r.quoted(), err)
 	}
 	return nil
@@ -158,7 +160,7 @@ func InstallTrigger(ctx context.Context, db DBTX, t Table, mode Mode) error {
 	}
 	// One simple-protocol Exec: both statements run in one implicit
 	// transaction, so the table is never left without a trigger.
-	if _, err := db.Exec(ctx, triggerSQL(r.quoted(), t.fenceColumn(), mode)); err != nil {
+	if _, err := pgmode.Wrap(db).Exec(ctx, triggerSQL(r.quoted(), t.fenceColumn(), mode)); err != nil {
 		return fmt.Errorf("pgguard: installing the fencing trigger on %s (did pgfence's migrations run?): %w", r.quoted(), err)
 	}
 	return nil
@@ -178,7 +180,7 @@ func RemoveTrigger(ctx context.Context, db DBTX, t Table) error {
 	if err != nil {
 		return err
 	}
-	if _, err := db.Exec(ctx, fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s", TriggerName, r.quoted())); err != nil {
+	if _, err := pgmode.Wrap(db).Exec(ctx, fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s", TriggerName, r.quoted())); err != nil {
 		return fmt.Errorf("pgguard: removing the fencing trigger from %s: %w", r.quoted(), err)
 	}
 	return nil
@@ -192,7 +194,7 @@ func TriggerMode(ctx context.Context, db DBTX, t Table) (mode Mode, ok bool, err
 		return 0, false, err
 	}
 	var args []byte
-	err = db.QueryRow(ctx, `SELECT tgargs FROM pg_catalog.pg_trigger WHERE tgrelid = pg_catalog.to_regclass($1) AND tgname = $2`,
+	err = pgmode.Wrap(db).QueryRow(ctx, `SELECT tgargs FROM pg_catalog.pg_trigger WHERE tgrelid = pg_catalog.to_regclass($1) AND tgname = $2`,
 		r.quoted(), TriggerName).Scan(&args)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
