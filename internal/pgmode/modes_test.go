@@ -73,7 +73,9 @@ func TestCoreBehindPgBouncer(t *testing.T) {
 
 var unique atomic.Int64
 
-func name(prefix string) string { return fmt.Sprintf("%s_%d_%d", prefix, time.Now().UnixNano(), unique.Add(1)) }
+func name(prefix string) string {
+	return fmt.Sprintf("%s_%d_%d", prefix, time.Now().UnixNano(), unique.Add(1))
+}
 
 // runCore runs one pass of each package's main path on pool; it reports
 // failures with t.Error so that it may run on several goroutines.
