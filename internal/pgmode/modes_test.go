@@ -211,3 +211,47 @@ func testPoolBehindBouncer(t *testing.T, pool *pgxpool.Pool) {
 		t.Errorf("jobs not done: %d (%v)", left, err)
 	}
 }
+
+// What the README tells users to set for their own queries behind a
+// transaction pooler (default_query_exec_mode=cache_describe in the URL):
+// their statements inside advisory.TryDo, in several workers, never fail.
+func TestREADMESettingBehindPgBouncer(t *testing.T) {
+	url := pgtest.BouncerURL(t)
+	cfg, err := pgxpool.ParseConfig(url + "&default_query_exec_mode=cache_describe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ConnConfig.DefaultQueryExecMode != pgx.QueryExecModeCacheDescribe {
+		t.Fatalf("the URL parameter was not taken: %v", cfg.ConnConfig.DefaultQueryExecMode)
+	}
+	cfg.MaxConns = 16
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	key := advisory.Int64Key(unique.Add(1) << 21)
+	var wg sync.WaitGroup
+	var ran atomic.Int64
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				err := advisory.TryDo(context.Background(), pool, key, func(ctx context.Context, tx pgx.Tx) error {
+					var n int64
+					ran.Add(1)
+					return tx.QueryRow(ctx, "SELECT $1::bigint + 1", int64(i)).Scan(&n)
+				})
+				if err != nil && !errors.Is(err, advisory.ErrNotAcquired) {
+					t.Errorf("TryDo with the user's own query: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if ran.Load() == 0 {
+		t.Fatal("no function ran")
+	}
+}
