@@ -20,7 +20,8 @@ import (
 // (named prepared statements, which the functions' own queries use and which
 // fail there now and then) and a 16-connection pool: no two calls that
 // returned success ran their functions at overlapping times for the same
-// key. A call whose function overlapped another's must have failed.
+// key. A call whose function overlapped another's must have failed (see
+// finish in advisory.go).
 func TestMutualExclusionBehindBouncer(t *testing.T) {
 	url := pgtest.BouncerURL(t)
 	cfg, err := pgxpool.ParseConfig(url)
@@ -39,7 +40,7 @@ func TestMutualExclusionBehindBouncer(t *testing.T) {
 	type span struct{ start, end time.Time }
 	var mu sync.Mutex
 	var ok []span
-	var failed atomic.Int64
+	var failed, lost atomic.Int64
 	call := func(do func(context.Context, *pgxpool.Pool, advisory.Key, func(context.Context, pgx.Tx) error) error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
@@ -60,6 +61,8 @@ func TestMutualExclusionBehindBouncer(t *testing.T) {
 			ok = append(ok, s)
 			mu.Unlock()
 		case errors.Is(err, advisory.ErrNotAcquired), errors.Is(err, context.DeadlineExceeded):
+		case errors.Is(err, advisory.ErrLockLost):
+			lost.Add(1)
 		default:
 			failed.Add(1)
 		}
@@ -90,7 +93,8 @@ func TestMutualExclusionBehindBouncer(t *testing.T) {
 			overlaps++
 		}
 	}
-	t.Logf("%d calls succeeded, %d failed with other errors (prepared statements the functions' own queries used)", len(ok), failed.Load())
+	t.Logf("%d calls succeeded, %d failed with ErrLockLost, %d with other errors (prepared statements the functions' own queries used)",
+		len(ok), lost.Load(), failed.Load())
 	if overlaps != 0 {
 		t.Fatalf("%d successful calls ran their function while another successful call's was inside", overlaps)
 	}
