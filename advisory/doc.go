@@ -49,4 +49,12 @@
 // the one that releases it, and another client may inherit a lock it never
 // asked for. Transaction-level locks are safe there, since the proxy keeps a
 // transaction on one server session. See SessionLock.
+//
+// Behind such a proxy, give the pool a query exec mode that does not use
+// named prepared statements (default_query_exec_mode=cache_describe or exec)
+// for the function's own statements; pgfence's lock statements never use
+// them. Before committing, TryDo and Do check that the function's statements
+// ran in the very transaction that took the key (same server session, same
+// transaction start); if not, nothing is committed and the call fails with
+// ErrLockLost. That costs one round trip per call.
 package advisory

@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
 // SessionLock is a session-level advisory lock (pg_advisory_lock), held on a
@@ -78,9 +80,9 @@ func lockSession(ctx context.Context, pool *pgxpool.Pool, key Key, try bool) (*S
 	var got bool
 	interrupted, err := interruptible(ctx, conn.PgConn(), func(waitCtx context.Context) error {
 		if try {
-			return conn.QueryRow(waitCtx, q, args...).Scan(&got)
+			return pgmode.Wrap(conn).QueryRow(waitCtx, q, args...).Scan(&got)
 		}
-		_, err := conn.Exec(waitCtx, q, args...)
+		_, err := pgmode.Wrap(conn).Exec(waitCtx, q, args...)
 		got = true
 		return err
 	})
@@ -112,7 +114,7 @@ func (s *SessionLock) Held(ctx context.Context) (bool, error) {
 	}
 	classid, objid, sub := s.key.lockTag()
 	var held bool
-	err := s.conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks
+	err := pgmode.Wrap(s.conn).QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks
 		WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
 		  AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = $3)`,
 		classid, objid, sub).Scan(&held)
@@ -132,7 +134,7 @@ func (s *SessionLock) Unlock(ctx context.Context) error {
 	}
 	conn := s.conn
 	s.conn = nil
-	_, err := conn.Exec(ctx, "SELECT pg_advisory_unlock"+s.key.argsSQL(), s.key.args()...)
+	_, err := pgmode.Wrap(conn).Exec(ctx, "SELECT pg_advisory_unlock"+s.key.argsSQL(), s.key.args()...)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelGrace)
 	defer cancel()
 	conn.Close(cctx)

@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
 // Querier runs statements: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
@@ -147,7 +149,7 @@ func (c *Claimer) Claim(ctx context.Context, n int, lease time.Duration) ([]*Job
 		return nil, err
 	}
 	sent := time.Now()
-	rows, err := c.pool.Query(ctx, c.sql.claim, c.claimArgs(n, lease)...)
+	rows, err := pgmode.Wrap(c.pool).Query(ctx, c.sql.claim, c.claimArgs(n, lease)...)
 	if err != nil {
 		return nil, c.explain("claim", err)
 	}
@@ -210,7 +212,7 @@ func (c *Claimer) Heartbeat(ctx context.Context, j *Job) error {
 	}
 	sent := time.Now()
 	var until time.Time
-	err := c.pool.QueryRow(ctx, c.sql.heartbeat, j.ID, j.Fence, j.lease.Microseconds()).Scan(&until)
+	err := pgmode.Wrap(c.pool).QueryRow(ctx, c.sql.heartbeat, j.ID, j.Fence, j.lease.Microseconds()).Scan(&until)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return &LeaseLostError{Op: "heartbeat", JobID: j.ID, Fence: j.Fence}
 	}
@@ -246,7 +248,7 @@ func (c *Claimer) complete(ctx context.Context, q Querier, j *Job) error {
 		return err
 	}
 	var ok bool
-	if err := q.QueryRow(ctx, c.sql.complete, j.ID, j.Fence).Scan(&ok); err != nil {
+	if err := pgmode.Wrap(q).QueryRow(ctx, c.sql.complete, j.ID, j.Fence).Scan(&ok); err != nil {
 		return fmt.Errorf("claim: complete job %d: %w", j.ID, err)
 	}
 	if !ok {
@@ -287,7 +289,7 @@ func (c *Claimer) Fail(ctx context.Context, j *Job, cause error) (FailResult, er
 	if c.cfg.table.LastError != "" {
 		args = append(args, msg)
 	}
-	err := c.pool.QueryRow(ctx, c.sql.fail, args...).Scan(&state, &runAt)
+	err := pgmode.Wrap(c.pool).QueryRow(ctx, c.sql.fail, args...).Scan(&state, &runAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return FailResult{}, &LeaseLostError{Op: "fail", JobID: j.ID, Fence: j.Fence}
 	}
@@ -319,7 +321,7 @@ func (c *Claimer) Release(ctx context.Context, j *Job) error {
 	if err := c.checkJob(j); err != nil {
 		return err
 	}
-	tag, err := c.pool.Exec(ctx, c.sql.release, j.ID, j.Fence)
+	tag, err := pgmode.Wrap(c.pool).Exec(ctx, c.sql.release, j.ID, j.Fence)
 	if err != nil {
 		return fmt.Errorf("claim: release job %d: %w", j.ID, err)
 	}
@@ -347,7 +349,7 @@ func (c *Claimer) Rescue(ctx context.Context, limit int) (RescueResult, error) {
 		return RescueResult{}, invalid("rescue limit %d is outside [1, %d]", limit, MaxBatch)
 	}
 	var r RescueResult
-	err := c.pool.QueryRow(ctx, c.sql.rescue, c.queueArgs(limit)...).Scan(&r.Requeued, &r.Dead)
+	err := pgmode.Wrap(c.pool).QueryRow(ctx, c.sql.rescue, c.queueArgs(limit)...).Scan(&r.Requeued, &r.Dead)
 	if err != nil {
 		return RescueResult{}, c.explain("rescue", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
 // NewJob describes a job to put in the ready-made pgfence_jobs table.
@@ -55,7 +56,7 @@ func Enqueue(ctx context.Context, q Querier, j NewJob) (int64, error) {
 			return 0, err
 		}
 	}
-	row, err := fencedb.New(q).EnqueueJob(ctx, fencedb.EnqueueJobParams{
+	row, err := fencedb.New(pgmode.Wrap(q)).EnqueueJob(ctx, fencedb.EnqueueJobParams{
 		NotifyChannel: j.Notify, Queue: j.Queue, Kind: j.Kind, Payload: j.Payload,
 		Priority: j.Priority, DelayMicros: j.Delay.Microseconds(), MaxAttempts: j.MaxAttempts,
 	})

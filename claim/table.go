@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pgfence/pgfence/internal/pgmode"
 	"github.com/pgfence/pgfence/internal/validate"
 	"strings"
 
@@ -129,7 +130,7 @@ func (t Table) ident() string {
 // verify checks the table and its columns against the catalog, and that
 // pgfence's fence source exists.
 func (t Table) verify(ctx context.Context, pool *pgxpool.Pool) error {
-	rows, err := pool.Query(ctx, `
+	rows, err := pgmode.Wrap(pool).Query(ctx, `
 SELECT c.relkind::text, a.attname::text, format_type(a.atttypid, a.atttypmod),
        to_regprocedure('pgfence_next_fence()') IS NOT NULL
   FROM pg_class c

@@ -7,6 +7,7 @@ package fencedb
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -83,7 +84,7 @@ type EnqueueJobParams struct {
 	NotifyChannel string
 	Queue         string
 	Kind          string
-	Payload       []byte
+	Payload       json.RawMessage
 	Priority      int32
 	DelayMicros   int64
 	MaxAttempts   int32
@@ -133,7 +134,7 @@ SELECT 1 FROM ins, n
 type EnqueueJobsParams struct {
 	Queue         string
 	Kinds         []string
-	Payloads      [][]byte
+	Payloads      []json.RawMessage
 	Priorities    []int32
 	MaxAttempts   []int32
 	NotifyChannel string
@@ -168,7 +169,7 @@ type GetJobRow struct {
 	ID          int64
 	Queue       string
 	Kind        string
-	Payload     []byte
+	Payload     json.RawMessage
 	State       string
 	Priority    int32
 	RunAt       time.Time

@@ -5,6 +5,7 @@
 package fencedb
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -43,7 +44,7 @@ type PgfenceJob struct {
 	ID          int64
 	Queue       string
 	Kind        string
-	Payload     []byte
+	Payload     json.RawMessage
 	State       string
 	Priority    int32
 	RunAt       time.Time

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
 var (
@@ -64,7 +66,7 @@ func (c *Counter) Take(ctx context.Context, q Querier, key any, n int64) (remain
 	}
 	var left *int64
 	var exists bool
-	if err := q.QueryRow(ctx, c.take, key, n).Scan(&left, &exists); err != nil {
+	if err := pgmode.Wrap(q).QueryRow(ctx, c.take, key, n).Scan(&left, &exists); err != nil {
 		return 0, fmt.Errorf("lockless: take from %s: %w", c.spec.Table.ident(), err)
 	}
 	switch {

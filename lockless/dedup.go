@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
 // InsertOnceSpec describes a deduplicated insert.
@@ -107,7 +109,7 @@ func (i *InsertOnce) Insert(ctx context.Context, q Querier, values []any, dest .
 		var one int
 		dest = []any{&one}
 	}
-	err = q.QueryRow(ctx, i.insert, values...).Scan(dest...)
+	err = pgmode.Wrap(q).QueryRow(ctx, i.insert, values...).Scan(dest...)
 	if err == nil {
 		return true, nil
 	}
@@ -121,7 +123,7 @@ func (i *InsertOnce) Insert(ctx context.Context, q Querier, values []any, dest .
 	for k, p := range i.keyPos {
 		key[k] = values[p]
 	}
-	if err := q.QueryRow(ctx, i.read, key...).Scan(dest...); err != nil {
+	if err := pgmode.Wrap(q).QueryRow(ctx, i.read, key...).Scan(dest...); err != nil {
 		return false, fmt.Errorf("lockless: reading the existing row of %s: %w", i.spec.Table.ident(), err)
 	}
 	return false, nil

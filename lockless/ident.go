@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pgfence/pgfence/internal/pgmode"
 	"github.com/pgfence/pgfence/internal/validate"
 	"strings"
 
@@ -76,7 +77,7 @@ func (t Table) columns(ctx context.Context, q Querier) (map[string]string, error
 	if err := t.check(); err != nil {
 		return nil, err
 	}
-	rows, err := q.Query(ctx, `
+	rows, err := pgmode.Wrap(q).Query(ctx, `
 SELECT a.attname::text, format_type(a.atttypid, a.atttypmod)
   FROM pg_class c
   JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped

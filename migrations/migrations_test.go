@@ -2,12 +2,17 @@ package migrations_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/golang-migrate/migrate/v4/database"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/internal/dbenv"
@@ -131,5 +136,144 @@ func TestDownThenUp(t *testing.T) {
 func TestNilPool(t *testing.T) {
 	if err := migrations.Up(context.Background(), nil); err == nil {
 		t.Fatal("Up(nil) succeeded")
+	}
+}
+
+// closesWithin fails the test if pool.Close blocks: a connection that a
+// failed migration kept checked out would make it block forever.
+func closesWithin(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { pool.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("pool.Close blocked: a migration kept a connection")
+	}
+}
+
+// A table of pgfence's name that already exists: Up fails with the server's
+// error (42P07, naming the table, without the SQL file), leaves no dirty
+// version behind, and keeps no connection.
+func TestUpOnConflictingObject(t *testing.T) {
+	ctx := context.Background()
+	pool := bareDatabase(t)
+	if _, err := pool.Exec(ctx, "CREATE TABLE lock_leases (id int)"); err != nil {
+		t.Fatal(err)
+	}
+	err := migrations.Up(ctx, pool)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "42P07" || !strings.Contains(err.Error(), "lock_leases") {
+		t.Fatalf("want 42P07 naming lock_leases, got %v", err)
+	}
+	if strings.Contains(err.Error(), "CREATE TABLE") {
+		t.Fatalf("the error carries the SQL file: %v", err)
+	}
+	v, dirty, err := migrations.Version(ctx, pool)
+	if err != nil || dirty || v != 0 {
+		t.Fatalf("after the failed Up: version %d dirty %v err %v (want 0, clean)", v, dirty, err)
+	}
+	closesWithin(t, pool)
+}
+
+// Force clears a dirty version, as golang-migrate's CLI does.
+func TestForce(t *testing.T) {
+	ctx := context.Background()
+	pool := bareDatabase(t)
+	if err := migrations.Up(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "UPDATE "+migrations.Table+" SET dirty = true"); err != nil {
+		t.Fatal(err)
+	}
+	if _, dirty, _ := migrations.Version(ctx, pool); !dirty {
+		t.Fatal("not dirty")
+	}
+	latest, _ := migrations.Latest()
+	if err := migrations.Force(ctx, pool, int(latest)); err != nil {
+		t.Fatal(err)
+	}
+	if v, dirty, err := migrations.Version(ctx, pool); err != nil || dirty || v != latest {
+		t.Fatalf("after Force: %d %v %v", v, dirty, err)
+	}
+}
+
+// Another session holds golang-migrate's lock: Up waits for it only as long
+// as its context, then returns, and keeps no connection.
+func TestUpWaitsNoLongerThanContext(t *testing.T) {
+	ctx := context.Background()
+	pool := bareDatabase(t)
+	var db, schema string
+	if err := pool.QueryRow(ctx, "SELECT current_database(), current_schema()").Scan(&db, &schema); err != nil {
+		t.Fatal(err)
+	}
+	id, err := database.GenerateAdvisoryLockId(db, schema, migrations.Table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(ctx, "SELECT pg_advisory_lock($1::bigint)", id); err != nil {
+		t.Fatal(err)
+	}
+	dctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	start := time.Now()
+	err = migrations.Up(dctx, pool)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("want DeadlineExceeded, got %v", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("Up returned %v after its deadline", took-time.Second)
+	}
+	holder.Exec(ctx, "SELECT pg_advisory_unlock_all()")
+	holder.Release()
+	closesWithin(t, pool)
+}
+
+// Four instances run Up at once through PgBouncer in transaction mode: each
+// is refused at once with ErrBehindPooler ("run migrations on a direct
+// connection"), none hangs past its deadline, and no connection stays out.
+func TestConcurrentUpThroughBouncerIsRefused(t *testing.T) {
+	bare := bareDatabase(t)
+	cfg := bare.Config().ConnConfig
+	bouncerURL := pgtest.BouncerURL(t)
+	bcfg, err := pgx.ParseConfig(bouncerURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bcfg.Database = cfg.Database
+	url := dbenv.ConnString(bcfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p, err := pgxpool.New(ctx, url)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer closesWithin(t, p)
+			errs <- migrations.Up(ctx, p)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if !errors.Is(err, migrations.ErrBehindPooler) || !strings.Contains(err.Error(), "run migrations on a direct connection") {
+			t.Fatalf("Up through the bouncer: want ErrBehindPooler, got %v", err)
+		}
+	}
+	if ctx.Err() != nil {
+		t.Fatal("Up through the bouncer ran into the deadline")
+	}
+	if v, _, err := migrations.Version(context.Background(), bare); err != nil || v != 0 {
+		t.Fatalf("something was applied: version %d %v", v, err)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
 // Guard guards writes to one of the caller's tables: a write carries the
@@ -276,7 +278,7 @@ func (g *Guard) Update(ctx context.Context, db DBTX, key any, fence int64, set V
 	fmt.Fprintf(&b.sb, "UPDATE %s AS %s SET %s FROM %s WHERE %s.%s = %s AND %s.%s <= %s::bigint AND %s",
 		g.t.quoted(), alias, strings.Join(assigns, ", "), g.setFence(pFence),
 		alias, g.qKey, pKey, alias, g.qFence, pFence, cond)
-	tag, err := db.Exec(ctx, b.sb.String(), b.args...)
+	tag, err := pgmode.Wrap(db).Exec(ctx, b.sb.String(), b.args...)
 	if err != nil {
 		return g.wrap(ctx, "update", key, err)
 	}
@@ -329,7 +331,7 @@ func (g *Guard) Check(ctx context.Context, db DBTX, key any, fence int64, where 
 	var current int64
 	var top *int64
 	var ok, isDone bool
-	err = db.QueryRow(ctx, b.sb.String(), b.args...).Scan(&current, &ok, &isDone, &top)
+	err = pgmode.Wrap(db).QueryRow(ctx, b.sb.String(), b.args...).Scan(&current, &ok, &isDone, &top)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("%w: %s has no row with %s = %q", ErrNoRow, g.t.display, g.key, keyText(key))
@@ -398,7 +400,7 @@ func (g *Guard) Claim(ctx context.Context, db DBTX, key any, fence int64, column
 		g.t.quoted(), alias, g.qFence, pFence, g.setFence(pFence),
 		alias, g.qKey, pKey, alias, g.qFence, pFence, strings.Join(ret, ", "))
 	var raised int64
-	err := db.QueryRow(ctx, b.sb.String(), b.args...).Scan(append([]any{&raised}, dest...)...)
+	err := pgmode.Wrap(db).QueryRow(ctx, b.sb.String(), b.args...).Scan(append([]any{&raised}, dest...)...)
 	if err == nil {
 		return nil
 	}

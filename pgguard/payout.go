@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/pgmode"
 	"github.com/pgfence/pgfence/internal/validate"
 )
 
@@ -165,7 +166,7 @@ func (p *Payouts) Create(ctx context.Context, db DBTX, id string, amountCents in
 	if !currencyRE.MatchString(currency) {
 		return Payout{}, invalid("currency %q is not three capital letters (ISO 4217)", currency)
 	}
-	q := fencedb.New(db)
+	q := fencedb.New(pgmode.Wrap(db))
 	row, err := q.CreatePayout(ctx, fencedb.CreatePayoutParams{
 		PayoutID: id, AmountCents: amountCents, Currency: currency, IdempotencyKey: PayoutIdempotencyKey(id),
 	})
@@ -191,7 +192,7 @@ func (p *Payouts) Get(ctx context.Context, db DBTX, id string) (Payout, error) {
 	if db == nil {
 		return Payout{}, invalid("nil DBTX")
 	}
-	row, err := fencedb.New(db).GetPayout(ctx, id)
+	row, err := fencedb.New(pgmode.Wrap(db)).GetPayout(ctx, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Payout{}, fmt.Errorf("%w: no payout %q", ErrNoRow, id)
 	}
@@ -264,7 +265,7 @@ func (p *Payouts) Stuck(ctx context.Context, db DBTX, olderThan time.Duration, l
 	if limit <= 0 || limit > 10000 {
 		return nil, invalid("limit must be in [1, 10000], got %d", limit)
 	}
-	rows, err := fencedb.New(db).StuckPayouts(ctx, fencedb.StuckPayoutsParams{
+	rows, err := fencedb.New(pgmode.Wrap(db)).StuckPayouts(ctx, fencedb.StuckPayoutsParams{
 		OlderThanMicros: olderThan.Microseconds(), MaxRows: int32(limit),
 	})
 	if err != nil {
@@ -282,7 +283,7 @@ func (p *Payouts) transition(ctx context.Context, db DBTX, id string, fence int6
 	if db == nil {
 		return Payout{}, invalid("nil DBTX")
 	}
-	q := fencedb.New(db)
+	q := fencedb.New(pgmode.Wrap(db))
 	row, err := run(q)
 	if err == nil {
 		return payoutFrom(row), nil

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
 // Mode is how a table's fencing trigger treats an UPDATE or DELETE from a
@@ -74,7 +76,7 @@ func SetFence(ctx context.Context, tx pgx.Tx, fence int64, opts ...Option) error
 }
 
 func setFence(ctx context.Context, tx pgx.Tx, fence int64, o *options) error {
-	if _, err := tx.Exec(ctx, "SELECT "+o.setFenceCall("$1"), fence); err != nil {
+	if _, err := pgmode.Wrap(tx).Exec(ctx, "SELECT "+o.setFenceCall("$1"), fence); err != nil {
 		return fmt.Errorf("pgguard: setting the transaction's fence: %w", Classify(err))
 	}
 	return nil
@@ -125,7 +127,7 @@ func AddFenceColumn(ctx context.Context, db DBTX, t Table) error {
 	}
 	sql := fmt.Sprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS %s bigint NOT NULL DEFAULT 0",
 		r.quoted(), pgx.Identifier{t.fenceColumn()}.Sanitize())
-	if _, err := db.Exec(ctx, sql); err != nil {
+	if _, err := pgmode.Wrap(db).Exec(ctx, sql); err != nil {
 		return fmt.Errorf("pgguard: adding the fence column to %s: %w", r.quoted(), err)
 	}
 	return nil
@@ -200,7 +202,7 @@ func InstallTrigger(ctx context.Context, db DBTX, t Table, mode Mode) error {
 	for _, tbl := range append([]string{r.quoted()}, children...) {
 		sql.WriteString(triggerSQL(tbl, t.fenceColumn(), mode))
 	}
-	if _, err := db.Exec(ctx, sql.String()); err != nil {
+	if _, err := pgmode.Wrap(db).Exec(ctx, sql.String()); err != nil {
 		return fmt.Errorf("pgguard: installing the fencing trigger on %s (did pgfence's migrations run?): %w", r.quoted(), err)
 	}
 	return nil
@@ -257,7 +259,7 @@ func RemoveTrigger(ctx context.Context, db DBTX, t Table) error {
 	for _, tbl := range append([]string{r.quoted()}, children...) {
 		fmt.Fprintf(&sql, "DROP TRIGGER IF EXISTS %s ON %s;\n", TriggerName, tbl)
 	}
-	if _, err := db.Exec(ctx, sql.String()); err != nil {
+	if _, err := pgmode.Wrap(db).Exec(ctx, sql.String()); err != nil {
 		return fmt.Errorf("pgguard: removing the fencing trigger from %s: %w", r.quoted(), err)
 	}
 	return nil
@@ -271,7 +273,7 @@ func TriggerMode(ctx context.Context, db DBTX, t Table) (mode Mode, ok bool, err
 		return 0, false, err
 	}
 	var args []byte
-	err = db.QueryRow(ctx, `SELECT tgargs FROM pg_catalog.pg_trigger WHERE tgrelid = pg_catalog.to_regclass($1) AND tgname = $2`,
+	err = pgmode.Wrap(db).QueryRow(ctx, `SELECT tgargs FROM pg_catalog.pg_trigger WHERE tgrelid = pg_catalog.to_regclass($1) AND tgname = $2`,
 		r.quoted(), TriggerName).Scan(&args)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pgfence/pgfence/internal/pgmode"
 	"github.com/pgfence/pgfence/internal/validate"
 
 	"github.com/jackc/pgx/v5"
@@ -109,7 +110,7 @@ func (r *resolved) quoted() string { return pgx.Identifier{r.schema, r.name}.San
 func resolve(ctx context.Context, db DBTX, t Table) (*resolved, error) {
 	r := &resolved{columns: map[string]column{}}
 	var kind string
-	err := db.QueryRow(ctx, `
+	err := pgmode.Wrap(db).QueryRow(ctx, `
 SELECT n.nspname::text, c.relname::text,
        pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.relname), c.relkind::text
   FROM pg_catalog.pg_class c
@@ -127,7 +128,7 @@ SELECT n.nspname::text, c.relname::text,
 	if kind != "r" && kind != "p" {
 		return nil, invalid("%s is not a table (relkind %q)", t.ident().Sanitize(), kind)
 	}
-	rows, err := db.Query(ctx, `
+	rows, err := pgmode.Wrap(db).Query(ctx, `
 SELECT a.attname::text, a.attnum, pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull
   FROM pg_catalog.pg_attribute a
  WHERE a.attrelid = pg_catalog.to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped`, r.quoted())
@@ -179,7 +180,7 @@ func (r *resolved) uniqueKey(ctx context.Context, db DBTX, name string) error {
 		return err
 	}
 	var ok bool
-	err = db.QueryRow(ctx, `
+	err = pgmode.Wrap(db).QueryRow(ctx, `
 SELECT EXISTS (
   SELECT 1 FROM pg_catalog.pg_index i
    WHERE i.indrelid = pg_catalog.to_regclass($1)

@@ -19,9 +19,12 @@ import (
 )
 
 // proxiedPool returns a pool whose connections go through a fault proxy.
-// Statements are sent in one round trip with their text (QueryExecModeExec),
-// so the proxy can recognise the acquisition and cut the connection after it
-// was sent, before its answer arrives.
+// pgfence sends its statements with their text (pgmode's
+// QueryExecModeCacheDescribe), so the proxy can recognise the acquisition and
+// cut the connection after it was sent, before its answer arrives. The first
+// execution on a connection is a describe round trip that does not run the
+// statement: one connection, warmed by an acquire+release, makes the next
+// acquisition a single round trip that runs.
 func proxiedPool(t *testing.T) (*pgxpool.Pool, *faultproxy.Proxy) {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(pgtest.URL())
@@ -41,11 +44,24 @@ func proxiedPool(t *testing.T) (*pgxpool.Pool, *faultproxy.Proxy) {
 	cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", proxy.Port()
 	cfg.ConnConfig.Fallbacks = nil
 	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	cfg.MaxConns = 1
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
+	warm, err := pglease.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer warm.Close()
+	l, err := warm.TryAcquire(context.Background(), uniqueKey(t)+":warm", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	return pool, proxy
 }
 

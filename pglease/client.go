@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/pgmode"
 	"github.com/pgfence/pgfence/internal/validate"
 )
 
@@ -56,7 +57,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 	}
-	c := &Client{pool: pool, q: fencedb.New(pool), cfg: cfg, leases: map[*Lease]struct{}{}}
+	c := &Client{pool: pool, q: fencedb.New(pgmode.Wrap(pool)), cfg: cfg, leases: map[*Lease]struct{}{}}
 	if cfg.wakeOnRelease {
 		c.wake = newWaker(c)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/pgmode"
 	"github.com/pgfence/pgfence/internal/validate"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -223,7 +224,7 @@ func (a *app) holder(pool *pgxpool.Pool, key string) string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	row, err := fencedb.New(pool).GetLease(ctx, key)
+	row, err := fencedb.New(pgmode.Wrap(pool)).GetLease(ctx, key)
 	if err != nil || !row.Held {
 		return ""
 	}

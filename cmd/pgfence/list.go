@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
 const listUsage = `Usage: pgfence list [--json] [--held]
@@ -77,7 +78,7 @@ func (a *app) cmdList(ctx context.Context, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	rows, err := fencedb.New(pool).ListLeases(ctx)
+	rows, err := fencedb.New(pgmode.Wrap(pool)).ListLeases(ctx)
 	if err != nil {
 		return dbError(where, err)
 	}
@@ -123,7 +124,7 @@ func (a *app) cmdShow(ctx context.Context, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	r, err := fencedb.New(pool).GetLease(ctx, key)
+	r, err := fencedb.New(pgmode.Wrap(pool)).GetLease(ctx, key)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fail(exitFailed, "pgfence: no lease row for %q (never acquired, or swept)", key)
 	}

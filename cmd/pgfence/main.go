@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/internal/dsn"
+	"github.com/pgfence/pgfence/migrations"
 )
 
 // Exit codes of pgfence itself. exec passes the command's own code through;
@@ -86,7 +87,7 @@ Exit codes of pgfence itself (exec otherwise exits with the command's code):
   82   exec --wait: still held when the wait ran out
   83   exec: the lease was lost while the command ran; the command was terminated
   84   the database is unreachable (exec fails closed unless --fail-open)
-  85   the database refused: pgfence's schema is missing, login or permission denied
+  85   the database refused: pgfence's schema is missing, an object of its name exists, login or permission denied
   126  exec: the command was found but could not be run
   127  exec: the command was not found
   128+N exec: the command was killed by signal N
@@ -272,9 +273,39 @@ func isMissingSchema(err error) bool {
 
 const migrateHint = "pgfence's schema is missing from this database: run `pgfence migrate up` first"
 
+// isConflict reports an object pgfence's migrations would create that
+// already exists (a table, type, function or other object of that name).
+func isConflict(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case "42P07", "42710", "42723", "42P06", "23505": // duplicate table, object, function, schema; a type's catalog row
+		return true
+	}
+	return false
+}
+
+// isPooledSession reports errors of a statement that relied on server-session
+// state (a named prepared statement) behind a transaction pooler: 26000
+// "prepared statement does not exist", 42P05 "already exists".
+func isPooledSession(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "26000" || pgErr.Code == "42P05")
+}
+
 // dbError turns a database error into an exitError with a hint.
 func dbError(where string, err error) error {
 	switch {
+	case errors.Is(err, migrations.ErrBehindPooler):
+		return fail(exitDBError, "pgfence: database %s: %v", where, err)
+	case isConflict(err):
+		return fail(exitDBError, "pgfence: database %s: %v: an object of that name already exists and is not pgfence's; "+
+			"rename or drop it (or put pgfence in a schema of its own), then run pgfence migrate up again", where, err)
+	case isPooledSession(err):
+		return fail(exitDBError, "pgfence: database %s: %v: a named prepared statement met another server session, "+
+			"a transaction pooler (PgBouncer pool_mode=transaction) is in between; the schema is not missing", where, err)
 	case isMissingSchema(err):
 		return fail(exitDBError, "pgfence: database %s: %s (%v)", where, migrateHint, err)
 	case isUnreachable(err):

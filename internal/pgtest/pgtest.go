@@ -33,6 +33,7 @@ type leakChecked struct{ m interface{ Run() int } }
 func (l leakChecked) Run() int {
 	before := goleak.IgnoreCurrent()
 	code := l.m.Run()
+	stopBouncer() // before the leak check: its process has a waiting goroutine
 	if code == 0 {
 		// golang-migrate leaves the goroutine that buffers a migration's
 		// body blocked on a pipe when that migration fails (a test makes

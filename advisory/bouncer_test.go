@@ -1,0 +1,104 @@
+package advisory_test
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgfence/pgfence/advisory"
+	"github.com/pgfence/pgfence/internal/pgtest"
+)
+
+// Behind PgBouncer in transaction mode, with pgx's default query exec mode
+// (named prepared statements, which the functions' own queries use and which
+// fail there now and then) and a 16-connection pool: no two calls that
+// returned success ran their functions at overlapping times for the same
+// key. A call whose function overlapped another's must have failed (see
+// finish in advisory.go).
+func TestMutualExclusionBehindBouncer(t *testing.T) {
+	url := pgtest.BouncerURL(t)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 16
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	key := advisory.Int64Key(time.Now().UnixNano())
+	other := advisory.PairKey(7, 7)
+
+	type span struct{ start, end time.Time }
+	var mu sync.Mutex
+	var ok []span
+	var failed, lost atomic.Int64
+	call := func(do func(context.Context, *pgxpool.Pool, advisory.Key, func(context.Context, pgx.Tx) error) error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		var s span
+		err := do(ctx, pool, key, func(ctx context.Context, tx pgx.Tx) error {
+			s.start = time.Now()
+			defer func() { s.end = time.Now() }()
+			var n int64
+			if err := tx.QueryRow(ctx, "SELECT $1::bigint + 1", s.start.UnixNano()).Scan(&n); err != nil {
+				return err
+			}
+			time.Sleep(time.Millisecond)
+			return nil
+		})
+		switch {
+		case err == nil:
+			mu.Lock()
+			ok = append(ok, s)
+			mu.Unlock()
+		case errors.Is(err, advisory.ErrNotAcquired), errors.Is(err, context.DeadlineExceeded):
+		case errors.Is(err, advisory.ErrLockLost):
+			lost.Add(1)
+		default:
+			failed.Add(1)
+		}
+	}
+	var wg sync.WaitGroup
+	for g := range 24 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 15 {
+				switch (g + i) % 3 {
+				case 0:
+					call(advisory.TryDo)
+				case 1:
+					call(advisory.Do)
+				default:
+					// Unrelated traffic on the same server sessions.
+					advisory.TryDo(context.Background(), pool, other, func(ctx context.Context, tx pgx.Tx) error { return nil })
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	sort.Slice(ok, func(i, j int) bool { return ok[i].start.Before(ok[j].start) })
+	overlaps := 0
+	for i := 1; i < len(ok); i++ {
+		if ok[i].start.Before(ok[i-1].end) {
+			overlaps++
+		}
+	}
+	t.Logf("%d calls succeeded, %d failed with ErrLockLost, %d with other errors (prepared statements the functions' own queries used)",
+		len(ok), lost.Load(), failed.Load())
+	if overlaps != 0 {
+		t.Fatalf("%d successful calls ran their function while another successful call's was inside", overlaps)
+	}
+	if len(ok) == 0 {
+		t.Fatal("no call succeeded")
+	}
+}
