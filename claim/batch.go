@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
 // The batched writes Pool uses. Each takes jobs of one claimer and sends one
@@ -31,7 +33,7 @@ func idsAndFences(jobs []*Job) (ids, fences []int64) {
 func (c *Claimer) heartbeatMany(ctx context.Context, jobs []*Job, lease time.Duration) (lost []*Job, err error) {
 	ids, fences := idsAndFences(jobs)
 	sent := time.Now()
-	rows, err := c.pool.Query(ctx, c.sql.heartbeatMany, ids, fences, lease.Microseconds())
+	rows, err := pgmode.Wrap(c.pool).Query(ctx, c.sql.heartbeatMany, ids, fences, lease.Microseconds())
 	if err != nil {
 		return nil, fmt.Errorf("claim: heartbeat %d jobs: %w", len(jobs), err)
 	}
@@ -58,7 +60,7 @@ func (c *Claimer) heartbeatMany(ctx context.Context, jobs []*Job, lease time.Dur
 // statement may or may not have committed (see settleMany).
 func (c *Claimer) completeMany(ctx context.Context, jobs []*Job) ([]error, error) {
 	ids, fences := idsAndFences(jobs)
-	rows, err := c.pool.Query(ctx, c.sql.completeMany, ids, fences)
+	rows, err := pgmode.Wrap(c.pool).Query(ctx, c.sql.completeMany, ids, fences)
 	if err != nil {
 		return nil, fmt.Errorf("claim: complete %d jobs: %w", len(jobs), err)
 	}
@@ -128,7 +130,7 @@ func (c *Claimer) completeAndClaim(ctx context.Context, done []*Job, n int, leas
 // free: never the one whose answer was lost, which pgx has closed.
 func (c *Claimer) readBack(ctx context.Context, jobs []*Job) (map[int64]string, error) {
 	ids, fences := idsAndFences(jobs)
-	rows, err := c.pool.Query(ctx, c.sql.readBack, ids, fences)
+	rows, err := pgmode.Wrap(c.pool).Query(ctx, c.sql.readBack, ids, fences)
 	if err != nil {
 		return nil, fmt.Errorf("claim: read back %d jobs: %w", len(jobs), err)
 	}

@@ -28,6 +28,10 @@ type Claimer struct {
 	pool *pgxpool.Pool
 	cfg  config
 	sql  statements
+	// pipeline: completions may ride in a claim's pipeline (a pgx.Batch,
+	// sent in the pool's default mode), which is unsafe behind a
+	// transaction pooler when that mode prepares named statements.
+	pipeline bool
 }
 
 // Job is one claimed job row. Pass it back to Heartbeat, Complete, Fail or
@@ -101,7 +105,11 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Claimer, err
 	if err := cfg.table.verify(ctx, pool); err != nil {
 		return nil, err
 	}
-	return &Claimer{pool: pool, cfg: cfg, sql: buildStatements(cfg.table)}, nil
+	pipeline, err := pgmode.PipelineSafe(ctx, pool, pool.Config().ConnConfig.DefaultQueryExecMode)
+	if err != nil {
+		return nil, fmt.Errorf("claim: checking for a connection pooler: %w", err)
+	}
+	return &Claimer{pool: pool, cfg: cfg, sql: buildStatements(cfg.table), pipeline: pipeline}, nil
 }
 
 // Owner is the owner label written to claimed rows.

@@ -455,6 +455,12 @@ func (p *Pool) claimFor(r *run, n int, done []*Job) ([]*Job, error) {
 	if len(done) == 0 {
 		return p.c.Claim(ctx, n, p.cfg.lease)
 	}
+	if !p.c.pipeline {
+		// Behind a transaction pooler with named statements: the
+		// completions go alone, then the claim.
+		p.completeBatch(r, done)
+		return p.c.Claim(ctx, n, p.cfg.lease)
+	}
 	res, jobs, err := p.c.completeAndClaim(ctx, done, n, p.cfg.lease)
 	if err != nil {
 		// Whether the completions committed is unknown: settle them.

@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
 // Table is the table in which golang-migrate records pgfence's schema version.
@@ -229,11 +231,11 @@ type tracked struct {
 // pooler (PgBouncer answers with a backend key of its own, so the pid the
 // connection announced is not the server's) and records the others.
 func (t *tracked) add(ctx context.Context, c *pgx.Conn) error {
-	var pid uint32
-	if err := c.QueryRow(ctx, "SELECT pg_backend_pid()", pgx.QueryExecModeSimpleProtocol).Scan(&pid); err != nil {
+	behind, err := pgmode.BehindPooler(ctx, c)
+	if err != nil {
 		return err
 	}
-	if pid != c.PgConn().PID() {
+	if behind {
 		return ErrBehindPooler
 	}
 	t.mu.Lock()

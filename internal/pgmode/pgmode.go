@@ -5,6 +5,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Mode is the query exec mode of every statement pgfence sends through Wrap.
@@ -54,4 +55,35 @@ func withMode(args []any) []any {
 	out := make([]any, 0, len(args)+1)
 	out = append(out, Mode)
 	return append(out, args...)
+}
+
+// BehindPooler tells whether conn reaches PostgreSQL through a connection
+// pooler: PgBouncer answers the start-up with a backend key of its own, so
+// the pid the connection announced is not the server's pg_backend_pid().
+func BehindPooler(ctx context.Context, conn *pgx.Conn) (bool, error) {
+	var pid uint32
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()", pgx.QueryExecModeSimpleProtocol).Scan(&pid); err != nil {
+		return false, err
+	}
+	return pid != conn.PgConn().PID(), nil
+}
+
+// PipelineSafe tells whether a pgx.Batch sent on pool is safe: pgx sends a
+// batch in the pool's default mode (a batch takes no per-call mode), and
+// the modes that prepare named statements break behind a transaction
+// pooler. It asks the server only when the mode is one of those.
+func PipelineSafe(ctx context.Context, pool interface {
+	Acquire(context.Context) (*pgxpool.Conn, error)
+}, mode pgx.QueryExecMode) (bool, error) {
+	switch mode {
+	case pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol:
+		return true, nil
+	}
+	c, err := pool.Acquire(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer c.Release()
+	behind, err := BehindPooler(ctx, c.Conn())
+	return !behind, err
 }
