@@ -297,13 +297,13 @@ func (w *worker) complete(ctx context.Context, j *claim.Job) {
 	done := w.call(Record{Op: OpComplete, Job: j.ID, Fence: j.Fence})
 	tx, err := w.pool.Begin(cctx)
 	if err != nil {
-		done(Failed, err, 0)
+		done(Failed, fmt.Errorf("begin: %w", err), 0)
 		return
 	}
 	defer tx.Rollback(context.Background())
 	if _, err := tx.Exec(cctx, fmt.Sprintf(`INSERT INTO %s (job_id, fence, worker) VALUES ($1, $2, $3)`,
 		pgx.Identifier{w.effects}.Sanitize()), j.ID, j.Fence, w.id); err != nil {
-		done(Failed, err, 0)
+		done(Failed, fmt.Errorf("effect: %w", err), 0) // no COMMIT is sent: the effect rolls back
 		return
 	}
 	if w.unfenced {
@@ -315,19 +315,19 @@ func (w *worker) complete(ctx context.Context, j *claim.Job) {
 		if errors.Is(err, claim.ErrLeaseLost) {
 			done(Refused, err, 0)
 		} else {
-			done(Failed, err, 0) // the transaction did not commit
+			done(Failed, fmt.Errorf("complete: %w", err), 0) // no COMMIT is sent
 		}
 		return
 	}
-	err = tx.Commit(cctx)
-	switch {
-	case err == nil:
-		done(OK, nil, 0)
-	case pgconn.SafeToRetry(err):
-		done(Failed, err, 0)
-	default:
-		done(Ambiguous, err, 0)
+	// Any error from Commit counts as ambiguous, even one pgx calls safe
+	// to retry: a soak once saw a commit reported as "conn closed" (safe to
+	// retry) whose effect had landed. Which step reported it was not yet
+	// recorded then; now every message says.
+	if err := tx.Commit(cctx); err != nil {
+		done(Ambiguous, fmt.Errorf("commit: %w", err), 0)
+		return
 	}
+	done(OK, nil, 0)
 }
 
 func sleep(ctx context.Context, d time.Duration) {
