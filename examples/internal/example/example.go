@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -54,6 +55,18 @@ func (e *Env) NewPool(ctx context.Context, maxConns int32) (*pgxpool.Pool, error
 	e.pools = append(e.pools, p)
 	e.mu.Unlock()
 	return p, nil
+}
+
+// ConnString is a connection string for the example's database (its
+// schema included, when the example fell back to one), for a program the
+// example starts as a separate process. It carries the password: hand it
+// over in the environment, which ps does not show, not on a command line.
+func (e *Env) ConnString() string {
+	s := dbenv.ConnString(e.cfg.ConnConfig)
+	if path, ok := e.cfg.ConnConfig.RuntimeParams["search_path"]; ok {
+		s += "&search_path=" + url.QueryEscape(path)
+	}
+	return s
 }
 
 // Logf prints one timeline line: the time since the example started, who
