@@ -15,7 +15,8 @@ type Server struct {
 	// the explicit URL names).
 	URL string
 	// Source says where the server came from, for messages: the environment
-	// variable's name, "local binaries in DIR" or "testcontainers".
+	// variable's name, "local binaries in DIR" or "a container
+	// (tools/dbcontainer)".
 	Source string
 	// Throwaway is true when dbenv started the server and Close removes it.
 	Throwaway bool
