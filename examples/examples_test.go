@@ -1,16 +1,20 @@
 package examples_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -344,4 +348,64 @@ func TestSchemaFallback(t *testing.T) {
 	if left != 0 {
 		t.Errorf("%d example schema(s) left behind", left)
 	}
+}
+
+// TestDemoInterrupted interrupts the demo (SIGINT) while its worker process
+// is frozen with SIGSTOP, on a throwaway server: the demo must exit 130,
+// and neither the frozen worker nor the server may survive it.
+func TestDemoInterrupted(t *testing.T) {
+	tmp, err := os.MkdirTemp("", "pgfence-examples-tmpdir-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(build(t), "demo"))
+	cmd.Env = append(withoutDatabaseURLs(os.Environ()), "TMPDIR="+tmp)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	workerPid := untilFrozen(stdout)
+	if workerPid == 0 {
+		cmd.Wait()
+		t.Fatalf("the demo never froze a worker; stderr:\n%s", stderr.String())
+	}
+	cmd.Process.Signal(os.Interrupt)
+	go io.Copy(io.Discard, stdout)
+	cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 130 {
+		t.Errorf("interrupted demo exited %d, want 130; stderr:\n%s", code, stderr.String())
+	}
+	if err := syscall.Kill(workerPid, 0); err == nil {
+		t.Errorf("the frozen worker (pid %d) survived the demo", workerPid)
+	}
+	if left, _ := filepath.Glob(filepath.Join(tmp, "pgfence-pg-*")); len(left) > 0 {
+		t.Errorf("the throwaway server's directory was left behind: %v", left)
+	}
+}
+
+// untilFrozen reads the demo's timeline up to the first freeze and returns
+// the frozen worker's PID (0 if the demo ended first).
+func untilFrozen(stdout io.Reader) int {
+	pidRE := regexp.MustCompile(`pid (\d+): granted`)
+	pid := 0
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		if m := pidRE.FindStringSubmatch(sc.Text()); m != nil {
+			pid, _ = strconv.Atoi(m[1])
+		}
+		if strings.Contains(sc.Text(), "FROZEN") {
+			return pid
+		}
+	}
+	return 0
 }

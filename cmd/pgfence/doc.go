@@ -1,10 +1,10 @@
 // Command pgfence runs commands under PostgreSQL leases with fencing tokens,
-// inspects leases, sizes TTLs, manages pgfence's schema, and replays the
-// distributed-locks lesson as a demo.
+// inspects leases, sizes TTLs and manages pgfence's schema.
 //
 // Usage:
 //
 //	pgfence [--database-url URL] COMMAND [FLAGS] [ARGS]
+//	pgfence --version
 //
 // Commands:
 //
@@ -26,14 +26,14 @@
 //	    is too close to the TTL. Needs no database.
 //	migrate up | down --yes | version
 //	    Applies, reverts or reports pgfence's schema.
-//	demo [--database-url URL]
-//	    Replays the lesson with real workers: three billing instances compete
-//	    for invoice:inv_72 and one sends; a worker frozen past its TTL writes
-//	    late and the fence refuses it; the same run without the fence sends
-//	    twice. Prints a timeline and a verdict; exits 0 only if every check
-//	    held. Without a database URL it starts a throwaway PostgreSQL and
-//	    removes it on exit; with one it works in a schema of its own and drops
-//	    it on exit.
+//	version (or --version)
+//	    Prints the module version, the VCS revision and modified flag when
+//	    the build stamped them, and the Go version, from the binary's build
+//	    information.
+//
+// The demo is an example, not a command (the CLI links no test harness):
+// go run ./examples/demo. The demo command of earlier versions prints that
+// and exits 80.
 //
 // The database comes from --database-url, then PGFENCE_DATABASE_URL, then
 // DATABASE_URL, then the libpq variables (PGHOST, PGPORT, PGUSER,
@@ -43,7 +43,7 @@
 // Exit codes of pgfence itself (exec otherwise exits with its command's code):
 //
 //	0    success
-//	1    show: no such key; demo: a guarantee did not hold; other failures
+//	1    show: no such key; other failures
 //	80   usage: bad flag or argument, missing --key, bad duration, malformed URL, no command
 //	81   exec: the key is held by another owner (--skip-if-held, or no --wait)
 //	82   exec --wait: still held when the wait ran out

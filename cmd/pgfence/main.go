@@ -24,7 +24,7 @@ import (
 // the command's.
 const (
 	exitOK          = 0
-	exitFailed      = 1  // show: no such key; demo: a guarantee did not hold; other runtime failures
+	exitFailed      = 1  // show: no such key; other runtime failures
 	exitUsage       = 80 // bad flags or arguments: missing --key, bad duration, malformed URL, no command
 	exitHeld        = 81 // exec: the key is held by another owner (--skip-if-held, or no --wait)
 	exitWaitExpired = 82 // exec --wait D: still held after D
@@ -65,6 +65,7 @@ const usageText = `pgfence: leases with fencing tokens on PostgreSQL.
 
 Usage:
   pgfence [--database-url URL] COMMAND [FLAGS] [ARGS]
+  pgfence --version
 
 Commands:
   exec     run a command while holding a lease on a key (like flock, with a fence)
@@ -72,16 +73,18 @@ Commands:
   show     show one lease
   plan     size a TTL and renew interval: freezes absorbed, renewals that may fail
   migrate  create (up), drop (down) or inspect (version) pgfence's schema
-  demo     replay the distributed-locks lesson with real workers and check it
+  version  print pgfence's version (module version, VCS revision) and exit
+
+The demo is an example now: go run ./examples/demo in a checkout
+(go run github.com/pgfence/pgfence/examples/demo@latest elsewhere).
 
 The database: --database-url, else PGFENCE_DATABASE_URL, else DATABASE_URL,
 else the libpq variables (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, ...).
-demo without any URL starts a throwaway PostgreSQL and removes it on exit.
 Passwords are never printed.
 
 Exit codes of pgfence itself (exec otherwise exits with the command's code):
   0    success
-  1    show: no such key; demo: a guarantee did not hold; other failures
+  1    show: no such key; other failures
   80   usage: bad flag or argument, missing --key, bad duration, malformed URL, no command
   81   exec: the key is held by another owner (--skip-if-held, or no --wait given)
   82   exec --wait: still held when the wait ran out
@@ -99,6 +102,7 @@ func (a *app) run(ctx context.Context, args []string) int {
 	global := flag.NewFlagSet("pgfence", flag.ContinueOnError)
 	global.SetOutput(io.Discard)
 	global.StringVar(&a.globalURL, "database-url", "", "PostgreSQL URL")
+	showVersion := global.Bool("version", false, "print the version and exit")
 	if err := global.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(a.stdout, usageText)
@@ -108,6 +112,10 @@ func (a *app) run(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	a.scrub.Add(dsn.Secrets(a.globalURL)...)
+	if *showVersion {
+		fmt.Fprintln(a.stdout, versionLine())
+		return exitOK
+	}
 	rest := global.Args()
 	if len(rest) == 0 {
 		fmt.Fprintf(a.stderr, "pgfence: no command given\n\n%s", usageText)
@@ -125,10 +133,12 @@ func (a *app) run(ctx context.Context, args []string) int {
 		err = a.cmdPlan(rest[1:])
 	case "migrate":
 		err = a.cmdMigrate(ctx, rest[1:])
+	case "version":
+		fmt.Fprintln(a.stdout, versionLine())
+		return exitOK
 	case "demo":
-		err = a.cmdDemo(ctx, rest[1:])
-	case "demo-worker": // internal: a billing instance of the demo
-		return runDemoWorker(rest[1:])
+		fmt.Fprint(a.stderr, demoMoved)
+		return exitUsage
 	case "help", "-h", "--help":
 		fmt.Fprint(a.stdout, usageText)
 		return exitOK

@@ -15,7 +15,8 @@ type Server struct {
 	// the explicit URL names).
 	URL string
 	// Source says where the server came from, for messages: the environment
-	// variable's name, "local binaries in DIR" or "testcontainers".
+	// variable's name, "local binaries in DIR" or "a container
+	// (tools/dbcontainer)".
 	Source string
 	// Throwaway is true when dbenv started the server and Close removes it.
 	Throwaway bool
@@ -67,15 +68,17 @@ func Open(ctx context.Context, log io.Writer) (*Server, error) {
 	if err == nil {
 		return srv, nil
 	}
-	reasons = append(reasons, "testcontainers: "+err.Error())
+	reasons = append(reasons, "a container ("+containerTool+"): "+err.Error())
 
 	return nil, fmt.Errorf("pgfence: no PostgreSQL server to use.\n"+
 		"  Tried, in order:\n    - PGFENCE_DATABASE_URL and DATABASE_URL: not set\n    - %s\n"+
 		"  Provide one of:\n"+
 		"    - export PGFENCE_DATABASE_URL=postgres://user@127.0.0.1:5432/dbname (a server you run)\n"+
 		"    - install PostgreSQL's server binaries (Debian/Ubuntu: apt-get install postgresql)\n"+
-		"    - start a Docker engine",
-		strings.Join(reasons, "\n    - "))
+		"    - start a Docker engine: the tests then run %s themselves;\n"+
+		"      or run it by hand in a terminal of its own and export the URL it prints:\n"+
+		"        %s",
+		strings.Join(reasons, "\n    - "), containerTool, containerHowTo)
 }
 
 var errNotFound = errors.New("not found")

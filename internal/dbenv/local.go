@@ -110,11 +110,15 @@ func NewCluster(port int) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "pgfence-pg-")
+	dir, err := os.MkdirTemp("", clusterPattern)
 	if err != nil {
 		return nil, err
 	}
 	c := &Cluster{BinDir: bin, Dir: dir, SockDir: filepath.Join(dir, "s"), Port: port, cred: cred}
+	if err := recordOwner(dir); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
 	if err := os.Mkdir(c.SockDir, 0o700); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -232,6 +236,7 @@ func (c *Cluster) Remove() error {
 }
 
 func startLocal(ctx context.Context, log io.Writer) (*Server, error) {
+	sweepTemp(log)
 	started := time.Now()
 	c, err := NewCluster(5432)
 	if err != nil {

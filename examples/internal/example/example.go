@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -54,6 +55,18 @@ func (e *Env) NewPool(ctx context.Context, maxConns int32) (*pgxpool.Pool, error
 	e.pools = append(e.pools, p)
 	e.mu.Unlock()
 	return p, nil
+}
+
+// ConnString is a connection string for the example's database (its
+// schema included, when the example fell back to one), for a program the
+// example starts as a separate process. It carries the password: hand it
+// over in the environment, which ps does not show, not on a command line.
+func (e *Env) ConnString() string {
+	s := dbenv.ConnString(e.cfg.ConnConfig)
+	if path, ok := e.cfg.ConnConfig.RuntimeParams["search_path"]; ok {
+		s += "&search_path=" + url.QueryEscape(path)
+	}
+	return s
 }
 
 // Logf prints one timeline line: the time since the example started, who
@@ -128,73 +141,94 @@ func Main(title string, run func(ctx context.Context, env *Env, v *Verdict) erro
 
 // Run is Main without the exit: every deferred cleanup (the example's
 // database, a throwaway server) has run when it returns the exit code.
-func Run(stdout, stderr io.Writer, title string, run func(ctx context.Context, env *Env, v *Verdict) error) (code int) {
+func Run(stdout, stderr io.Writer, title string, run func(ctx context.Context, env *Env, v *Verdict) error) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-
-	verdictLine := func(s string) { fmt.Fprintln(stdout, s) }
-	failed := func(format string, args ...any) int {
-		if ctx.Err() != nil {
-			verdictLine("VERDICT: FAIL — interrupted before the checks could finish")
-			return ExitInterrupted
-		}
-		verdictLine("VERDICT: FAIL — " + fmt.Sprintf(format, args...))
-		return ExitFail
-	}
+	r := &runner{ctx: ctx, stdout: stdout, stderr: stderr}
 
 	fmt.Fprintf(stdout, "pgfence example: %s\n", title)
 	srv, err := dbenv.Open(ctx, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
-		return failed("no PostgreSQL server to run on (see stderr)")
+		return r.failed("no PostgreSQL server to run on (see stderr)")
 	}
-	defer func() {
-		if !srv.Throwaway {
-			return
-		}
-		if err := srv.Close(); err != nil {
-			fmt.Fprintf(stderr, "pgfence example: removing the throwaway PostgreSQL: %v\n", err)
-		} else {
-			fmt.Fprintln(stderr, "pgfence example: the throwaway PostgreSQL was stopped and removed")
-		}
-	}()
+	defer r.closeServer(srv)
 
-	place, err := openOwn(ctx, srv.URL)
+	env, closeEnv, err := r.newEnv(srv)
 	if err != nil {
-		fmt.Fprintf(stderr, "pgfence example: on the server from %s: %v\n", srv.Source, err)
-		return failed("could not make the example a database of its own (see stderr)")
+		return r.failed("%v", err)
 	}
-	defer place.drop()
-
-	pool, err := pgxpool.NewWithConfig(ctx, place.cfg.Copy())
-	if err != nil {
-		return failed("connecting to the example's database: %v", err)
-	}
-	defer pool.Close()
-
-	env := &Env{Pool: pool, cfg: place.cfg, out: stdout, start: time.Now()}
-	defer func() {
-		for _, p := range env.pools {
-			p.Close()
-		}
-	}()
-	fmt.Fprintf(stdout, "database: %s on %s; dropped on exit\n", place.where, srv.Source)
+	defer closeEnv()
 
 	v := &Verdict{}
 	runErr := run(ctx, env, v)
 	fmt.Fprintln(stdout)
 	switch {
 	case ctx.Err() != nil:
-		return failed("interrupted")
+		return r.failed("interrupted")
 	case runErr != nil:
-		return failed("the example could not finish: %v", runErr)
+		return r.failed("the example could not finish: %v", runErr)
 	}
 	line, pass := v.line()
-	verdictLine(line)
+	fmt.Fprintln(stdout, line)
 	if !pass {
 		return ExitFail
 	}
 	return ExitPass
+}
+
+// runner is one run of an example: where it reports, and its context,
+// which ends on SIGINT or SIGTERM.
+type runner struct {
+	ctx            context.Context
+	stdout, stderr io.Writer
+}
+
+// failed prints a FAIL verdict and returns the exit code: interrupted, or
+// a failure.
+func (r *runner) failed(format string, args ...any) int {
+	if r.ctx.Err() != nil {
+		fmt.Fprintln(r.stdout, "VERDICT: FAIL — interrupted before the checks could finish")
+		return ExitInterrupted
+	}
+	fmt.Fprintln(r.stdout, "VERDICT: FAIL — "+fmt.Sprintf(format, args...))
+	return ExitFail
+}
+
+// closeServer removes a throwaway server and says so.
+func (r *runner) closeServer(srv *dbenv.Server) {
+	if !srv.Throwaway {
+		return
+	}
+	if err := srv.Close(); err != nil {
+		fmt.Fprintf(r.stderr, "pgfence example: removing the throwaway PostgreSQL: %v\n", err)
+	} else {
+		fmt.Fprintln(r.stderr, "pgfence example: the throwaway PostgreSQL was stopped and removed")
+	}
+}
+
+// newEnv makes the example its own database (or schema) on srv and a pool
+// on it. closeEnv closes every pool and drops the database.
+func (r *runner) newEnv(srv *dbenv.Server) (env *Env, closeEnv func(), err error) {
+	place, err := openOwn(r.ctx, srv.URL)
+	if err != nil {
+		fmt.Fprintf(r.stderr, "pgfence example: on the server from %s: %v\n", srv.Source, err)
+		return nil, nil, errors.New("could not make the example a database of its own (see stderr)")
+	}
+	pool, err := pgxpool.NewWithConfig(r.ctx, place.cfg.Copy())
+	if err != nil {
+		place.drop()
+		return nil, nil, fmt.Errorf("connecting to the example's database: %w", err)
+	}
+	env = &Env{Pool: pool, cfg: place.cfg, out: r.stdout, start: time.Now()}
+	fmt.Fprintf(r.stdout, "database: %s on %s; dropped on exit\n", place.where, srv.Source)
+	return env, func() {
+		for _, p := range env.pools {
+			p.Close()
+		}
+		pool.Close()
+		place.drop()
+	}, nil
 }
 
 // WaitFor polls cond every 10ms until it holds, for at most 30 seconds: for
