@@ -134,7 +134,7 @@ func isInt(typ string) bool { return typ == "smallint" || typ == "integer" || ty
 // either.
 func (t Table) uniqueOn(ctx context.Context, q Querier, cols []string) error {
 	var ok bool
-	err := q.QueryRow(ctx, `
+	err := pgmode.Wrap(q).QueryRow(ctx, `
 SELECT EXISTS (
   SELECT 1 FROM pg_catalog.pg_index i
    WHERE i.indrelid = pg_catalog.to_regclass($1)

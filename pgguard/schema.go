@@ -214,7 +214,7 @@ func InstallTrigger(ctx context.Context, db DBTX, t Table, mode Mode) error {
 // future, while an INHERITS child gets nothing from its parent's triggers,
 // though UPDATE and DELETE on the parent reach its rows.
 func (r *resolved) inheritors(ctx context.Context, db DBTX) ([]string, error) {
-	rows, err := db.Query(ctx, `
+	rows, err := pgmode.Wrap(db).Query(ctx, `
 WITH RECURSIVE d(oid) AS (
   SELECT i.inhrelid FROM pg_catalog.pg_inherits i WHERE i.inhparent = pg_catalog.to_regclass($1)
   UNION
