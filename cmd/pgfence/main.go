@@ -204,14 +204,14 @@ func (a *app) connect(ctx context.Context, flagURL string) (*pgxpool.Pool, strin
 	a.scrub.Add(dsn.Secrets(raw)...)
 	cfg, err := pgxpool.ParseConfig(raw)
 	if err != nil {
-		return nil, "", fail(exitUsage, "pgfence: the database URL from %s is malformed: %v", src, parseErrDetail(err))
+		return nil, "", fail(exitUsage, "pgfence: the database URL from %s is malformed: %v", dsn.Describe(src), parseErrDetail(err))
 	}
 	a.scrub.Add(cfg.ConnConfig.Password)
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
 	}
 	cfg.MaxConns = 4
-	where := fmt.Sprintf("%s (from %s)", describe(cfg), src)
+	where := fmt.Sprintf("%s (from %s)", describe(cfg), dsn.Describe(src))
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, where, fail(exitUsage, "pgfence: database %s: %v", where, err)
