@@ -72,6 +72,7 @@ Commands:
   plan     size a TTL and renew interval: freezes absorbed, renewals that may fail
   migrate  create (up), drop (down) or inspect (version) pgfence's schema
   demo     replay the distributed-locks lesson with real workers and check it
+  serve    a live page, Prometheus /metrics and /healthz on 127.0.0.1:9187 (read-only)
 
 The database: --database-url, else PGFENCE_DATABASE_URL, else DATABASE_URL,
 else the libpq variables (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, ...).
@@ -126,6 +127,8 @@ func (a *app) run(ctx context.Context, args []string) int {
 		err = a.cmdMigrate(ctx, rest[1:])
 	case "demo":
 		err = a.cmdDemo(ctx, rest[1:])
+	case "serve":
+		err = a.cmdServe(ctx, rest[1:])
 	case "demo-worker": // internal: a billing instance of the demo
 		return runDemoWorker(rest[1:])
 	case "help", "-h", "--help":
