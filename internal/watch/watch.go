@@ -256,8 +256,10 @@ type StaleRefusals struct {
 // Change is the change of the stale-refusal count over a window.
 type Change struct {
 	WindowSeconds float64 `json:"window_seconds"`
-	// CoveredSeconds is how much of the window the samples cover: less than
-	// WindowSeconds while serve has run for less than the window.
+	// CoveredSeconds is the time Delta is measured over: from the newest
+	// read at least WindowSeconds old (so a little more than the window, by
+	// up to one interval), or less than the window while serve has run for
+	// less than it.
 	CoveredSeconds float64 `json:"covered_seconds"`
 	Delta          int64   `json:"delta"`
 }
@@ -309,8 +311,7 @@ func (w *Watcher) changes(now time.Time) []Change {
 			}
 			base = s // the newest sample at least win old
 		}
-		covered := min(now.Sub(base.at), win)
-		out = append(out, Change{WindowSeconds: win.Seconds(), CoveredSeconds: covered.Seconds(), Delta: cur.count - base.count})
+		out = append(out, Change{WindowSeconds: win.Seconds(), CoveredSeconds: now.Sub(base.at).Seconds(), Delta: cur.count - base.count})
 	}
 	return out
 }
