@@ -34,6 +34,15 @@
 //	    held. Without a database URL it starts a throwaway PostgreSQL and
 //	    removes it on exit; with one it works in a schema of its own and drops
 //	    it on exit.
+//	serve [--listen 127.0.0.1:9187] [--interval 2s] [--soon 5s] [--limit 100] [--allow-remote]
+//	    Read-only HTTP: a live page (/), its JSON (/api/state), Prometheus
+//	    metrics (/metrics: pgfence_leases_held, pgfence_leases_expiring_soon,
+//	    pgfence_lease_fence{key,owner} for at most --limit keys,
+//	    pgfence_jobs{queue,state}, pgfence_jobs_oldest_runnable_age_seconds,
+//	    pgfence_stale_refusals_total, pgfence_serve_database_up,
+//	    pgfence_serve_snapshot_age_seconds; units and rules in
+//	    internal/watch) and /healthz. Reads the database once per --interval.
+//	    Refuses a non-loopback --listen without --allow-remote.
 //
 // The database comes from --database-url, then PGFENCE_DATABASE_URL, then
 // DATABASE_URL, then the libpq variables (PGHOST, PGPORT, PGUSER,
