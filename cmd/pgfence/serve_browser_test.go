@@ -19,6 +19,9 @@ import (
 func browserPath(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv("PGFENCE_CHROMIUM"); p != "" {
+		if _, err := exec.LookPath(p); err != nil {
+			t.Fatalf("PGFENCE_CHROMIUM=%s is not a browser binary this test can run: %v", p, err)
+		}
 		return p
 	}
 	if _, err := os.Stat("/usr/bin/chromium"); err == nil {
