@@ -83,6 +83,23 @@ func TestListShow(t *testing.T) {
 	}
 }
 
+func TestNoLeasesSaysWhatItFound(t *testing.T) {
+	for _, tc := range []struct {
+		held bool
+		rows int
+		want string
+	}{
+		{false, 0, "the table has no rows"},
+		{true, 0, "the table has no rows"},
+		{true, 1, "1 expired or released row;"},
+		{true, 3, "3 expired or released rows;"},
+	} {
+		if got := noLeases(tc.held, tc.rows); !strings.Contains(got, tc.want) {
+			t.Errorf("noLeases(%v, %d) = %q, want %q in it", tc.held, tc.rows, got, tc.want)
+		}
+	}
+}
+
 func TestPlan(t *testing.T) {
 	t.Parallel()
 	r := pgfence(t, nil, "plan", "--ttl", "30s", "--renew", "10s", "--freeze", "45s")

@@ -26,6 +26,15 @@
 //	    is too close to the TTL. Needs no database.
 //	migrate up | down --yes | version
 //	    Applies, reverts or reports pgfence's schema.
+//	serve [--listen 127.0.0.1:9187] [--interval 2s] [--soon 5s] [--limit 100] [--allow-remote]
+//	    Read-only HTTP: a live page (/), its JSON (/api/state), Prometheus
+//	    metrics (/metrics: pgfence_leases_held, pgfence_leases_expiring_soon,
+//	    pgfence_lease_fence{key,owner} for at most --limit keys,
+//	    pgfence_jobs{queue,state}, pgfence_jobs_oldest_runnable_age_seconds,
+//	    pgfence_stale_refusals_total, pgfence_serve_database_up,
+//	    pgfence_serve_snapshot_age_seconds; units and rules in
+//	    internal/watch) and /healthz. Reads the database once per --interval.
+//	    Refuses a non-loopback --listen without --allow-remote.
 //	version (or --version)
 //	    Prints the module version, the VCS revision and modified flag when
 //	    the build stamped them, and the Go version, from the binary's build

@@ -42,11 +42,14 @@ pgfence sends SIGTERM to the command's process group, SIGKILL after --grace,
 and exits 83. Work the command already sent may still land: only the fence
 checked at the resource stops it.
 
-Without --wait, a key held by another owner ends pgfence at once (81).
+Without --wait, a key held by another owner ends pgfence at once, with exit
+code 81 or the one --conflict-exit-code sets (0 for cron and systemd, where
+"someone else is doing it" is not a failure).
 
 Exit codes: the command's own, or
   80  usage: missing --key, bad duration, no command, malformed URL
-  81  the key is held by another owner (--skip-if-held, or no --wait)
+  1   another failure (pgfence could not do what was asked; the message says why)
+  81  the key is held by another owner (--skip-if-held, or no --wait; see --conflict-exit-code)
   82  --wait ran out while the key stayed held
   83  the lease was lost while the command ran; the command was terminated
   84  the database is unreachable (nothing was run; see --fail-open)
@@ -60,6 +63,7 @@ type execOpts struct {
 	ttl, wait       time.Duration
 	renew, grace    time.Duration
 	skipIfHeld      bool
+	conflictCode    int
 	failOpen        bool
 	argv            []string
 }
@@ -70,7 +74,8 @@ func (a *app) cmdExec(ctx context.Context, args []string) int {
 	fset.StringVar(&o.key, "key", "", "the lock key (required), e.g. invoice:inv_72")
 	durVar(fset, &o.ttl, "ttl", 30*time.Second, "lease length, a `duration` such as 30s; renewed while the command runs")
 	durVar(fset, &o.wait, "wait", 0, "wait up to this `duration` for a held key (default: do not wait)")
-	fset.BoolVar(&o.skipIfHeld, "skip-if-held", false, "exit 81 at once when the key is held (scheduled work: someone else is doing it)")
+	fset.BoolVar(&o.skipIfHeld, "skip-if-held", false, "exit at once when the key is held (scheduled work: someone else is doing it); the code is --conflict-exit-code")
+	fset.IntVar(&o.conflictCode, "conflict-exit-code", exitHeld, "exit `code` when the key is held and there is no --wait, as flock's option of that name; 0 makes a skipped run a success for cron and systemd")
 	durVar(fset, &o.renew, "renew", 0, "renew interval, a `duration` (default: a third of --ttl)")
 	durVar(fset, &o.grace, "grace", 10*time.Second, "after SIGTERM on a lost lease, wait this `duration` before SIGKILL")
 	fset.BoolVar(&o.failOpen, "fail-open", false, "if the database is unreachable, run the command anyway, without a lease (PGFENCE_FENCE unset, PGFENCE_FAIL_OPEN=1)")
@@ -170,6 +175,9 @@ func (o *execOpts) check() error {
 	if o.wait > 0 && o.skipIfHeld {
 		return fail(exitUsage, "pgfence exec: --wait and --skip-if-held exclude each other")
 	}
+	if o.conflictCode < 0 || o.conflictCode > 255 {
+		return fail(exitUsage, "pgfence exec: --conflict-exit-code %d is outside [0, 255]", o.conflictCode)
+	}
 	if o.grace <= 0 {
 		return fail(exitUsage, "pgfence exec: --grace must be positive")
 	}
@@ -208,9 +216,9 @@ func (a *app) acquireFailure(pool *pgxpool.Pool, where string, o execOpts, err e
 			return a.exitCode(fail(exitWaitExpired, "pgfence: %q is still held%s after waiting %v; gave up (exit %d)", o.key, holder, we.Waited.Round(time.Millisecond), exitWaitExpired))
 		}
 		if o.skipIfHeld {
-			return a.exitCode(fail(exitHeld, "pgfence: %q is held%s; skipped (exit %d)", o.key, holder, exitHeld))
+			return a.exitCode(fail(o.conflictCode, "pgfence: %q is held%s; skipped (exit %d)", o.key, holder, o.conflictCode))
 		}
-		return a.exitCode(fail(exitHeld, "pgfence: %q is held%s (exit %d; use --wait D to wait for it, --skip-if-held to mark skipping as expected)", o.key, holder, exitHeld))
+		return a.exitCode(fail(o.conflictCode, "pgfence: %q is held%s (exit %d; use --wait D to wait for it, --skip-if-held --conflict-exit-code 0 to make skipping a success)", o.key, holder, o.conflictCode))
 	case errors.Is(err, pglease.ErrInvalidInput):
 		return a.exitCode(fail(exitUsage, "pgfence exec: %v", err))
 	}

@@ -261,6 +261,9 @@ func TestExecExitCodes(t *testing.T) {
 		{"command killed by a signal", []string{"exec", "--database-url", db, "--key", free(), "--", "sh", "-c", "kill -9 $$"}, 128 + 9, "", ""},
 		{"held, --skip-if-held", []string{"exec", "--database-url", db, "--key", held, "--skip-if-held", "--", "true"}, exitHeld, "skipped", ""},
 		{"held, no wait", []string{"exec", "--database-url", db, "--key", held, "--", "true"}, exitHeld, "test-holder", ""},
+		{"held, --skip-if-held --conflict-exit-code 0", []string{"exec", "--database-url", db, "--key", held, "--skip-if-held", "--conflict-exit-code", "0", "--", "echo", "RAN"}, 0, "skipped (exit 0)", ""},
+		{"held, no wait, --conflict-exit-code 3", []string{"exec", "--database-url", db, "--key", held, "--conflict-exit-code", "3", "--", "true"}, 3, "test-holder", ""},
+		{"--conflict-exit-code out of range", []string{"exec", "--database-url", db, "--key", "k", "--conflict-exit-code", "256", "--", "true"}, exitUsage, "outside [0, 255]", ""},
 		{"held, --wait runs out", []string{"exec", "--database-url", db, "--key", held, "--wait", "400ms", "--", "true"}, exitWaitExpired, "after waiting", ""},
 		{"command not found", []string{"exec", "--database-url", db, "--key", free(), "--", "no-such-command-pgfence"}, exitNotFound, "command not found", ""},
 		{"command not executable", []string{"exec", "--database-url", db, "--key", free(), "--", noExec}, exitCannotExec, "cannot run", ""},
@@ -277,8 +280,8 @@ func TestExecExitCodes(t *testing.T) {
 			if !strings.Contains(r.stderr, tc.inStderr) || !strings.Contains(r.stdout, tc.inStdout) {
 				t.Fatalf("want %q in stderr and %q in stdout; got %s", tc.inStderr, tc.inStdout, r)
 			}
-			if tc.code == exitUnreachable && strings.Contains(r.stdout, "RAN") {
-				t.Fatal("failing closed ran the command")
+			if (tc.code == exitUnreachable || strings.Contains(tc.name, "conflict")) && strings.Contains(r.stdout, "RAN") {
+				t.Fatal("the command ran although no lease was taken")
 			}
 			if tc.name == "held, --wait runs out" && r.took < 400*time.Millisecond {
 				t.Fatalf("gave up after %v, before the wait", r.took)

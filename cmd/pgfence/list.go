@@ -95,7 +95,7 @@ func (a *app) cmdList(ctx context.Context, args []string) error {
 		return enc.Encode(out)
 	}
 	if len(out) == 0 {
-		fmt.Fprintln(a.stdout, "no leases")
+		fmt.Fprintln(a.stdout, noLeases(heldOnly, len(rows)))
 		return nil
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
@@ -104,6 +104,20 @@ func (a *app) cmdList(ctx context.Context, args []string) error {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", l.Key, l.Owner, l.Fence, state(l))
 	}
 	return tw.Flush()
+}
+
+// noLeases says what an empty listing found: no rows at all, or only rows
+// whose leases have expired (release keeps the row; see SweepExpired).
+func noLeases(heldOnly bool, rows int) string {
+	switch {
+	case rows == 0:
+		return "no leases: the table has no rows"
+	case heldOnly && rows == 1:
+		return "no lease is held now (1 expired or released row; pgfence list shows it)"
+	case heldOnly:
+		return fmt.Sprintf("no lease is held now (%d expired or released rows; pgfence list shows them)", rows)
+	}
+	return "no leases"
 }
 
 func (a *app) cmdShow(ctx context.Context, args []string) error {

@@ -73,6 +73,7 @@ Commands:
   show     show one lease
   plan     size a TTL and renew interval: freezes absorbed, renewals that may fail
   migrate  create (up), drop (down) or inspect (version) pgfence's schema
+  serve    a live page, Prometheus /metrics and /healthz on 127.0.0.1:9187 (read-only)
   version  print pgfence's version (module version, VCS revision) and exit
 
 The demo is an example now: go run ./examples/demo in a checkout
@@ -139,6 +140,8 @@ func (a *app) run(ctx context.Context, args []string) int {
 	case "demo":
 		fmt.Fprint(a.stderr, demoMoved)
 		return exitUsage
+	case "serve":
+		err = a.cmdServe(ctx, rest[1:])
 	case "help", "-h", "--help":
 		fmt.Fprint(a.stdout, usageText)
 		return exitOK
@@ -215,14 +218,14 @@ func (a *app) connect(ctx context.Context, flagURL string) (*pgxpool.Pool, strin
 	a.scrub.Add(dsn.Secrets(raw)...)
 	cfg, err := pgxpool.ParseConfig(raw)
 	if err != nil {
-		return nil, "", fail(exitUsage, "pgfence: the database URL from %s is malformed: %v", src, parseErrDetail(err))
+		return nil, "", fail(exitUsage, "pgfence: the database URL from %s is malformed: %v", dsn.Describe(src), parseErrDetail(err))
 	}
 	a.scrub.Add(cfg.ConnConfig.Password)
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
 	}
 	cfg.MaxConns = 4
-	where := fmt.Sprintf("%s (from %s)", describe(cfg), src)
+	where := fmt.Sprintf("%s (from %s)", describe(cfg), dsn.Describe(src))
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, where, fail(exitUsage, "pgfence: database %s: %v", where, err)

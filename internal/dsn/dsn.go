@@ -24,6 +24,31 @@ const (
 	FromLibpqEnv   Source = "the libpq PG* environment variables"
 )
 
+// libpqVars are the libpq environment variables that choose a server, a
+// user or a database; Describe lists the ones that are set.
+var libpqVars = []string{"PGHOST", "PGHOSTADDR", "PGPORT", "PGUSER", "PGPASSWORD", "PGPASSFILE",
+	"PGDATABASE", "PGSERVICE", "PGSERVICEFILE", "PGSSLMODE", "PGAPPNAME", "PGCONNECT_TIMEOUT", "PGTARGETSESSIONATTRS"}
+
+// Describe says where the connection settings really came from, for
+// messages: for FromLibpqEnv it names the PG* variables that are set, or
+// says that none is and libpq's defaults apply (the local socket, the OS
+// user's name as user and database). Values are never printed.
+func Describe(src Source) string {
+	if src != FromLibpqEnv {
+		return string(src)
+	}
+	var set []string
+	for _, v := range libpqVars {
+		if os.Getenv(v) != "" {
+			set = append(set, v)
+		}
+	}
+	if len(set) == 0 {
+		return "libpq defaults: no --database-url, PGFENCE_DATABASE_URL, DATABASE_URL or PG* variable is set"
+	}
+	return "the libpq variables " + strings.Join(set, ", ")
+}
+
 // minSecretLength is the shortest secret that is scrubbed.
 const minSecretLength = 3
 

@@ -49,3 +49,24 @@ func TestScrubber(t *testing.T) {
 		t.Fatalf("scrubbed %q, want %q", got, want)
 	}
 }
+
+func TestDescribeSaysWhereSettingsCameFrom(t *testing.T) {
+	for _, v := range libpqVars {
+		t.Setenv(v, "")
+	}
+	if got := Describe(FromLibpqEnv); !strings.Contains(got, "libpq defaults") {
+		t.Errorf("no PG* variable set: Describe = %q, want it to say libpq defaults", got)
+	}
+	t.Setenv("PGHOST", "db.example")
+	t.Setenv("PGPASSWORD", "hunter22")
+	got := Describe(FromLibpqEnv)
+	if !strings.Contains(got, "PGHOST") || !strings.Contains(got, "PGPASSWORD") {
+		t.Errorf("Describe = %q, want it to name PGHOST and PGPASSWORD", got)
+	}
+	if strings.Contains(got, "hunter22") || strings.Contains(got, "db.example") {
+		t.Errorf("Describe = %q prints a value", got)
+	}
+	if got := Describe(FromFlag); got != string(FromFlag) {
+		t.Errorf("Describe(FromFlag) = %q", got)
+	}
+}

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/pgfence/pgfence/pglease"
+)
+
+// browserPath finds the Chromium the page test drives: $PGFENCE_CHROMIUM,
+// else Debian's /usr/bin/chromium, else chromium or google-chrome on PATH.
+// No browser is a failure, not a skip: .ci/run installs Debian's chromium.
+func browserPath(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("PGFENCE_CHROMIUM"); p != "" {
+		if _, err := exec.LookPath(p); err != nil {
+			t.Fatalf("PGFENCE_CHROMIUM=%s is not a browser binary this test can run: %v", p, err)
+		}
+		return p
+	}
+	if _, err := os.Stat("/usr/bin/chromium"); err == nil {
+		return "/usr/bin/chromium"
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Fatal("no headless browser for the page test: install Debian's Chromium (apt-get install -y chromium, as .ci/run does) or set PGFENCE_CHROMIUM to a Chromium or Chrome binary")
+	return ""
+}
+
+// leaseRow is what the page's lease table shows for the test's key.
+const leaseRowJS = `(() => {
+  const r = [...document.querySelectorAll("#leases tr")].find((tr) => tr.dataset.key === %q);
+  return r ? [r.querySelector(".owner").textContent, r.querySelector(".fence").textContent, r.querySelector(".left").textContent].join("|") : "";
+})()`
+
+// TestServePageInBrowser loads the live page in headless Chromium, takes a
+// lease and waits until the page shows it (key, holder, fence), releases it
+// and waits until the page shows it gone, and checks that the page updated
+// in place: a value set when it loaded survives throughout.
+func TestServePageInBrowser(t *testing.T) {
+	t.Parallel()
+	chromium := browserPath(t)
+	db, pool := serveDatabase(t)
+	s := startServe(t, db)
+
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromium),
+		chromedp.Flag("headless", true),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	defer cancelAlloc()
+	browser, cancelBrowser := chromedp.NewContext(allocCtx)
+	defer cancelBrowser()
+
+	if err := chromedp.Do(browser,
+		chromedp.Navigate(s.base+"/"),
+		chromedp.WaitReady(chromedp.ID("leases")),
+	); err != nil {
+		t.Fatalf("load the page in %s: %v", chromium, err)
+	}
+	loadedAt, err := chromedp.Run(browser, chromedp.Evaluate[float64](`window.pgfenceLoadedAt`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if loadedAt == 0 {
+		t.Fatal("the page's script did not run (window.pgfenceLoadedAt unset)")
+	}
+
+	// waitPage polls the page (not the server) until the lease row reads
+	// as want says.
+	waitPage := func(what string, want func(row string) bool) string {
+		t.Helper()
+		var row string
+		eventually(t, "the page shows "+what, func() string {
+			var err error
+			row, err = chromedp.Run(browser, chromedp.Evaluate[string](fmt.Sprintf(leaseRowJS, "serve/page-key")))
+			if err != nil {
+				return err.Error()
+			}
+			if !want(row) {
+				return fmt.Sprintf("lease row %q", row)
+			}
+			return ""
+		})
+		return row
+	}
+	waitPage("no lease yet", func(row string) bool { return row == "" })
+
+	c, err := pglease.New(pool, pglease.WithOwner("page-holder"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l, err := c.TryAcquire(ctx, "serve/page-key", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := fmt.Sprintf("page-holder|%d|", l.Fence())
+	row := waitPage("the lease with holder and fence", func(row string) bool {
+		return len(row) > len(prefix) && row[:len(prefix)] == prefix
+	})
+	t.Logf("the page shows %q", row)
+
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitPage("the lease gone", func(row string) bool { return row == "" })
+
+	loadedAtAfter, err := chromedp.Run(browser, chromedp.Evaluate[float64](`window.pgfenceLoadedAt`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	updates, err := chromedp.Run(browser, chromedp.Evaluate[float64](`window.pgfenceUpdates`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if loadedAtAfter != loadedAt {
+		t.Errorf("the page was reloaded: loaded at %v, then at %v", loadedAt, loadedAtAfter)
+	}
+	if updates < 2 {
+		t.Errorf("the page updated itself %v times", updates)
+	}
+}

@@ -1,0 +1,324 @@
+package watch
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgfence/pgfence/fencedb"
+)
+
+// Options configures a Watcher. The zero value of each field means its
+// default.
+type Options struct {
+	// Interval is the time between two reads of the database. Default 2s.
+	// Every page, JSON and /metrics request is served from the latest read,
+	// so the load on the database does not grow with the number of viewers
+	// or scrapers.
+	Interval time.Duration
+	// Soon is the horizon of "expiring soon". Default 5s.
+	Soon time.Duration
+	// Limit bounds the held leases listed per read (and so the series of
+	// pgfence_lease_fence), and the queues reported. Default 100.
+	Limit int
+	// ReadTimeout bounds one read of the database. Default 5s.
+	ReadTimeout time.Duration
+	// Scrub removes secrets from error texts before they are shown. Default:
+	// the text unchanged.
+	Scrub func(string) string
+}
+
+func (o *Options) fill() {
+	if o.Interval <= 0 {
+		o.Interval = 2 * time.Second
+	}
+	if o.Soon <= 0 {
+		o.Soon = 5 * time.Second
+	}
+	if o.Limit <= 0 {
+		o.Limit = 100
+	}
+	if o.ReadTimeout <= 0 {
+		o.ReadTimeout = 5 * time.Second
+	}
+	if o.Scrub == nil {
+		o.Scrub = func(s string) string { return s }
+	}
+}
+
+// historyWindow is how far back stale-refusal samples are kept; the page
+// shows the change over 1, 5 and 15 minutes.
+const historyWindow = 15 * time.Minute
+
+// Watcher reads pgfence's tables every Interval and keeps the latest
+// snapshot. Its methods are safe for concurrent use.
+type Watcher struct {
+	pool *pgxpool.Pool
+	opts Options
+
+	mu      sync.Mutex
+	last    *Snapshot // the latest successful read; nil before the first
+	lastErr string    // why the latest read failed; "" when it succeeded
+	tried   time.Time // when the latest read was attempted (monotonic)
+	samples []sample  // stale-refusal counts, oldest first
+}
+
+type sample struct {
+	at    time.Time // monotonic
+	count int64
+}
+
+// New returns a Watcher on pool. Call Run to start reading.
+func New(pool *pgxpool.Pool, opts Options) *Watcher {
+	opts.fill()
+	return &Watcher{pool: pool, opts: opts}
+}
+
+// Run reads the database every Interval until ctx ends. The first read is
+// one Interval after the call: call Refresh first to read at once.
+func (w *Watcher) Run(ctx context.Context) {
+	t := time.NewTicker(w.opts.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			w.Refresh(ctx)
+		}
+	}
+}
+
+// Refresh reads the database once, records the outcome and returns the
+// read's error, if any.
+func (w *Watcher) Refresh(ctx context.Context) error {
+	rctx, cancel := context.WithTimeout(ctx, w.opts.ReadTimeout)
+	defer cancel()
+	s, err := w.read(rctx)
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.tried = now
+	if err != nil {
+		if ctx.Err() != nil {
+			return err // shutting down: not a database failure
+		}
+		w.lastErr = w.opts.Scrub(err.Error())
+		return err
+	}
+	w.lastErr = ""
+	s.readAt = now
+	w.last = s
+	if s.Stale.Present {
+		w.samples = append(w.samples, sample{at: now, count: s.Stale.Count})
+		cut := 0
+		for cut < len(w.samples)-1 && now.Sub(w.samples[cut+1].at) >= historyWindow {
+			cut++ // keep one sample at or beyond the window as its baseline
+		}
+		w.samples = w.samples[cut:]
+	} else {
+		w.samples = nil
+	}
+	return nil
+}
+
+// read takes one snapshot in one read-only REPEATABLE READ transaction, so
+// every figure is of the same instant (now() is the same in each statement).
+func (w *Watcher) read(ctx context.Context) (*Snapshot, error) {
+	tx, err := w.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	q := fencedb.New(tx)
+	limit := int32(w.opts.Limit)
+
+	sum, err := q.WatchLeaseSummary(ctx, w.opts.Soon.Microseconds())
+	if err != nil {
+		return nil, fmt.Errorf("read lock_leases: %w", err)
+	}
+	held, err := q.WatchHeldLeases(ctx, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read lock_leases: %w", err)
+	}
+	// Four states per queue at most: 4*limit groups cover limit queues.
+	counts, err := q.WatchJobCounts(ctx, 4*limit)
+	if err != nil {
+		return nil, fmt.Errorf("read pgfence_jobs: %w", err)
+	}
+	oldest, err := q.WatchOldestRunnable(ctx, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read pgfence_jobs: %w", err)
+	}
+	stale, err := q.WatchStaleRefusals(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read pgfence_stale_refusals: %w", err)
+	}
+
+	s := &Snapshot{
+		DBNow:  sum.DbNow.UTC(),
+		Leases: LeaseSummary{Held: sum.Held, ExpiringSoon: sum.ExpiringSoon, SoonSeconds: w.opts.Soon.Seconds(), Limit: w.opts.Limit, List: []Lease{}},
+		Queues: queues(counts, oldest, w.opts.Limit),
+		Stale:  StaleRefusals{Present: stale.Present, Count: stale.Refusals},
+	}
+	for _, l := range held {
+		s.Leases.List = append(s.Leases.List, Lease{
+			Key: l.LockKey, Owner: l.Owner, Fence: l.Fence, FenceText: strconv.FormatInt(l.Fence, 10),
+			RemainingSeconds: float64(l.RemainingMicros) / 1e6, ExpiresAt: l.ExpiresAt.UTC(),
+		})
+	}
+	return s, nil
+}
+
+// queues folds the per-(queue, state) counts and the per-queue oldest
+// runnable age into one row per queue, in queue order, at most limit rows.
+func queues(counts []fencedb.WatchJobCountsRow, oldest []fencedb.WatchOldestRunnableRow, limit int) []Queue {
+	out := []Queue{}
+	index := map[string]int{}
+	for _, c := range counts {
+		i, ok := index[c.Queue]
+		if !ok {
+			if len(out) == limit {
+				continue
+			}
+			i = len(out)
+			index[c.Queue] = i
+			out = append(out, Queue{Name: c.Queue, Counts: map[string]int64{}})
+		}
+		out[i].Counts[c.State] = c.Jobs
+	}
+	for _, o := range oldest {
+		if i, ok := index[o.Queue]; ok {
+			age := float64(o.AgeMicros) / 1e6
+			out[i].OldestRunnableSeconds = &age
+		}
+	}
+	return out
+}
+
+// Snapshot is one read of the database, as served by /api/state.
+type Snapshot struct {
+	// DBNow is the database's now() at the read: every time left and age is
+	// measured against it, never against this machine's clock.
+	DBNow  time.Time     `json:"db_now"`
+	Leases LeaseSummary  `json:"leases"`
+	Queues []Queue       `json:"queues"`
+	Stale  StaleRefusals `json:"stale_refusals"`
+	readAt time.Time     // monotonic, for the snapshot's age
+}
+
+// LeaseSummary is the lease side of a snapshot.
+type LeaseSummary struct {
+	Held         int64   `json:"held"`          // leases unexpired by the database clock
+	ExpiringSoon int64   `json:"expiring_soon"` // of those, expiring within SoonSeconds
+	SoonSeconds  float64 `json:"soon_seconds"`
+	Limit        int     `json:"limit"` // List holds at most this many leases, in key order
+	List         []Lease `json:"list"`
+}
+
+// Lease is one held lease.
+type Lease struct {
+	Key   string `json:"key"`
+	Owner string `json:"owner"`
+	Fence int64  `json:"-"`
+	// FenceText is the fence in decimal: a JSON number above 2^53 would lose
+	// digits in JavaScript, and fences carry the WAL timeline in bit 44 up.
+	FenceText        string    `json:"fence"`
+	RemainingSeconds float64   `json:"remaining_seconds"` // at DBNow
+	ExpiresAt        time.Time `json:"expires_at"`
+}
+
+// Queue is one queue of pgfence_jobs.
+type Queue struct {
+	Name   string           `json:"queue"`
+	Counts map[string]int64 `json:"counts"` // by state; a state without jobs is absent
+	// OldestRunnableSeconds is how long the oldest runnable job (available,
+	// run_at passed) has been runnable, at DBNow; nil when none is.
+	OldestRunnableSeconds *float64 `json:"oldest_runnable_seconds"`
+}
+
+// StaleRefusals is the count of stale writes refused by the fencing trigger.
+type StaleRefusals struct {
+	// Present is false when the database has no pgfence_stale_refusals
+	// sequence: the count is unknown, not zero.
+	Present bool  `json:"present"`
+	Count   int64 `json:"count"`
+	// Changes is the change of Count over the last 1, 5 and 15 minutes, as
+	// far back as this serve process has read it.
+	Changes []Change `json:"changes"`
+}
+
+// Change is the change of the stale-refusal count over a window.
+type Change struct {
+	WindowSeconds float64 `json:"window_seconds"`
+	// CoveredSeconds is the time Delta is measured over: from the newest
+	// read at least WindowSeconds old (so a little more than the window, by
+	// up to one interval), or less than the window while serve has run for
+	// less than it.
+	CoveredSeconds float64 `json:"covered_seconds"`
+	Delta          int64   `json:"delta"`
+}
+
+// State is what /api/state returns: the latest snapshot and how it was
+// read.
+type State struct {
+	Database string `json:"database"` // user@host:port/db, never a password
+	// OK is false when the latest read failed; Error says why, and the
+	// figures are those of the latest successful read, if any.
+	OK    bool      `json:"ok"`
+	Error string    `json:"error,omitempty"`
+	Data  *Snapshot `json:"data"`
+	// AgeSeconds is how old Data is; the page subtracts it from each
+	// lease's time left.
+	AgeSeconds      float64 `json:"age_seconds"`
+	IntervalSeconds float64 `json:"interval_seconds"`
+}
+
+// Latest returns the latest snapshot (nil before the first successful
+// read), its age, and why the latest read failed ("" if it did not).
+func (w *Watcher) Latest() (*Snapshot, time.Duration, string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.last == nil {
+		if w.lastErr == "" && w.tried.IsZero() {
+			return nil, 0, "no read of the database yet"
+		}
+		return nil, 0, w.lastErr
+	}
+	s := *w.last
+	s.Stale.Changes = w.changes(time.Now())
+	return &s, time.Since(w.last.readAt), w.lastErr
+}
+
+// changes computes the stale-refusal deltas from the samples. Caller holds
+// w.mu.
+func (w *Watcher) changes(now time.Time) []Change {
+	if len(w.samples) == 0 {
+		return []Change{}
+	}
+	cur := w.samples[len(w.samples)-1]
+	var out []Change
+	for _, win := range []time.Duration{time.Minute, 5 * time.Minute, 15 * time.Minute} {
+		base := w.samples[0]
+		for _, s := range w.samples {
+			if now.Sub(s.at) < win {
+				break
+			}
+			base = s // the newest sample at least win old
+		}
+		out = append(out, Change{WindowSeconds: win.Seconds(), CoveredSeconds: now.Sub(base.at).Seconds(), Delta: cur.count - base.count})
+	}
+	return out
+}
+
+// State returns the latest snapshot as /api/state serves it.
+func (w *Watcher) State(database string) State {
+	s, age, errText := w.Latest()
+	return State{Database: database, OK: errText == "", Error: errText, Data: s,
+		AgeSeconds: age.Seconds(), IntervalSeconds: w.opts.Interval.Seconds()}
+}
