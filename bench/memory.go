@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -85,13 +86,27 @@ func runMemory(ctx context.Context, e *env, rep *report) error {
 	r.goroutinesPerLease = float64(g1-g0) / float64(n)
 	rep.memory = r
 	logf("memory: %d leases: %.0f B heap and %.3f goroutines per lease", n, r.bytesPerLease, r.goroutinesPerLease)
-	for _, l := range leases {
-		if err := l.Release(ctx); err != nil {
-			return err
-		}
-	}
 	runtime.KeepAlive(leases)
-	return nil
+	return releaseAll(ctx, leases, workers)
+}
+
+// releaseAll releases the leases from n goroutines.
+func releaseAll(ctx context.Context, leases []*pglease.Lease, n int) error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for w := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < len(leases); i += n {
+				if err := leases[i].Release(ctx); err != nil && errs[w] == nil {
+					errs[w] = err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func heapAndGoroutines() (uint64, int) {

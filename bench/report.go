@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"image/color"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -120,7 +121,7 @@ func (r *report) leaseTable(p func(string, ...any)) {
 	p("")
 	p("Each client loops: acquire a key (try once, never wait), release it. TTL 30 s. A refused try (the key is held) counts no pair. "+
 		"**pgfence**: `pglease.TryAcquire` + `Lease.Release`, `WithoutAutoRenew`. **raw seed SQL**: the seed's upsert acquire with its expiry check and its `UPDATE … SET expires_at = now()` release, on the seed's table, through pgx. "+
-		"**advisory xact lock**: `BEGIN; SELECT pg_try_advisory_xact_lock(…); COMMIT` (no TTL, no fence, nothing written). **cirello pglock** v1.16.1: `FailIfLocked`, no heartbeat, through database/sql on pgx (`UnsafeNew`: `New` accepts only lib/pq; the same driver for all keeps this a comparison of statements). **redislock**: github.com/bsm/redislock on Redis %s. All PostgreSQL contenders share one pool.", r.opts.redisAddr)
+		"**advisory xact lock**: `BEGIN; SELECT pg_try_advisory_xact_lock(…); COMMIT` (no TTL, no fence; the commit writes nothing, so it waits for no WAL flush). **cirello pglock** v1.16.1: `FailIfLocked`, no heartbeat, through database/sql on pgx (`UnsafeNew`: `New` accepts only lib/pq; the same driver for all keeps this a comparison of statements). **redislock**: github.com/bsm/redislock on Redis %s. All PostgreSQL contenders share one pool.", r.opts.redisAddr)
 	p("")
 	p("| workload | clients | %s | pgfence / raw | pgfence / pglock |", strings.Join(leaseOrder, " | "))
 	p("|---|---:|%s---:|---:|", strings.Repeat("---:|", len(leaseOrder)))
@@ -309,6 +310,7 @@ func (r *report) writePlot() error {
 	type panel struct {
 		title, xlabel, ylabel string
 		order                 []string
+		log                   bool // rates spanning orders of magnitude
 		xs                    []int
 		ys                    map[string]map[int]float64
 	}
@@ -317,7 +319,7 @@ func (r *report) writePlot() error {
 	for _, row := range r.leases {
 		pn := byWorkload[row.workload]
 		if pn == nil {
-			pn = &panel{title: "leases, " + row.workload, xlabel: "clients", ylabel: "acquire + release pairs/s", order: leaseOrder, ys: map[string]map[int]float64{}}
+			pn = &panel{title: "leases, " + row.workload, xlabel: "clients", ylabel: "acquire + release pairs/s (log)", order: leaseOrder, log: true, ys: map[string]map[int]float64{}}
 			byWorkload[row.workload] = pn
 			panels = append(panels, pn)
 		}
@@ -352,6 +354,20 @@ func (r *report) writePlot() error {
 		pl.X.Label.Text = pn.xlabel
 		pl.Y.Label.Text = pn.ylabel
 		pl.Y.Min = 0
+		if pn.log {
+			lo, hi := math.Inf(1), 0.0
+			for _, ys := range pn.ys {
+				for _, y := range ys {
+					if y > 0 {
+						lo, hi = math.Min(lo, y), math.Max(hi, y)
+					}
+				}
+			}
+			pl.Y.Max = hi * 20 // room for the legend above the lines
+			pl.Y.Scale = plot.LogScale{}
+			pl.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+			pl.Y.Min = math.Pow(10, math.Floor(math.Log10(lo)))
+		}
 		pl.Legend.Top = true
 		pl.Legend.Left = true
 		sort.Ints(pn.xs)
@@ -363,7 +379,7 @@ func (r *report) writePlot() error {
 		for i, name := range pn.order {
 			pts := plotter.XYs{}
 			for _, x := range pn.xs {
-				if y, ok := pn.ys[name][x]; ok {
+				if y, ok := pn.ys[name][x]; ok && (!pn.log || y > 0) {
 					pts = append(pts, plotter.XY{X: float64(x), Y: y})
 				}
 			}
