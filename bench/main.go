@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -33,6 +34,7 @@ type options struct {
 	waiters   int
 	command   string
 	timeout   time.Duration
+	cpuprof   string
 }
 
 var sections = []string{"leases", "handoff", "jobs", "scale", "memory"}
@@ -67,6 +69,7 @@ func parseFlags() (*options, error) {
 	flag.IntVar(&o.held, "held", 10000, "leases held at once in the memory section")
 	flag.IntVar(&o.waiters, "waiters", 50, "waiters on one key in the hand-off section")
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up (and drop the database) after this long; -smoke: 3m")
+	flag.StringVar(&o.cpuprof, "cpuprofile", "", "write the client's CPU profile of the whole run to this file (go tool pprof)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q; see -h", flag.Args())
@@ -201,6 +204,17 @@ func run() error {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 
+	if o.cpuprof != "" {
+		f, err := os.Create(o.cpuprof)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	start := time.Now()
 	be, err := openEnv(ctx, o)
 	if err != nil {

@@ -289,6 +289,16 @@ func (r *report) targets(p func(string, ...any)) {
 		p("(Smoke run: too short to judge any target.)")
 		p("")
 	}
+	if f := strings.Fields(r.machine.load); len(f) > 0 {
+		var load float64
+		fmt.Sscanf(f[0], "%g", &load)
+		if load > float64(r.machine.cpus) {
+			p("The load average at the start (%s) was above the machine's %d cores: other work shared the CPU and the disk, so single rounds swing widely and even the ratios are uncertain. Re-run on a quiet machine before reading much into a miss by a small margin.", f[0], r.machine.cpus)
+			p("")
+		}
+	}
+	p("The targets are ratios within this run. No CPU profile is part of this report; `-cpuprofile FILE` writes the client's profile of a run (the server's share needs `perf` on the server). One durable commit per acquire, claim or completion is the floor (pg_test_fsync above).")
+	p("")
 	for _, l := range lines {
 		p("%s", l)
 	}
