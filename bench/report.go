@@ -309,7 +309,7 @@ func (r *report) targets(p func(string, ...any)) {
 func (r *report) leaseLimit() string {
 	s := "pgfence's acquire is the seed's upsert plus a fence from the PL/pgSQL function pgfence_next_fence() (a WAL timeline lookup and a sequence) and two set_config calls per statement; its release is a self-joined UPDATE in a CTE with a LATERAL notify clause; both commit durably today, like the seed's two. Every durable commit waits for one WAL flush"
 	if r.fsync != "" {
-		s += " (pg_test_fsync above: the flush rate bounds a single client's pairs/s at about half the fdatasync rate)"
+		s += " (pg_test_fsync above: that bounds a single client at about half the fdatasync rate; where pgfence stays far below that bound, its statements and the client's CPU limit it, not the disk)"
 	}
 	return s + ". The library's client CPU adds the rest on a 2-core machine shared with the server (README: 41.5 µs against 37 µs per pair)"
 }
