@@ -1,0 +1,432 @@
+package main
+
+import (
+	"fmt"
+	"image/color"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+)
+
+// report collects every section's figures and renders BENCHMARKS.md.
+type report struct {
+	opts     *options
+	started  time.Time
+	elapsed  time.Duration
+	machine  machine
+	pg       pgServer
+	fsync    string
+	failures int
+
+	leases  []*leaseRow
+	handoff []*handoffRow
+	jobs    []*jobRow
+	scale   []scaleRow
+	memory  *memResult
+
+	scaleAcquireRatio float64
+	sweepP99          time.Duration
+	purgeP99          time.Duration
+	scaleNote         string
+}
+
+func (r *report) markdown() string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	o := r.opts
+	p("# Benchmarks")
+	p("")
+	if o.smoke {
+		p("**Smoke run** (CI): tiny sizes, one short round; it checks that every contender works. The figures mean nothing.")
+		p("")
+	}
+	p("pgfence and its peers, side by side in one process (`bench/`, a Go module of its own, so the peers never enter the library's module graph). Within each round the contenders take turns, the first one rotating from round to round; tables show the **median (min–max) over %d round(s)**, and ratios are medians of the per-round ratios. This machine is shared and noisy: read the ratios, not the absolutes.", o.rounds)
+	p("")
+	p("- Date: %s (took %s)", r.started.Format("2006-01-02 15:04 UTC"), r.elapsed.Round(time.Second))
+	p("- Command: `%s`", r.opts.command)
+	p("- Client machine: %d cores (%s), %s memory, %s, %s, load average at start %s", r.machine.cpus, r.machine.cpuModel, r.machine.memory, r.machine.goVersion, r.machine.os, r.machine.load)
+	p("- Server: %s, on the same machine over loopback", r.pg.version)
+	var set []string
+	for _, s := range r.pg.settings {
+		set = append(set, fmt.Sprintf("%s=%s", s[0], s[1]))
+	}
+	p("- Settings: %s", strings.Join(set, ", "))
+	p("- Per turn: %v (leases); %s jobs inserted up front per job run; %s keys; hand-off with %d waiters; %s rows for the scale section; %s held leases for memory.",
+		o.duration, num(float64(o.jobs)), num(float64(o.keys)), o.waiters, num(float64(o.scaleRows)), num(float64(o.held)))
+	if r.fsync != "" {
+		p("")
+		p("One durable commit costs one WAL flush; `pg_test_fsync` on this disk (one 8 kB write per sync; the floor of every durable statement):")
+		p("")
+		p("```")
+		p("%s", r.fsync)
+		p("```")
+	}
+	if plotRel := r.plotLink(); plotRel != "" && (len(r.leases) > 0 || len(r.jobs) > 0) {
+		p("")
+		p("![throughput against clients](%s)", plotRel)
+	}
+	r.leaseTable(p)
+	r.handoffTable(p)
+	r.jobTable(p)
+	r.scaleTable(p)
+	r.memoryTable(p)
+	r.targets(p)
+	return b.String()
+}
+
+func (r *report) plotLink() string {
+	rel, err := filepath.Rel(filepath.Dir(absPath(r.opts.out)), absPath(r.opts.plot))
+	if err != nil {
+		return r.opts.plot
+	}
+	return filepath.ToSlash(rel)
+}
+
+func absPath(p string) string {
+	a, err := filepath.Abs(p)
+	if err != nil {
+		return p
+	}
+	return a
+}
+
+// cell is a contender's figure, or why it has none.
+func cell(rates map[string]sample, status map[string]string, name string) string {
+	if s := status[name]; s != "" {
+		s = strings.Join(strings.Fields(strings.ReplaceAll(s, "|", "/")), " ")
+		if len(s) > 160 {
+			s = s[:160] + "…"
+		}
+		return s
+	}
+	return rates[name].rate()
+}
+
+func (r *report) leaseTable(p func(string, ...any)) {
+	if len(r.leases) == 0 {
+		return
+	}
+	p("")
+	p("## Leases: acquire + release pairs per second")
+	p("")
+	p("Each client loops: acquire a key (try once, never wait), release it. TTL 30 s. A refused try (the key is held) counts no pair. "+
+		"**pgfence**: `pglease.TryAcquire` + `Lease.Release`, `WithoutAutoRenew`. **raw seed SQL**: the seed's upsert acquire with its expiry check and its `UPDATE … SET expires_at = now()` release, on the seed's table, through pgx. "+
+		"**advisory xact lock**: `BEGIN; SELECT pg_try_advisory_xact_lock(…); COMMIT` (no TTL, no fence; the commit writes nothing, so it waits for no WAL flush). **cirello pglock** v1.16.1: `FailIfLocked`, no heartbeat, through database/sql on pgx (`UnsafeNew`: `New` accepts only lib/pq; the same driver for all keeps this a comparison of statements). **redislock**: github.com/bsm/redislock on Redis %s. All PostgreSQL contenders share one pool.", r.opts.redisAddr)
+	p("")
+	p("| workload | clients | %s | pgfence / raw | pgfence / pglock |", strings.Join(leaseOrder, " | "))
+	p("|---|---:|%s---:|---:|", strings.Repeat("---:|", len(leaseOrder)))
+	for _, row := range r.leases {
+		var cells []string
+		for _, n := range leaseOrder {
+			cells = append(cells, cell(row.rates, row.status, n))
+		}
+		p("| %s | %d | %s | %s | %s |", row.workload, row.clients, strings.Join(cells, " | "), row.ratioRaw.ratio(), row.ratioPL.ratio())
+	}
+}
+
+func (r *report) handoffTable(p func(string, ...any)) {
+	if len(r.handoff) == 0 {
+		return
+	}
+	p("")
+	p("## Hand-off: release → next holder")
+	p("")
+	p("%d waiters block in `Acquire` on one key (sharing %d clients, as a few processes would); each holder releases as soon as it is granted. Latency: from the start of `Release` to the return of the next waiter's `Acquire`. Medians over rounds of each round's quantile.", r.opts.waiters, handoffClients(r.opts.waiters))
+	p("")
+	p("| mode | p50 | p90 | max | hand-offs |")
+	p("|---|---:|---:|---:|---:|")
+	for _, h := range r.handoff {
+		p("| %s | %s | %s | %s | %d |", h.mode, msSample(h.p50), msSample(h.p90), ms(h.max), h.handoffs)
+	}
+}
+
+func msSample(s sample) string {
+	if len(s) == 0 {
+		return "–"
+	}
+	if len(s) == 1 {
+		return fmt.Sprintf("%.1f ms", s[0])
+	}
+	return fmt.Sprintf("%.1f ms (%.1f–%.1f)", s.median(), s.min(), s.max())
+}
+
+func (r *report) jobTable(p func(string, ...any)) {
+	if len(r.jobs) == 0 {
+		return
+	}
+	p("")
+	p("## Jobs: jobs completed per second")
+	p("")
+	p("%s no-op jobs inserted up front (not timed), then run to the last completion. **claim.Pool**: `claim.NewPool`, no-op handler, `WithWorkers(n)`, `WithPollInterval(50ms)`, timed to the n-th `Completed` result. **River** v0.51.2 (riverpgxv5): `MaxWorkers` = n, `FetchCooldown` 1 ms, `FetchPollInterval` 50 ms, timed from `Start` to the n-th `JobCompleted` event. **one job per transaction**: n goroutines loop `BEGIN; SELECT id … FOR UPDATE SKIP LOCKED LIMIT 1; UPDATE … completed; COMMIT`. The job tables are truncated and vacuumed between runs.", num(float64(r.opts.jobs)))
+	p("")
+	p("| workers | %s | claim.Pool / River | claim.Pool / one per tx |", strings.Join(jobOrder, " | "))
+	p("|---:|%s---:|---:|", strings.Repeat("---:|", len(jobOrder)))
+	for _, row := range r.jobs {
+		var cells []string
+		for _, n := range jobOrder {
+			cells = append(cells, cell(row.rates, row.status, n))
+		}
+		p("| %d | %s | %s | %s |", row.workers, strings.Join(cells, " | "), row.ratioRiver.ratio(), row.ratioTx.ratio())
+	}
+}
+
+func (r *report) scaleTable(p func(string, ...any)) {
+	if len(r.scale) == 0 {
+		return
+	}
+	p("")
+	p("## Scale")
+	p("")
+	if r.scaleNote != "" {
+		p("%s", r.scaleNote)
+		p("")
+	}
+	p("| what | figure | note |")
+	p("|---|---|---|")
+	for _, s := range r.scale {
+		p("| %s | %s | %s |", s.what, s.figure, s.note)
+	}
+}
+
+func (r *report) memoryTable(p func(string, ...any)) {
+	m := r.memory
+	if m == nil {
+		return
+	}
+	p("")
+	p("## Memory: client cost of a held lease")
+	p("")
+	p("One client holds %s leases at once, auto-renewed (the default, TTL 60 s); `runtime.ReadMemStats` after GC before and after acquiring them (the pool and its connections opened before).", num(float64(m.held)))
+	p("")
+	p("| held leases | heap before | heap after | heap per lease | goroutines before → after | goroutines per lease |")
+	p("|---:|---:|---:|---:|---:|---:|")
+	p("| %s | %s B | %s B | %s B | %d → %d | %.3f |", num(float64(m.held)), num(float64(m.heapBefore)), num(float64(m.heapAfter)), num(m.bytesPerLease), m.goroutinesBefore, m.goroutinesAfter, m.goroutinesPerLease)
+}
+
+// targets compares the figures with issue 8's targets and says which are
+// missed, with what limits them as far as this run shows.
+func (r *report) targets(p func(string, ...any)) {
+	var lines []string
+	explained := map[string]bool{}
+	add := func(ok bool, what, limit string) {
+		mark := "met"
+		if !ok {
+			mark = "**missed**"
+		}
+		l := fmt.Sprintf("- %s: %s", what, mark)
+		if !ok && limit != "" {
+			if explained[limit] {
+				l += " (limited as above)"
+			} else {
+				l += ". What limits it: " + limit + "."
+				explained[limit] = true
+			}
+		}
+		lines = append(lines, l)
+	}
+	for _, row := range r.leases {
+		if !strings.HasSuffix(row.workload, "keys") {
+			continue
+		}
+		if len(row.ratioRaw) > 0 {
+			want := 1.1
+			if row.clients == 1 {
+				want = 1.3
+			}
+			add(row.ratioRaw.median() >= want, fmt.Sprintf("acquire + release ≥ %.1f× the raw seed statements at %d client(s): %s", want, row.clients, row.ratioRaw.ratio()),
+				r.leaseLimit())
+		}
+		if len(row.ratioPL) > 0 {
+			add(row.ratioPL.median() >= 2, fmt.Sprintf("acquire + release ≥ 2× cirello pglock at %d client(s): %s", row.clients, row.ratioPL.ratio()),
+				"pglock sends 3 statements per pair (sequence read, upsert, delete: two durable commits, as pgfence's two), so the pair costs about the same WAL flushes; at a single client both wait on the same flush")
+		}
+	}
+	for _, row := range r.jobs {
+		if len(row.ratioRiver) > 0 {
+			add(row.ratioRiver.median() >= 1, fmt.Sprintf("claim.Pool ≥ 1.0× River at %d workers: %s", row.workers, row.ratioRiver.ratio()),
+				"claim.Pool today completes each job in a statement and a durable commit of its own (plus one per claim batch), while River's completer batches many completions into one statement and one commit")
+		}
+		if len(row.ratioTx) > 0 {
+			add(row.ratioTx.median() >= 1.5, fmt.Sprintf("claim.Pool ≥ 1.5× one job per transaction at %d workers: %s", row.workers, row.ratioTx.ratio()),
+				"claim.Pool pays a durable commit per claim batch and another per completion, so more than one WAL flush per job, against the pattern's one (claim and completion in one transaction)")
+		}
+	}
+	if r.scaleAcquireRatio > 0 {
+		add(r.scaleAcquireRatio <= 1.2, fmt.Sprintf("acquire latency with %s rows within 20%% of 10³: %.2f×", num(float64(r.opts.scaleRows)), r.scaleAcquireRatio),
+			"the upsert is a primary-key lookup; a bigger table costs index depth and cache misses (shared_buffers above), and the two sizes ran one after the other on a shared machine")
+	}
+	if r.sweepP99 > 0 {
+		add(r.sweepP99 <= 10*time.Millisecond, fmt.Sprintf("acquire p99 ≤ 10 ms during a sweep: %s", ms(r.sweepP99)),
+			"SweepExpired is one DELETE of every expired row: it writes WAL for each row in one transaction and competes for the WAL flush; a batched sweep (LIMIT-ed DELETEs, each its own short transaction) is not in pgfence yet")
+	}
+	if r.purgeP99 > 0 {
+		add(r.purgeP99 <= 50*time.Millisecond, fmt.Sprintf("claim p99 ≤ 50 ms during a purge: %s", ms(r.purgeP99)),
+			"pgfence has no purge of finished jobs; the hand-written single DELETE writes WAL for every row in one transaction; a batched purge is not in pgfence yet")
+	}
+	if m := r.memory; m != nil {
+		add(m.bytesPerLease <= 2048, fmt.Sprintf("≤ 2 KiB heap per held lease: %s B", num(m.bytesPerLease)),
+			"each held lease keeps its own context, timers and bookkeeping on the client")
+		add(m.goroutinesPerLease < 0.01, fmt.Sprintf("no goroutine per held lease beyond a shared constant: %.3f per lease (%d → %d)", m.goroutinesPerLease, m.goroutinesBefore, m.goroutinesAfter),
+			"auto-renewal runs a goroutine per held lease")
+	}
+	if len(lines) == 0 {
+		return
+	}
+	p("")
+	p("## Issue 8's targets")
+	p("")
+	if r.opts.smoke {
+		p("(Smoke run: too short to judge any target.)")
+		p("")
+	}
+	if f := strings.Fields(r.machine.load); len(f) > 0 {
+		var load float64
+		fmt.Sscanf(f[0], "%g", &load)
+		if load > float64(r.machine.cpus) {
+			p("The load average at the start (%s) was above the machine's %d cores: other work shared the CPU and the disk, so single rounds swing widely and even the ratios are uncertain. Re-run on a quiet machine before reading much into a miss by a small margin.", f[0], r.machine.cpus)
+			p("")
+		}
+	}
+	p("The targets are ratios within this run. No CPU profile is part of this report; `-cpuprofile FILE` writes the client's profile of a run (the server's share needs `perf` on the server). One durable commit per acquire, claim or completion is the floor (pg_test_fsync above).")
+	p("")
+	for _, l := range lines {
+		p("%s", l)
+	}
+}
+
+// leaseLimit explains what bounds pgfence's acquire + release against the
+// seed's statements, with the fsync floor when pg_test_fsync ran.
+func (r *report) leaseLimit() string {
+	s := "pgfence's acquire is the seed's upsert plus a fence from the PL/pgSQL function pgfence_next_fence() (a WAL timeline lookup and a sequence) and two set_config calls per statement; its release is a self-joined UPDATE in a CTE with a LATERAL notify clause; both commit durably today, like the seed's two. Every durable commit waits for one WAL flush"
+	if r.fsync != "" {
+		s += " (pg_test_fsync above: that bounds a single client at about half the fdatasync rate; where pgfence stays far below that bound, its statements and the client's CPU limit it, not the disk)"
+	}
+	return s + ". The library's client CPU adds the rest on a 2-core machine shared with the server (README: 41.5 µs against 37 µs per pair)"
+}
+
+// writePlot draws throughput against clients (or workers) for each workload,
+// one panel each, into one PNG.
+func (r *report) writePlot() error {
+	type panel struct {
+		title, xlabel, ylabel string
+		order                 []string
+		log                   bool // rates spanning orders of magnitude
+		xs                    []int
+		ys                    map[string]map[int]float64
+	}
+	var panels []*panel
+	byWorkload := map[string]*panel{}
+	for _, row := range r.leases {
+		pn := byWorkload[row.workload]
+		if pn == nil {
+			pn = &panel{title: "leases, " + row.workload, xlabel: "clients", ylabel: "acquire + release pairs/s (log)", order: leaseOrder, log: true, ys: map[string]map[int]float64{}}
+			byWorkload[row.workload] = pn
+			panels = append(panels, pn)
+		}
+		pn.xs = append(pn.xs, row.clients)
+		for n, s := range row.rates {
+			if pn.ys[n] == nil {
+				pn.ys[n] = map[int]float64{}
+			}
+			pn.ys[n][row.clients] = s.median()
+		}
+	}
+	if len(r.jobs) > 0 {
+		pn := &panel{title: fmt.Sprintf("jobs, %s no-op jobs", num(float64(r.opts.jobs))), xlabel: "workers", ylabel: "jobs/s", order: jobOrder, ys: map[string]map[int]float64{}}
+		for _, row := range r.jobs {
+			pn.xs = append(pn.xs, row.workers)
+			for n, s := range row.rates {
+				if pn.ys[n] == nil {
+					pn.ys[n] = map[int]float64{}
+				}
+				pn.ys[n][row.workers] = s.median()
+			}
+		}
+		panels = append(panels, pn)
+	}
+	if len(panels) == 0 {
+		return nil
+	}
+	var row []*plot.Plot
+	for _, pn := range panels {
+		pl := plot.New()
+		pl.Title.Text = pn.title
+		pl.X.Label.Text = pn.xlabel
+		pl.Y.Label.Text = pn.ylabel
+		pl.Y.Min = 0
+		if pn.log {
+			lo, hi := math.Inf(1), 0.0
+			for _, ys := range pn.ys {
+				for _, y := range ys {
+					if y > 0 {
+						lo, hi = math.Min(lo, y), math.Max(hi, y)
+					}
+				}
+			}
+			pl.Y.Max = hi * 20 // room for the legend above the lines
+			pl.Y.Scale = plot.LogScale{}
+			pl.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+			pl.Y.Min = math.Pow(10, math.Floor(math.Log10(lo)))
+		}
+		pl.Legend.Top = true
+		pl.Legend.Left = true
+		sort.Ints(pn.xs)
+		var ticks []plot.Tick
+		for _, x := range pn.xs {
+			ticks = append(ticks, plot.Tick{Value: float64(x), Label: fmt.Sprint(x)})
+		}
+		pl.X.Tick.Marker = plot.ConstantTicks(ticks)
+		for i, name := range pn.order {
+			pts := plotter.XYs{}
+			for _, x := range pn.xs {
+				if y, ok := pn.ys[name][x]; ok && (!pn.log || y > 0) {
+					pts = append(pts, plotter.XY{X: float64(x), Y: y})
+				}
+			}
+			if len(pts) == 0 {
+				continue
+			}
+			line, points, err := plotter.NewLinePoints(pts)
+			if err != nil {
+				return err
+			}
+			c := plotutil.Color(i)
+			line.Color, points.Color = c, c
+			points.Shape = plotutil.Shape(i)
+			if name == cPgfence || name == jClaim {
+				line.Width = vg.Points(2.5)
+			}
+			pl.Add(line, points)
+			pl.Legend.Add(name, line, points)
+		}
+		pl.BackgroundColor = color.White
+		row = append(row, pl)
+	}
+	const w, h = 5 * vg.Inch, 4 * vg.Inch
+	img := vgimg.New(w*vg.Length(len(row)), h)
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: 1, Cols: len(row), PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 2, PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
+	canvases := plot.Align([][]*plot.Plot{row}, tiles, dc)
+	for j, pl := range row {
+		pl.Draw(canvases[0][j])
+	}
+	f, err := os.Create(r.opts.plot)
+	if err != nil {
+		return err
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
