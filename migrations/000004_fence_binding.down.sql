@@ -80,3 +80,5 @@ $$;
 
 DROP FUNCTION IF EXISTS pgfence_set_fence(bigint, boolean);
 DROP FUNCTION IF EXISTS pgfence_fence_ceiling();
+
+DROP SEQUENCE IF EXISTS pgfence_stale_refusals;

@@ -35,6 +35,11 @@
 -- over the sequence's last value (0 before the first fence). Every fence
 -- issued on an earlier timeline is below it too. Reading the sequence needs
 -- USAGE or SELECT on it, as drawing a fence does.
+-- Counts stale writes the trigger refuses. nextval is not rolled back with
+-- the refused transaction, so the count survives where no row could
+-- (pgfence serve exports it as pgfence_stale_refusals_total).
+CREATE SEQUENCE pgfence_stale_refusals AS bigint;
+
 CREATE FUNCTION pgfence_fence_ceiling() RETURNS bigint
 LANGUAGE sql VOLATILE
 AS $$
@@ -132,6 +137,13 @@ BEGIN
     tx_fence := split_part(raw, '@', 1)::bigint;
     IF tx_fence < row_fence THEN
       tbl := quote_ident(TG_TABLE_SCHEMA) || '.' || quote_ident(TG_TABLE_NAME);
+      -- Count the refusal; a role without USAGE on the counter still gets
+      -- the refusal it is owed, only uncounted.
+      BEGIN
+        PERFORM nextval('pgfence_stale_refusals');
+      EXCEPTION WHEN insufficient_privilege THEN
+        NULL;
+      END;
       RAISE EXCEPTION 'pgfence: stale fence % for % of a row of %: the row carries fence %', tx_fence, TG_OP, tbl, row_fence
         USING ERRCODE = 'PF001',
               DETAIL = format('table=%s presented=%s current=%s', tbl, tx_fence, row_fence),

@@ -391,3 +391,41 @@ func TestTriggerCoversInheritance(t *testing.T) {
 		t.Fatalf("triggers left after RemoveTrigger: %d (%v)", left, err)
 	}
 }
+
+// TestStaleRefusalsAreCounted: every stale write the trigger refuses bumps
+// the sequence pgfence_stale_refusals, which pgfence serve exports; the
+// count survives the refused transaction's rollback.
+func TestStaleRefusalsAreCounted(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	table := fencedAccounts(t, pool, 1, pgguard.Strict)
+	var older, newer int64
+	if err := pool.QueryRow(ctx, "SELECT pgfence_next_fence(), pgfence_next_fence()").Scan(&older, &newer); err != nil {
+		t.Fatal(err)
+	}
+	write := func(fence int64) error {
+		return pgguard.RunFenced(ctx, pool, fence, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "UPDATE "+table+" SET balance = balance + 1 WHERE id = 1")
+			return err
+		})
+	}
+	count := func() int64 {
+		var n int64
+		if err := pool.QueryRow(ctx, "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM pgfence_stale_refusals").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if err := write(newer); err != nil {
+		t.Fatal(err)
+	}
+	before := count()
+	for i := 0; i < 2; i++ {
+		if err := write(older); !errors.Is(err, pgguard.ErrStaleFence) {
+			t.Fatalf("stale write: %v, want ErrStaleFence", err)
+		}
+	}
+	if got := count() - before; got != 2 {
+		t.Fatalf("the counter rose by %d after two refused stale writes, want 2", got)
+	}
+}
