@@ -24,8 +24,11 @@ import (
 // still holds.
 type Client struct {
 	pool *pgxpool.Pool
-	q    *fencedb.Queries
-	cfg  config
+	// direct and pooled are the same queries in the pool's own mode and
+	// through pgmode.Wrap; mode picks one per call (see queries).
+	direct, pooled *fencedb.Queries
+	mode           *pgmode.Auto
+	cfg            config
 
 	// renewHook, when set by tests, replaces the renew statement (a seam to
 	// stall or fail renewals).
@@ -57,7 +60,8 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 	}
-	c := &Client{pool: pool, q: fencedb.New(pgmode.Wrap(pool)), cfg: cfg, leases: map[*Lease]struct{}{}}
+	c := &Client{pool: pool, direct: fencedb.New(pool), pooled: fencedb.New(pgmode.Wrap(pool)),
+		mode: pgmode.NewAuto(pool), cfg: cfg, leases: map[*Lease]struct{}{}}
 	if cfg.wakeOnRelease {
 		c.wake = newWaker(c)
 	}
@@ -268,7 +272,7 @@ func newToken() string {
 func (c *Client) tryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
 	token := newToken()
 	sent := time.Now() // the local deadline is measured from before the send
-	row, err := c.q.Acquire(ctx, fencedb.AcquireParams{
+	row, err := c.queries(ctx).Acquire(ctx, fencedb.AcquireParams{
 		LockKey: key, Owner: c.cfg.owner, OwnerToken: token, TtlMicros: ttl.Microseconds(),
 	})
 	switch {
@@ -294,7 +298,7 @@ func (c *Client) resolveAmbiguous(ctx context.Context, key, token string, ttl ti
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.resolveWait)
 	defer cancel()
 	if ctx.Err() == nil {
-		row, err := c.q.FindByOwnerToken(rctx, fencedb.FindByOwnerTokenParams{LockKey: key, OwnerToken: token})
+		row, err := c.queries(rctx).FindByOwnerToken(rctx, fencedb.FindByOwnerTokenParams{LockKey: key, OwnerToken: token})
 		if err == nil {
 			c.cfg.logger.Info("pglease: ambiguous acquire was granted; keeping it", "key", key, "fence", row.Fence)
 			return c.startLease(key, token, row.Fence, row.ExpiresAt, ttl, sent)
@@ -334,7 +338,7 @@ const acquireLockTimeout = time.Second
 // abandon tombstones token and releases what it holds on key, if anything;
 // it reports whether a grant was released.
 func (c *Client) abandon(ctx context.Context, key, token string) (bool, error) {
-	_, err := c.q.Abandon(ctx, fencedb.AbandonParams{LockKey: key, OwnerToken: token, Notify: c.cfg.wakeOnRelease})
+	_, err := c.queries(ctx).Abandon(ctx, fencedb.AbandonParams{LockKey: key, OwnerToken: token, Notify: c.cfg.wakeOnRelease})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
@@ -398,4 +402,14 @@ func isTransient(err error) bool {
 		return true
 	}
 	return !errors.Is(err, ErrInvalidInput) && !errors.Is(err, ErrClosed)
+}
+
+// queries are the client's statements in the cheapest mode that is safe on
+// its pool: named prepared statements on a direct connection, unnamed ones
+// behind a transaction pooler (pgmode.Auto checks once per client).
+func (c *Client) queries(ctx context.Context) *fencedb.Queries {
+	if c.mode.Direct(ctx) {
+		return c.direct
+	}
+	return c.pooled
 }

@@ -79,7 +79,7 @@ func (c *Client) Holder(ctx context.Context, key string) (h Holder, ok bool, err
 	if err := validateKey(key); err != nil {
 		return Holder{}, false, err
 	}
-	row, err := c.q.GetLease(ctx, key)
+	row, err := c.queries(ctx).GetLease(ctx, key)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Holder{}, false, nil
 	}

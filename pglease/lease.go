@@ -213,7 +213,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 	if l.c.renewHook != nil {
 		expiresAt, err = l.c.renewHook(ctx, l)
 	} else {
-		expiresAt, err = l.c.q.Renew(ctx, fencedb.RenewParams{LockKey: l.key, Fence: l.fence, TtlMicros: l.ttl.Microseconds()})
+		expiresAt, err = l.c.queries(ctx).Renew(ctx, fencedb.RenewParams{LockKey: l.key, Fence: l.fence, TtlMicros: l.ttl.Microseconds()})
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		cause := fmt.Errorf("%w: %q (fence %d): renewal found it expired or held by another owner", ErrLeaseLost, l.key, l.fence)
@@ -300,7 +300,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	if err == nil && !released {
 		// The uncommon path: nothing was held. Which way was it lost?
 		var current int64
-		current, err = l.c.q.LeaseFence(ctx, l.key)
+		current, err = l.c.queries(ctx).LeaseFence(ctx, l.key)
 		taken = err != nil || current != l.fence
 		if errors.Is(err, pgx.ErrNoRows) {
 			err = nil // the row was swept: someone else's now, or nobody's
@@ -344,9 +344,9 @@ func (l *Lease) Release(ctx context.Context) error {
 func (c *Client) release(ctx context.Context, key string, fence int64) (released bool, err error) {
 	durable := c.cfg.durableRelease
 	if c.cfg.wakeOnRelease {
-		released, err = c.q.ReleaseNotify(ctx, fencedb.ReleaseNotifyParams{LockKey: key, Fence: fence, Durable: durable})
+		released, err = c.queries(ctx).ReleaseNotify(ctx, fencedb.ReleaseNotifyParams{LockKey: key, Fence: fence, Durable: durable})
 	} else {
-		released, err = c.q.Release(ctx, fencedb.ReleaseParams{LockKey: key, Fence: fence, Durable: durable})
+		released, err = c.queries(ctx).Release(ctx, fencedb.ReleaseParams{LockKey: key, Fence: fence, Durable: durable})
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil

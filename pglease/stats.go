@@ -45,11 +45,11 @@ func (c *Client) SweepExpired(ctx context.Context, olderThan time.Duration) (int
 	if olderThan < 0 {
 		return 0, invalid("sweep grace must not be negative, got %v", olderThan)
 	}
-	n, err := c.q.SweepExpired(ctx, olderThan.Microseconds())
+	n, err := c.queries(ctx).SweepExpired(ctx, olderThan.Microseconds())
 	if err != nil {
 		return n, err
 	}
-	if _, err := c.q.SweepAbandonedTokens(ctx, AbandonedTokenRetention.Microseconds()); err != nil {
+	if _, err := c.queries(ctx).SweepAbandonedTokens(ctx, AbandonedTokenRetention.Microseconds()); err != nil {
 		return n, fmt.Errorf("pglease: deleting old tombstones of abandoned acquisitions: %w", err)
 	}
 	return n, nil

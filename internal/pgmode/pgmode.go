@@ -2,6 +2,8 @@ package pgmode
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -86,4 +88,56 @@ func PipelineSafe(ctx context.Context, pool interface {
 	defer c.Release()
 	behind, err := BehindPooler(ctx, c.Conn())
 	return !behind, err
+}
+
+// Auto picks, once per pool, how pgfence's statements run on it: in the
+// pool's own default mode when the pool reaches PostgreSQL directly (named
+// prepared statements are then safe, and they halve the cost of a short
+// statement: each unnamed one is parsed and planned again), through Wrap
+// when a pooler is in between. Until the first check succeeds, statements
+// go through Wrap, which is safe everywhere.
+type Auto struct {
+	pool  *pgxpool.Pool
+	state atomic.Int32 // autoUnknown, autoDirect or autoPooled
+	mu    sync.Mutex   // one check at a time
+}
+
+const (
+	autoUnknown int32 = iota
+	autoDirect
+	autoPooled
+)
+
+// NewAuto returns the chooser for pool.
+func NewAuto(pool *pgxpool.Pool) *Auto { return &Auto{pool: pool} }
+
+// Direct tells whether statements may run in the pool's own mode, checking
+// the pool once (bounded by ctx) the first time it is asked.
+func (a *Auto) Direct(ctx context.Context) bool {
+	switch a.state.Load() {
+	case autoDirect:
+		return true
+	case autoPooled:
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if s := a.state.Load(); s != autoUnknown {
+		return s == autoDirect
+	}
+	c, err := a.pool.Acquire(ctx)
+	if err != nil {
+		return false // ask again next time
+	}
+	defer c.Release()
+	behind, err := BehindPooler(ctx, c.Conn())
+	if err != nil {
+		return false
+	}
+	if behind {
+		a.state.Store(autoPooled)
+		return false
+	}
+	a.state.Store(autoDirect)
+	return true
 }
