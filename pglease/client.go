@@ -35,6 +35,12 @@ type Client struct {
 
 	wake *waker // nil unless WithWakeOnRelease
 
+	// closing ends when Close starts: goroutines that run until their
+	// caller's context ends (Observe) watch it too, so Close never waits
+	// on a caller.
+	closing     context.Context
+	stopClosing context.CancelFunc
+
 	mu     sync.Mutex
 	closed bool
 	leases map[*Lease]struct{}
@@ -58,6 +64,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Client, error) {
 		}
 	}
 	c := &Client{pool: pool, q: fencedb.New(pgmode.Wrap(pool)), cfg: cfg, leases: map[*Lease]struct{}{}}
+	c.closing, c.stopClosing = context.WithCancel(context.Background())
 	if cfg.wakeOnRelease {
 		c.wake = newWaker(c)
 	}
@@ -81,6 +88,7 @@ func (c *Client) Close() error {
 		held = append(held, l)
 	}
 	c.mu.Unlock()
+	c.stopClosing()
 	if c.wake != nil {
 		c.wake.stop()
 	}

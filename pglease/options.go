@@ -29,6 +29,7 @@ type config struct {
 	maxWait       time.Duration // 0: no maximum
 	resolveWait   time.Duration
 	wakeOnRelease bool
+	observePoll   time.Duration // Observe's polling interval
 	logger        *slog.Logger
 
 	durableRelease bool
@@ -45,6 +46,7 @@ func defaultConfig() config {
 		backoffMin:  20 * time.Millisecond,
 		backoffMax:  1 * time.Second,
 		resolveWait: 5 * time.Second,
+		observePoll: DefaultObserveInterval,
 		logger:      slog.New(slog.DiscardHandler),
 	}
 }
