@@ -38,6 +38,12 @@ type Client struct {
 
 	wake *waker // nil unless WithWakeOnRelease
 
+	// closing ends when Close starts: goroutines that run until their
+	// caller's context ends (Observe) watch it too, so Close never waits
+	// on a caller.
+	closing     context.Context
+	stopClosing context.CancelFunc
+
 	mu     sync.Mutex
 	closed bool
 	leases map[*Lease]struct{}
@@ -62,6 +68,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Client, error) {
 	}
 	c := &Client{pool: pool, direct: fencedb.New(pool), pooled: fencedb.New(pgmode.Wrap(pool)),
 		mode: pgmode.NewAuto(pool), cfg: cfg, leases: map[*Lease]struct{}{}}
+	c.closing, c.stopClosing = context.WithCancel(context.Background())
 	if cfg.wakeOnRelease {
 		c.wake = newWaker(c)
 	}
@@ -85,6 +92,7 @@ func (c *Client) Close() error {
 		held = append(held, l)
 	}
 	c.mu.Unlock()
+	c.stopClosing()
 	if c.wake != nil {
 		c.wake.stop()
 	}

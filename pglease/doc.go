@@ -47,6 +47,12 @@
 //     for leases that end by expiry, which notify nobody. LISTEN needs a
 //     session: connect directly or through a session-pooling proxy, not
 //     PgBouncer's transaction pooling, where waiters only poll.
+//   - Campaign runs leader election on a key; the lease's fence is the
+//     term's epoch. Observe follows a key's holder for followers: a channel
+//     (latest value only, never a backlog) that gets the current Holder at
+//     once and then each new grant or end of a lease, by polling
+//     (WithObserveInterval, default 200ms), at the lease's expiry, and at
+//     once on a notified release with WithWakeOnRelease.
 //
 // Zero rows is an answer: ErrNotAcquired, ErrLeaseLost, and WaitError (which
 // says how long Acquire waited) are returned, never swallowed.

@@ -69,6 +69,9 @@ type Holder struct {
 	Owner string
 	Fence int64 // for a leader: the epoch
 	Held  bool  // false: the last lease expired or was released
+	// Since is when the lease with this Fence was granted (acquired_at,
+	// by the database clock); renewals do not move it.
+	Since time.Time
 	// Remaining is how long the lease has left by the database clock.
 	Remaining time.Duration
 }
@@ -87,5 +90,5 @@ func (c *Client) Holder(ctx context.Context, key string) (h Holder, ok bool, err
 		return Holder{}, false, c.explain(key, err)
 	}
 	return Holder{Key: row.LockKey, Owner: row.Owner, Fence: row.Fence, Held: row.Held,
-		Remaining: time.Duration(row.RemainingMicros) * time.Microsecond}, true, nil
+		Since: row.AcquiredAt, Remaining: time.Duration(row.RemainingMicros) * time.Microsecond}, true, nil
 }

@@ -29,6 +29,7 @@ type config struct {
 	maxWait       time.Duration // 0: no maximum
 	resolveWait   time.Duration
 	wakeOnRelease bool
+	observePoll   time.Duration // Observe's polling interval
 	logger        *slog.Logger
 
 	durableRelease bool
@@ -45,6 +46,7 @@ func defaultConfig() config {
 		backoffMin:  20 * time.Millisecond,
 		backoffMax:  1 * time.Second,
 		resolveWait: 5 * time.Second,
+		observePoll: DefaultObserveInterval,
 		logger:      slog.New(slog.DiscardHandler),
 	}
 }
@@ -134,7 +136,7 @@ func WithMaxWait(d time.Duration) Option {
 // with the key as payload from within the release statement itself, so the
 // notification is delivered only at its commit, once the lease is free; and
 // the client keeps one connection, taken from the pool for good on the first
-// Acquire that has to wait and held until Close, that LISTENs on that
+// Acquire that has to wait (or the first Observe) and held until Close, that LISTENs on that
 // channel and wakes this client's waiters for the released key (all of them:
 // one wins, the others sleep again). Give the option to every client that
 // takes the key: a client without it releases silently. It is off by default

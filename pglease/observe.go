@@ -1,0 +1,149 @@
+package pglease
+
+import (
+	"context"
+	"time"
+)
+
+// DefaultObserveInterval is how often Observe reads the holder when nothing
+// wakes it earlier (WithObserveInterval changes it). One observer costs one
+// indexed single-row read per interval.
+const DefaultObserveInterval = 200 * time.Millisecond
+
+// WithObserveInterval sets how often Observe polls the holder of its key.
+// Default: DefaultObserveInterval. A change of holder is seen within one
+// interval; a release by a client made WithWakeOnRelease is seen at once
+// when this client was made WithWakeOnRelease too.
+func WithObserveInterval(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return invalid("observe interval must be positive, got %v", d)
+		}
+		c.observePoll = d
+		return nil
+	}
+}
+
+// Observe watches who holds key, for followers of a leader elected with
+// Campaign (the holder's Fence is the epoch) and for dashboards. The channel
+// receives the current holder at once, then every change: a new grant (a new
+// Fence, whoever the owner) and the end of a lease (Held false, with the last
+// holder's Owner and Fence; released or expired). A key never leased (or
+// whose row was swept) is Holder{Key: key} with Held false. Renewals are not
+// changes. Remaining is as of the read that saw the change.
+//
+// The channel holds at most one value and a newer one replaces an unread
+// older one: a slow reader gets the latest state, never a backlog, so it may
+// miss short terms in between (fences still rise, so it can tell). The
+// channel is closed when ctx ends or the client is closed.
+//
+// Observe polls every WithObserveInterval and also reads at the moment the
+// current lease is due to expire. With WithWakeOnRelease it also reads as
+// soon as a release of key is notified (the client's listener serves Acquire
+// and Observe alike); the new holder, who sends no notification, is then seen
+// at the next poll. Read errors after the first are logged and retried at the
+// next poll; the first read's error is returned, as are ErrInvalidInput for a
+// bad key and ErrClosed after Close.
+func (c *Client) Observe(ctx context.Context, key string) (<-chan Holder, error) {
+	if err := validateKey(key); err != nil {
+		return nil, err
+	}
+	if !c.track() {
+		return nil, ErrClosed
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stopOnClose := context.AfterFunc(c.closing, cancel)
+	var woken <-chan struct{} // nil, never ready, without WithWakeOnRelease
+	unsubscribe := func() {}
+	if c.wake != nil {
+		// Before the first read, so that no release after it goes unheard.
+		woken, unsubscribe = c.wake.subscribe(key)
+		c.wake.start()
+	}
+	end := func() {
+		unsubscribe()
+		stopOnClose()
+		cancel()
+		c.wg.Done()
+	}
+	first, err := c.observeRead(ctx, key)
+	if err != nil {
+		end()
+		return nil, err
+	}
+	ch := make(chan Holder, 1)
+	ch <- first
+	go func() {
+		defer end()
+		defer close(ch)
+		c.observeLoop(ctx, key, first, ch, woken)
+	}()
+	return ch, nil
+}
+
+// observeLoop reads the holder after each poll interval, expiry or wake-up
+// and offers it on ch when it changed, until ctx ends.
+func (c *Client) observeLoop(ctx context.Context, key string, last Holder, ch chan Holder, woken <-chan struct{}) {
+	cur := last
+	for {
+		wait := c.cfg.observePoll
+		if cur.Held {
+			// +1ms: the lease is still held at exactly its expiry instant.
+			wait = min(wait, cur.Remaining+time.Millisecond)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		case <-woken:
+			t.Stop()
+		}
+		h, err := c.observeRead(ctx, key)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			c.cfg.logger.Warn("pglease: observe read failed, retrying", "key", key, "err", err)
+			cur.Held = false // wait a full interval, not until an expiry already passed
+			continue
+		}
+		cur = h
+		// One grant is one fence: a renewal keeps it, a new grant (even to
+		// the same owner) takes a new one, and an end clears Held.
+		if h.Fence != last.Fence || h.Held != last.Held {
+			last = h
+			offerLatest(ch, h)
+		}
+	}
+}
+
+// observeRead is Holder, with a never-leased key as a Holder that is not held.
+func (c *Client) observeRead(ctx context.Context, key string) (Holder, error) {
+	h, ok, err := c.Holder(ctx, key)
+	if err != nil {
+		return Holder{}, err
+	}
+	if !ok {
+		return Holder{Key: key}, nil
+	}
+	return h, nil
+}
+
+// offerLatest puts h on ch (buffer 1) without blocking, replacing an unread
+// older value. The caller is ch's only sender, so after a receive frees the
+// slot the next send succeeds.
+func offerLatest(ch chan Holder, h Holder) {
+	for {
+		select {
+		case ch <- h:
+			return
+		default:
+		}
+		select {
+		case <-ch:
+		default:
+		}
+	}
+}
