@@ -10,4 +10,9 @@
 // Up is idempotent (a second call is a no-op) and safe to run from several
 // instances at once: golang-migrate's driver serialises them with a
 // PostgreSQL advisory lock.
+//
+// By default the objects go to the first schema of the connection's
+// search_path, under their plain names. WithSchema puts them, and the version
+// table, into a schema of their own instead; UseSchema points a pool's
+// connections at it, so that every pgfence client on that pool uses it.
 package migrations

@@ -31,22 +31,22 @@ func FS() fs.FS { return files }
 
 // Up applies every migration not yet applied. A database already at the
 // newest version is not an error.
-func Up(ctx context.Context, pool *pgxpool.Pool) error {
-	return run(ctx, pool, "up", func(m *migrate.Migrate) error { return m.Up() })
+func Up(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error {
+	return run(ctx, pool, "up", opts, func(m *migrate.Migrate) error { return m.Up() })
 }
 
 // Down reverts every migration: it drops pgfence's tables, functions and the
 // fence sequence. Fences issued afterwards start again from the bottom, so only
 // do this when nothing still holds a fence from this database.
-func Down(ctx context.Context, pool *pgxpool.Pool) error {
-	return run(ctx, pool, "down", func(m *migrate.Migrate) error { return m.Down() })
+func Down(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error {
+	return run(ctx, pool, "down", opts, func(m *migrate.Migrate) error { return m.Down() })
 }
 
 // Version reports the applied schema version. A database on which pgfence's
 // migrations never ran reports version 0 and no error. dirty means a migration
 // failed half-way and needs a person: see golang-migrate's "force".
-func Version(ctx context.Context, pool *pgxpool.Pool) (version uint, dirty bool, err error) {
-	err = run(ctx, pool, "version", func(m *migrate.Migrate) error {
+func Version(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (version uint, dirty bool, err error) {
+	err = run(ctx, pool, "version", opts, func(m *migrate.Migrate) error {
 		var verr error
 		version, dirty, verr = m.Version()
 		return verr
@@ -89,8 +89,8 @@ var ErrBehindPooler = errors.New("pgfence migrations: the connection goes throug
 // flag, without running any migration, as golang-migrate's "force" does. Use
 // it after checking by hand what a failed migration left behind; version -1
 // records that no migration is applied.
-func Force(ctx context.Context, pool *pgxpool.Pool, version int) error {
-	return run(ctx, pool, "force", func(m *migrate.Migrate) error { return m.Force(version) })
+func Force(ctx context.Context, pool *pgxpool.Pool, version int, opts ...Option) error {
+	return run(ctx, pool, "force", opts, func(m *migrate.Migrate) error { return m.Force(version) })
 }
 
 // run opens golang-migrate on connections of its own (same settings as pool,
@@ -101,9 +101,13 @@ func Force(ctx context.Context, pool *pgxpool.Pool, version int) error {
 // pool, would make pool.Close block forever. When ctx ends, the connections
 // are cancelled and closed, so that a wait for golang-migrate's lock (which
 // takes no context) ends with it.
-func run(ctx context.Context, pool *pgxpool.Pool, what string, fn func(*migrate.Migrate) error) (err error) {
+func run(ctx context.Context, pool *pgxpool.Pool, what string, opts []Option, fn func(*migrate.Migrate) error) (err error) {
 	if pool == nil {
 		return errors.New("pgfence migrations: nil pool")
+	}
+	o, err := collect(opts)
+	if err != nil {
+		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("pgfence migrations: %s: %w", what, err)
@@ -112,7 +116,13 @@ func run(ctx context.Context, pool *pgxpool.Pool, what string, fn func(*migrate.
 	defer conns.closeAll(false)
 	stopOnCancel := context.AfterFunc(ctx, func() { conns.closeAll(true) })
 	defer stopOnCancel()
-	db := stdlib.OpenDB(*pool.Config().ConnConfig, stdlib.OptionAfterConnect(conns.add))
+	connCfg := pool.Config().ConnConfig // a copy: ours to change
+	if o.schema != "" {
+		connCfg.RuntimeParams["search_path"] = quote(o.schema)
+		conns.schema = o.schema
+		conns.create = what == "up"
+	}
+	db := stdlib.OpenDB(*connCfg, stdlib.OptionAfterConnect(conns.add))
 	defer db.Close()
 	defer func() {
 		if ctx.Err() != nil && err != nil && !errors.Is(err, ErrBehindPooler) {
@@ -124,6 +134,9 @@ func run(ctx context.Context, pool *pgxpool.Pool, what string, fn func(*migrate.
 	if err != nil {
 		if errors.Is(err, ErrBehindPooler) {
 			return ErrBehindPooler
+		}
+		if errors.Is(err, ErrNoSuchSchema) {
+			return fmt.Errorf("%w: %q (migrate up with this schema first)", ErrNoSuchSchema, o.schema)
 		}
 		return fmt.Errorf("pgfence migrations: connect: %w", unwrapDB(err))
 	}
@@ -222,6 +235,9 @@ func unwrapDB(err error) error {
 // tracked records the connections golang-migrate opens, so that run can end
 // them all.
 type tracked struct {
+	schema string // pgfence's schema, "" for the default layout
+	create bool   // create schema when it is missing (Up)
+
 	mu     sync.Mutex
 	conns  []*pgx.Conn
 	closed bool
@@ -237,6 +253,9 @@ func (t *tracked) add(ctx context.Context, c *pgx.Conn) error {
 	}
 	if behind {
 		return ErrBehindPooler
+	}
+	if err := t.ensureSchema(ctx, c); err != nil {
+		return err
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()

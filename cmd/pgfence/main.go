@@ -53,6 +53,7 @@ type app struct {
 	stdout, stderr io.Writer
 	scrub          *dsn.Scrubber
 	globalURL      string
+	schema         string // --schema; "" = PGFENCE_SCHEMA, else the default layout
 }
 
 func main() {
@@ -64,7 +65,7 @@ func main() {
 const usageText = `pgfence: leases with fencing tokens on PostgreSQL.
 
 Usage:
-  pgfence [--database-url URL] COMMAND [FLAGS] [ARGS]
+  pgfence [--database-url URL] [--schema NAME] COMMAND [FLAGS] [ARGS]
   pgfence --version
 
 Commands:
@@ -82,6 +83,10 @@ The demo is an example now: go run ./examples/demo in a checkout
 The database: --database-url, else PGFENCE_DATABASE_URL, else DATABASE_URL,
 else the libpq variables (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, ...).
 Passwords are never printed.
+
+The schema: --schema, else PGFENCE_SCHEMA, else the connection's search_path
+(pgfence's objects unqualified, as created by a plain migrate up). With a
+schema, migrate up creates it and puts every pgfence object there.
 
 Exit codes of pgfence itself (exec otherwise exits with the command's code):
   0    success
@@ -103,6 +108,7 @@ func (a *app) run(ctx context.Context, args []string) int {
 	global := flag.NewFlagSet("pgfence", flag.ContinueOnError)
 	global.SetOutput(io.Discard)
 	global.StringVar(&a.globalURL, "database-url", "", "PostgreSQL URL")
+	global.StringVar(&a.schema, "schema", "", "pgfence's schema")
 	showVersion := global.Bool("version", false, "print the version and exit")
 	if err := global.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -175,6 +181,9 @@ func (a *app) newFlags(name, usage string, databaseURL *string) *flag.FlagSet {
 	fs.SetOutput(a.stderr)
 	if databaseURL != nil {
 		fs.StringVar(databaseURL, "database-url", "", "PostgreSQL URL (default: PGFENCE_DATABASE_URL, DATABASE_URL, then the PG* variables)")
+		// Same field as the global flag, which was parsed first: its value
+		// is the default here.
+		fs.StringVar(&a.schema, "schema", a.schema, "the schema holding pgfence's objects (default: PGFENCE_SCHEMA, else the search_path's)")
 	}
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)
@@ -225,7 +234,15 @@ func (a *app) connect(ctx context.Context, flagURL string) (*pgxpool.Pool, strin
 		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
 	}
 	cfg.MaxConns = 4
+	if s := a.schemaName(); s != "" {
+		if err := migrations.UseSchema(cfg, s); err != nil {
+			return nil, "", fail(exitUsage, "pgfence: --schema / PGFENCE_SCHEMA: %v", err)
+		}
+	}
 	where := fmt.Sprintf("%s (from %s)", describe(cfg), dsn.Describe(src))
+	if s := a.schemaName(); s != "" {
+		where += fmt.Sprintf(", schema %q", s)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, where, fail(exitUsage, "pgfence: database %s: %v", where, err)
@@ -237,6 +254,23 @@ func (a *app) connect(ctx context.Context, flagURL string) (*pgxpool.Pool, strin
 		return nil, where, dbError(where, err)
 	}
 	return pool, where, nil
+}
+
+// schemaName is the schema pgfence's objects live in: --schema, else
+// PGFENCE_SCHEMA, else "" (the connection's search_path, today's layout).
+func (a *app) schemaName() string {
+	if a.schema != "" {
+		return a.schema
+	}
+	return os.Getenv("PGFENCE_SCHEMA")
+}
+
+// migrationOpts passes the chosen schema to the migrations.
+func (a *app) migrationOpts() []migrations.Option {
+	if s := a.schemaName(); s != "" {
+		return []migrations.Option{migrations.WithSchema(s)}
+	}
+	return nil
 }
 
 // parseErrDetail says why a connection string did not parse, without

@@ -60,19 +60,19 @@ func (a *app) cmdMigrate(ctx context.Context, args []string) error {
 	}
 	switch pos[0] {
 	case "up":
-		if err := migrations.Up(ctx, pool); err != nil {
+		if err := migrations.Up(ctx, pool, a.migrationOpts()...); err != nil {
 			return dbError(where, err)
 		}
 	case "down":
-		if err := migrations.Down(ctx, pool); err != nil {
+		if err := migrations.Down(ctx, pool, a.migrationOpts()...); err != nil {
 			return dbError(where, err)
 		}
 	case "force":
-		if err := migrations.Force(ctx, pool, force); err != nil {
+		if err := migrations.Force(ctx, pool, force, a.migrationOpts()...); err != nil {
 			return dbError(where, err)
 		}
 	}
-	v, dirty, err := migrations.Version(ctx, pool)
+	v, dirty, err := migrations.Version(ctx, pool, a.migrationOpts()...)
 	if err != nil {
 		return dbError(where, err)
 	}

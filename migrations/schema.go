@@ -1,0 +1,113 @@
+package migrations
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgfence/pgfence/internal/validate"
+)
+
+// ErrInvalidInput: an option was refused (for example a schema name that is
+// not a plain identifier). Nothing was run.
+var ErrInvalidInput = errors.New("pgfence migrations: invalid input")
+
+// ErrNoSuchSchema: Down, Version or Force named a schema (WithSchema) that
+// does not exist. Only Up creates it.
+var ErrNoSuchSchema = errors.New("pgfence migrations: no such schema")
+
+// Option changes where or how the migrations run.
+type Option func(*options)
+
+type options struct {
+	schema string
+}
+
+// WithSchema puts every pgfence object (tables, sequences, functions, the
+// domain, and golang-migrate's version table) into schema instead of the
+// first schema of the connection's search_path. Up creates the schema when it
+// is missing. Each schema is a pgfence of its own: its own leases, jobs and
+// fence sequence, its own version, migrated and reverted independently.
+//
+// The objects are found by name through search_path at run time (pgfence's
+// statements and function bodies use unqualified names), so the clients of
+// that schema must use connections whose search_path names it: see
+// UseSchema.
+func WithSchema(schema string) Option {
+	return func(o *options) { o.schema = schema }
+}
+
+func collect(opts []Option) (options, error) {
+	var o options
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	if o.schema != "" {
+		if err := validate.Identifier("schema", o.schema); err != nil {
+			return o, fmt.Errorf("%w: %v", ErrInvalidInput, err)
+		}
+	}
+	return o, nil
+}
+
+// UseSchema sets the search_path of the connections cfg opens to schema
+// alone (pg_catalog is always searched first), so that every pgfence client
+// on the pool (pglease, pgguard, claim, advisory, fencedb) uses the pgfence
+// objects that Up(…, WithSchema(schema)) created there. Call it before
+// pgxpool.NewWithConfig. Tables of the application in other schemas are then
+// reached with qualified names.
+//
+// search_path travels as a startup parameter, which PgBouncer refuses or
+// drops (ignore_startup_parameters): behind a pooler, set it on the role
+// instead (ALTER ROLE … SET search_path = …).
+func UseSchema(cfg *pgxpool.Config, schema string) error {
+	if cfg == nil {
+		return fmt.Errorf("%w: nil config", ErrInvalidInput)
+	}
+	if err := validate.Identifier("schema", schema); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidInput, err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = quote(schema)
+	return nil
+}
+
+func quote(schema string) string { return pgx.Identifier{schema}.Sanitize() }
+
+// ensureSchema runs on each connection golang-migrate opens: with a schema,
+// Up creates it (IF NOT EXISTS: concurrent instances may race here, and the
+// loser's duplicate error is harmless), the others require it, since a
+// search_path naming a missing schema would leave golang-migrate with no
+// schema to put its version table into.
+func (t *tracked) ensureSchema(ctx context.Context, c *pgx.Conn) error {
+	if t.schema == "" {
+		return nil
+	}
+	if t.create {
+		_, err := c.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+quote(t.schema))
+		if err == nil || isDuplicate(err) {
+			return nil
+		}
+		return fmt.Errorf("pgfence migrations: create schema %s: %w", quote(t.schema), err)
+	}
+	var exists bool
+	if err := c.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", t.schema).Scan(&exists); err != nil {
+		return err
+	}
+	if !exists {
+		return ErrNoSuchSchema
+	}
+	return nil
+}
+
+// isDuplicate: a concurrent CREATE SCHEMA IF NOT EXISTS won the race
+// (PostgreSQL checks IF NOT EXISTS before the insert, not atomically).
+func isDuplicate(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "23505" || pgErr.Code == "42P06")
+}
