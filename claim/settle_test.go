@@ -2,9 +2,6 @@ package claim_test
 
 import (
 	"context"
-	"net"
-	"path/filepath"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,35 +14,11 @@ import (
 	"github.com/pgfence/pgfence/internal/pgtest"
 )
 
-// proxiedPool returns a pool whose connections go through a fault proxy.
-// Statements travel with their text in one round trip (QueryExecModeExec),
-// so the proxy can recognise one and cut the connection after it was sent,
-// before its answer arrives.
+// proxiedPool returns a pool whose connections go through a fault proxy
+// (pgtest.ProxiedPool).
 func proxiedPool(t *testing.T) (*pgxpool.Pool, *faultproxy.Proxy) {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(pgtest.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	up := cfg.ConnConfig
-	network, addr := "tcp", net.JoinHostPort(up.Host, strconv.Itoa(int(up.Port)))
-	if filepath.IsAbs(up.Host) { // a Unix socket directory
-		network, addr = "unix", filepath.Join(up.Host, ".s.PGSQL."+strconv.Itoa(int(up.Port)))
-	}
-	proxy, err := faultproxy.New(func() (net.Conn, error) { return net.Dial(network, addr) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
-	cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", proxy.Port()
-	cfg.ConnConfig.Fallbacks = nil
-	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool, proxy
+	return pgtest.ProxiedPool(t)
 }
 
 // runUntil runs p until want results arrived and returns them.

@@ -3,9 +3,6 @@ package pglease_test
 import (
 	"context"
 	"errors"
-	"net"
-	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -18,13 +15,12 @@ import (
 	"github.com/pgfence/pgfence/pglease"
 )
 
-// proxiedPool returns a pool whose connections go through a fault proxy.
-// pgfence sends its statements with their text (pgmode's
-// QueryExecModeCacheDescribe), so the proxy can recognise the acquisition and
-// cut the connection after it was sent, before its answer arrives. The first
-// execution on a connection is a describe round trip that does not run the
-// statement: one connection, warmed by an acquire+release, makes the next
-// acquisition a single round trip that runs.
+// proxiedPool returns a pool whose connections go through a fault proxy
+// (pgtest.ProxiedPool), with one connection, warmed by an acquire+release:
+// behind a pooler pglease sends unnamed statements whose first execution on
+// a connection is a describe round trip that does not run the statement,
+// and a warm connection makes the next acquisition a single round trip
+// that runs.
 func proxiedPool(t *testing.T) (*pgxpool.Pool, *faultproxy.Proxy) {
 	t.Helper()
 	return proxiedPoolN(t, 1)
@@ -36,29 +32,7 @@ func proxiedPool(t *testing.T) (*pgxpool.Pool, *faultproxy.Proxy) {
 // delivery, and a late delivery is never exercised.
 func proxiedPoolN(t *testing.T, n int32) (*pgxpool.Pool, *faultproxy.Proxy) {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(pgtest.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	up := cfg.ConnConfig
-	network, addr := "tcp", net.JoinHostPort(up.Host, strconv.Itoa(int(up.Port)))
-	if filepath.IsAbs(up.Host) { // a Unix socket directory
-		network, addr = "unix", filepath.Join(up.Host, ".s.PGSQL."+strconv.Itoa(int(up.Port)))
-	}
-	proxy, err := faultproxy.New(func() (net.Conn, error) { return net.Dial(network, addr) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
-	cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", proxy.Port()
-	cfg.ConnConfig.Fallbacks = nil
-	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
-	cfg.MaxConns = n
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool, proxy := pgtest.ProxiedPool(t, func(c *pgxpool.Config) { c.MaxConns = n })
 	warm, err := pglease.New(pool)
 	if err != nil {
 		t.Fatal(err)
