@@ -5,7 +5,7 @@
 // the lock can never outlive them: PostgreSQL releases it at COMMIT, at
 // ROLLBACK, and when the connection drops, because the transaction ends.
 //
-// This is the lockless alternative of the lesson for work that only touches
+// This is the alternative to a lease for work that only touches
 // this database: no lease, no TTL, no fence, since the lock and the data
 // share one transaction and one failure domain. For work with side effects
 // outside the database, use a lease with a fence (package pglease) and guard

@@ -1,10 +1,10 @@
-// Package lockless puts invariants where the lesson says they belong when
-// they can live in the database: in one statement, so that no lock is needed.
+// Package lockless keeps an invariant in the database, checked and written in
+// one statement, so that no lock is needed.
 //
 //   - Dedup by unique constraint (InsertOnce): INSERT ... ON CONFLICT DO
 //     NOTHING RETURNING. However many callers race, and however long any of
 //     them pauses, exactly one creates the row, and each caller learns whether
-//     it was the one. The lesson's example: one invoice per (customer_id,
+//     it was the one. For example: one invoice per (customer_id,
 //     billing_period).
 //   - Check-and-update in one statement (Counter): UPDATE ... SET quantity =
 //     quantity - n WHERE key = $1 AND quantity >= n. The check and the

@@ -15,7 +15,7 @@ import (
 	"github.com/pgfence/pgfence/lockless"
 )
 
-// The lesson's tables, created by the tests (they are the caller's tables,
+// The examples' tables, created by the tests (they are the caller's tables,
 // not pgfence's).
 const schema = `
 CREATE TABLE IF NOT EXISTS invoices (

@@ -17,7 +17,7 @@ import (
 
 // examplePool opens the test database (pgtest.URL; in your code, your own
 // pool on a database where pgfence's migrations ran) and creates the
-// lesson's invoice_jobs table afresh.
+// examples' invoice_jobs table afresh.
 func examplePool(ctx context.Context) *pgxpool.Pool {
 	pool, err := pgxpool.New(ctx, pgtest.URL())
 	if err != nil {
@@ -33,8 +33,9 @@ INSERT INTO invoice_jobs (job_id) VALUES ('inv_72');`)
 	return pool
 }
 
-// The lesson's timeline: A's lease expires while it is paused, B takes the
-// lease and writes, and A's late write is refused by the row.
+// The stale-writer timeline (README, "Concepts"): A's lease expires while it
+// is paused, B takes the lease and writes, and A's late write is refused by
+// the row.
 func Example() {
 	ctx := context.Background()
 	pool := examplePool(ctx)

@@ -23,7 +23,7 @@ func TestMain(m *testing.M) {
 
 var tableSeq atomic.Int64
 
-// newTable creates a fresh table of the shape the lesson uses:
+// newTable creates a fresh table of the shape the examples use:
 //
 //	(job_id text PRIMARY KEY, status text, writer text, amount int, last_fence bigint NOT NULL DEFAULT 0)
 //

@@ -114,7 +114,7 @@ func (w *worker) signal(sig syscall.Signal) {
 	}
 }
 
-// TestTimelineProcesses is the lesson's timeline with an OS process per
+// TestTimelineProcesses is the stale-writer timeline (README, "Concepts") with an OS process per
 // worker: A acquires a 1 s lease (no renewal) and is frozen with SIGSTOP for
 // about 2 s, with its write already sent to it; B acquires once A's lease has
 // expired by the database clock, and writes; A gets SIGCONT and performs its

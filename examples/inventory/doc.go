@@ -1,4 +1,4 @@
-// Inventory: the classic read-modify-write race, and the lesson's two fixes
+// Inventory: the classic read-modify-write race, and two fixes
 // that need no lock service at all.
 //
 //  1. Two servers each read stock = 1, both decide the item is available,
@@ -11,7 +11,7 @@
 //     rows means someone else wrote first: re-read and try again.
 //
 // Fixes 2 and 3 use package lockless (Counter and Versioned), which issue
-// exactly the lesson's statements on your own tables; the race in 1 is shown
+// exactly the conditional and versioned UPDATEs on your own tables; the race in 1 is shown
 // in raw SQL, since it is the bug.
 //
 //	go run ./examples/inventory

@@ -93,8 +93,8 @@ func naive(ctx context.Context, env *example.Env, v *example.Verdict, counter *l
 	if err != nil {
 		return err
 	}
-	env.Note("EXPECTED, the race the lesson starts from: %d orders for 1 lamp, stock %d: oversold", sold, stock)
-	v.Check(sold == 2 && stock == 0, "read-then-write sold the single lamp twice, as the lesson shows (%d orders)", sold)
+	env.Note("EXPECTED, the read-modify-write race: %d orders for 1 lamp, stock %d: oversold", sold, stock)
+	v.Check(sold == 2 && stock == 0, "read-then-write sold the single lamp twice (%d orders)", sold)
 
 	env.Section("1b. the same interleaving, with the check folded into the write")
 	if _, err := env.Pool.Exec(ctx, `UPDATE inventory SET quantity = 1 WHERE sku = 'lamp'; DELETE FROM orders`); err != nil {
@@ -134,7 +134,7 @@ func naive(ctx context.Context, env *example.Env, v *example.Verdict, counter *l
 	return nil
 }
 
-// reserve is the lesson's conditional update, through lockless.Counter:
+// reserve is the conditional update, through lockless.Counter:
 //
 //	UPDATE inventory SET quantity = quantity - 1 WHERE sku = $1 AND quantity >= 1
 //

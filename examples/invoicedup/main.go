@@ -122,7 +122,7 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 	return nil
 }
 
-// createInvoice is the lesson's statement, through lockless.InsertOnce: it
+// createInvoice is the insert-once statement, through lockless.InsertOnce: it
 // reports whether this worker's insert created the invoice.
 func createInvoice(ctx context.Context, env *example.Env, invoices *lockless.InsertOnce, who string, customer int64) (bool, error) {
 	var id int64

@@ -67,10 +67,10 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 	}
 
 	env.Note("fences here are large numbers: the server's WAL timeline in the high bits, a sequence below;")
-	env.Note("all that matters is that a later grant's fence is larger (the lesson's 41 and 42)")
+	env.Note("all that matters is that a later grant's fence is larger (41 and 42 in README's timeline)")
 
-	// 1. The lesson's timeline.
-	env.Section("1. the lesson's timeline: B writes, then A's late write arrives")
+	// 1. The README's timeline ("Concepts").
+	env.Section("1. the stale-writer timeline: B writes, then A's late write arrives")
 	la, lb, err := w.handover(ctx, "invoice:inv_1", "inv_1: PENDING")
 	if err != nil {
 		return err
@@ -101,7 +101,7 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 		env.Note("counted, and B acted on state it read before that write. Fencing does not cancel work in flight.")
 	}
 	v.Check(errA == nil && by == "worker-A",
-		"2: without claim-first, A's early stale write was accepted, as the lesson documents (row written by %s)", by)
+		"2: without claim-first, A's early stale write was accepted: a fence check at write time cannot see a write from the future (row written by %s)", by)
 	lb.Release(ctx)
 
 	// 3. Claim-first on.
@@ -167,7 +167,7 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 	return nil
 }
 
-// handover replays the lesson's timeline up to the late write: A acquires,
+// handover replays the stale-writer timeline up to the late write: A acquires,
 // freezes past its TTL, B acquires the same key with a newer fence.
 func (w *world) handover(ctx context.Context, key, reads string) (a, b *pglease.Lease, err error) {
 	a, err = w.a.TryAcquire(ctx, key, ttl)
