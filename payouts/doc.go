@@ -16,13 +16,13 @@
 //
 // The pattern, for a provider that knows nothing of fences:
 //
-//  1. Intents.Create records the intent and its idempotency key, once.
-//  2. Intents.BeginSubmit moves it to SUBMITTING, under the holder's fence
+//  1. [Intents.Create] records the intent and its idempotency key, once.
+//  2. [Intents.BeginSubmit] moves it to SUBMITTING, under the holder's fence
 //     (for example the fence of pglease key "payout:<id>"), before the
 //     provider is called.
-//  3. Call the provider with Payout.IdempotencyKey.
-//  4. Intents.MarkSubmitted or Intents.MarkFailed records the answer.
-//  5. A reconciliation job takes Intents.Stuck rows, asks the provider about
+//  3. Call the provider with [Payout].IdempotencyKey.
+//  4. [Intents.MarkSubmitted] or [Intents.MarkFailed] records the answer.
+//  5. A reconciliation job takes [Intents.Stuck] rows, asks the provider about
 //     each by its idempotency key, and records the answer (or retries with
 //     BeginSubmit) under a fence of its own.
 //

@@ -152,24 +152,20 @@ var (
 	done                    = pgguard.In("state", string(Submitted), string(Failed))
 )
 
-// Intents records payout intents and moves them through their states, each
-// transition a guarded write on the payout_intents table: it carries the
-// holder's fence and the state it starts from, in one statement, and a
-// [pgguard.Guard] on the table explains a transition that changed no row. The
-// holder is whoever holds the lease on the payout (for example pglease key
-// "payout:<id>"); pass its fence.
-//
-// Intents is safe for concurrent use and holds no connection: every method
-// takes the DBTX to run on, so transitions can run in the caller's
-// transaction.
+// Intents records payout intents and moves them through their states (see
+// the package documentation). It is safe for concurrent use and holds no
+// connection: every method takes the DBTX to run on, so transitions can run
+// in the caller's transaction.
 type Intents struct {
 	guard *pgguard.Guard
 	cfg   config
 }
 
 // New checks the payout_intents table through db (pgfence's migrations must
-// have run; the table is found on db's search_path once, here, as
-// [pgguard.NewGuard] finds a table) and returns an Intents.
+// have run) and returns an Intents. Its Guard finds the table on db's
+// search_path once, here, as [pgguard.NewGuard] does, while the transitions
+// name it unqualified: run them on connections with the same search_path
+// (migrations.UseSchema).
 func New(ctx context.Context, db pgguard.DBTX, opts ...Option) (*Intents, error) {
 	if db == nil {
 		return nil, invalid("nil DBTX")

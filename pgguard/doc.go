@@ -11,9 +11,9 @@
 //
 // # Guarded writes
 //
-// A Guard (NewGuard) names one of your tables, its key column and its fence
-// column (bigint NOT NULL DEFAULT 0; AddFenceColumn or FenceColumnMigration
-// add it). Guard.Update is one statement:
+// A [Guard] ([NewGuard]) names one of your tables, its key column and its
+// fence column (bigint NOT NULL DEFAULT 0; AddFenceColumn or
+// FenceColumnMigration add it). [Guard.Update] is one statement:
 //
 //	UPDATE t SET ..., last_fence = $fence
 //	 WHERE key = $key AND last_fence <= $fence AND <preconditions>
@@ -55,7 +55,7 @@
 //
 // # Database-enforced fencing
 //
-// InstallTrigger (opt-in, per table, and on the tables that INHERITS from
+// [InstallTrigger] (opt-in, per table, and on the tables that INHERITS from
 // it) adds a trigger that refuses, with SQLSTATE PF001, any UPDATE or DELETE
 // of a row whose transaction carries an older fence than the row's, whatever
 // SQL issued it, even a hand-written statement that forgot the predicate.
@@ -100,17 +100,18 @@
 //
 // # Counting stale writes
 //
-// Every stale write caught is recorded in a Counter (DefaultCounter unless
-// WithCounter is given), by table, and passed to a hook (WithStaleHook). A
+// Every stale write caught is recorded in a [Counter] ([DefaultCounter]
+// unless WithCounter is given), by table, and passed to a hook (WithStaleHook). A
 // non-zero count is the mechanism doing its job: each is a holder that was
 // paused or cut off past its lease.
 //
 // # Options
 //
-// Each function takes only the options that apply to it (GuardOption,
-// RunFencedOption, SetFenceOption), so an option it would ignore does not
-// compile: WithDoneWhen is for NewGuard alone, WithCounter and WithStaleHook
-// for NewGuard and RunFenced, WithOwnFenceSource for all three.
+// Each function takes only the options that apply to it ([GuardOption],
+// [RunFencedOption], [SetFenceOption]), so an option it would ignore does not
+// compile: [WithDoneWhen] is for [NewGuard] alone, [WithCounter] and
+// [WithStaleHook] for NewGuard and [RunFenced], [WithOwnFenceSource] for all
+// three.
 //
 // # Side effects that know no fences
 //
