@@ -183,6 +183,9 @@ func TestIntents(t *testing.T) {
 		"NUL reason":   func() error { _, err := p.MarkFailed(ctx, pool, "po_4", fRec, "a\x00b"); return err }(),
 		"limit":        func() error { _, err := p.Stuck(ctx, pool, 0, 0); return err }(),
 		"negative age": func() error { _, err := p.Stuck(ctx, pool, -time.Second, 1); return err }(),
+		"nil db":       func() error { _, err := payouts.New(ctx, nil); return err }(),
+		"nil counter":  func() error { _, err := payouts.New(ctx, pool, payouts.WithCounter(nil)); return err }(),
+		"nil hook":     func() error { _, err := payouts.New(ctx, pool, payouts.WithStaleHook(nil)); return err }(),
 	} {
 		if !errors.Is(err, pgguard.ErrInvalidInput) {
 			t.Errorf("%s: %v", name, err)
