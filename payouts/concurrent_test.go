@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/pgfence/pgfence/internal/pgtest"
@@ -15,12 +16,14 @@ import (
 // TestConcurrentHolders: many holders, each with its own fence, race one
 // payout through BeginSubmit and MarkSubmitted on one shared Intents. Exactly
 // one records SUBMITTED; every other is told stale or already done, never
-// anything else; the stale ones are the counted ones.
+// anything else; the stale ones are the counted and hooked ones.
 func TestConcurrentHolders(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	counter := new(pgguard.Counter)
-	p, err := payouts.New(ctx, pool, payouts.WithCounter(counter))
+	var hooked atomic.Uint64
+	p, err := payouts.New(ctx, pool, payouts.WithCounter(counter),
+		payouts.WithStaleHook(func(context.Context, *pgguard.StaleFenceError) { hooked.Add(1) }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,8 +74,8 @@ func TestConcurrentHolders(t *testing.T) {
 	if winner == 0 || got.State != payouts.Submitted || got.ProviderRef != fmt.Sprintf("ref_%d", winner) {
 		t.Fatalf("winner %d, payout %+v", winner, got)
 	}
-	if counter.Total() != stale {
-		t.Fatalf("counted %d stale transitions, saw %d", counter.Total(), stale)
+	if counter.Total() != stale || hooked.Load() != stale {
+		t.Fatalf("counted %d and hooked %d stale transitions, saw %d", counter.Total(), hooked.Load(), stale)
 	}
 	t.Logf("winner fence %d, %d stale, %d already done, %d attempts", winner, stale, holders-1-int(stale), got.Attempts)
 }
