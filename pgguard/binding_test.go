@@ -181,7 +181,8 @@ func TestSessionFenceOnPooledConnection(t *testing.T) {
 
 // TestFenceCeiling: a fence above the highest pgfence has issued is refused
 // by every way pgguard sets a fence, and nothing is written; the ceiling
-// itself is accepted; WithOwnFenceSource turns the check off.
+// itself is accepted; WithOwnFenceSource turns the check off. (Package
+// payouts tests its transitions the same way.)
 func TestFenceCeiling(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
@@ -213,9 +214,9 @@ func TestFenceCeiling(t *testing.T) {
 				return err
 			})
 		},
-		"Guard.Update": func(fence int64) error { return g.Update(ctx, pool, "k", fence, pgguard.Values{"writer": "update"}) },
-		"Guard.Claim":  func(fence int64) error { return g.Claim(ctx, pool, "k", fence, nil) },
-		"Guard.Check":  func(fence int64) error { return g.Check(ctx, pool, "k", fence) },
+		"Guard.Update":     func(fence int64) error { return g.Update(ctx, pool, "k", fence, pgguard.Values{"writer": "update"}) },
+		"Guard.ClaimFirst": func(fence int64) error { return g.ClaimFirst(ctx, pool, "k", fence, nil) },
+		"Guard.Check":      func(fence int64) error { return g.Check(ctx, pool, "k", fence) },
 	}
 	for name, f := range refused {
 		for _, fence := range []int64{madeUp, ceiling + 1} {
@@ -229,18 +230,6 @@ func TestFenceCeiling(t *testing.T) {
 	}
 	if r := readRow(t, pool, table, "k"); r.Fence != 0 || r.Writer != "" {
 		t.Fatalf("a refused fence was written: %+v", r)
-	}
-	// Payouts too.
-	payouts, err := pgguard.NewPayouts()
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := fmt.Sprintf("ceiling-%d", issued)
-	if _, err := payouts.Create(ctx, pool, id, 100, "EUR"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := payouts.BeginSubmit(ctx, pool, id, madeUp); !errors.Is(err, pgguard.ErrFenceAboveCeiling) {
-		t.Fatalf("Payouts.BeginSubmit with a made-up fence: %v", err)
 	}
 	// The highest issued fence itself is fine.
 	if err := g.Update(ctx, pool, "k", issued, pgguard.Values{"writer": "issued"}); err != nil {
@@ -265,14 +254,6 @@ func TestFenceCeiling(t *testing.T) {
 	}
 	if r := readRow(t, pool, table, "k"); r.Fence != madeUp || r.Writer != "own" {
 		t.Fatalf("own source: %+v", r)
-	}
-	ownPayouts, _ := pgguard.NewPayouts(own)
-	if _, err := ownPayouts.BeginSubmit(ctx, pool, id, madeUp); err != nil {
-		t.Fatalf("WithOwnFenceSource BeginSubmit: %v", err)
-	}
-	// Out of SUBMITTING, so that other tests' reconciliation does not see it.
-	if _, err := ownPayouts.MarkFailed(ctx, pool, id, madeUp, "test over"); err != nil {
-		t.Fatal(err)
 	}
 }
 

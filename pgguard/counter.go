@@ -21,8 +21,9 @@ type Counter struct {
 
 var defaultCounter = new(Counter)
 
-// DefaultCounter is the process-wide counter that Guards, Payouts and
-// RunFenced record into unless given WithCounter.
+// DefaultCounter is the process-wide counter that Guards and RunFenced (and
+// packages built on a Guard, such as payouts) record into unless given
+// WithCounter.
 func DefaultCounter() *Counter { return defaultCounter }
 
 // Record counts one stale write caught.
@@ -78,8 +79,45 @@ func (c *Counter) Last() *StaleFenceError {
 	return &cp
 }
 
-// Option configures a Guard, Payouts, RunFenced or SetFence.
-type Option func(*options) error
+// GuardOption configures NewGuard: WithCounter, WithStaleHook, WithDoneWhen,
+// WithOwnFenceSource.
+type GuardOption interface{ applyGuard(*options) error }
+
+// RunFencedOption configures RunFenced: WithCounter, WithStaleHook,
+// WithOwnFenceSource.
+type RunFencedOption interface{ applyRunFenced(*options) error }
+
+// SetFenceOption configures SetFence: WithOwnFenceSource.
+type SetFenceOption interface{ applySetFence(*options) error }
+
+// CountOption is what WithCounter and WithStaleHook return: it applies to
+// NewGuard and RunFenced, the two that catch stale writes.
+type CountOption struct{ fn func(*options) error }
+
+func (c CountOption) applyGuard(o *options) error     { return apply(c.fn, o) }
+func (c CountOption) applyRunFenced(o *options) error { return apply(c.fn, o) }
+
+// DoneOption is what WithDoneWhen returns: it applies to NewGuard only.
+type DoneOption struct{ fn func(*options) error }
+
+func (d DoneOption) applyGuard(o *options) error { return apply(d.fn, o) }
+
+// SourceOption is what WithOwnFenceSource returns: it applies to everything
+// that sets a fence (NewGuard, RunFenced, SetFence).
+type SourceOption struct{ fn func(*options) error }
+
+func (s SourceOption) applyGuard(o *options) error     { return apply(s.fn, o) }
+func (s SourceOption) applyRunFenced(o *options) error { return apply(s.fn, o) }
+func (s SourceOption) applySetFence(o *options) error  { return apply(s.fn, o) }
+
+// apply runs an option's function; a zero option (a composite literal
+// instead of a With function) is bad input, not a panic.
+func apply(fn func(*options) error, o *options) error {
+	if fn == nil {
+		return invalid("zero option: make options with the With functions")
+	}
+	return fn(o)
+}
 
 type options struct {
 	counter *Counter
@@ -90,13 +128,16 @@ type options struct {
 	ownSource bool
 }
 
-func buildOptions(opts []Option) (options, error) {
+// buildOptions applies opts in order over the defaults; nil options are
+// skipped. use is the method of the option type the caller takes (such as
+// GuardOption.applyGuard).
+func buildOptions[O any](opts []O, use func(O, *options) error) (options, error) {
 	o := options{counter: defaultCounter}
 	for _, opt := range opts {
-		if opt == nil {
+		if any(opt) == nil {
 			continue
 		}
-		if err := opt(&o); err != nil {
+		if err := use(opt, &o); err != nil {
 			return o, err
 		}
 	}
@@ -105,27 +146,27 @@ func buildOptions(opts []Option) (options, error) {
 
 // WithCounter sets the counter that stale writes caught are recorded in.
 // Default: DefaultCounter().
-func WithCounter(c *Counter) Option {
-	return func(o *options) error {
+func WithCounter(c *Counter) CountOption {
+	return CountOption{func(o *options) error {
 		if c == nil {
 			return invalid("nil counter")
 		}
 		o.counter = c
 		return nil
-	}
+	}}
 }
 
 // WithStaleHook sets a function called, synchronously and after counting,
 // with every stale write caught: log it, export it as a metric, page on a
 // rising rate. Default: none.
-func WithStaleHook(fn func(ctx context.Context, e *StaleFenceError)) Option {
-	return func(o *options) error {
+func WithStaleHook(fn func(ctx context.Context, e *StaleFenceError)) CountOption {
+	return CountOption{func(o *options) error {
 		if fn == nil {
 			return invalid("nil stale hook")
 		}
 		o.hook = fn
 		return nil
-	}
+	}}
 }
 
 // caught counts e and calls the hook; it returns e.
@@ -139,7 +180,7 @@ func (o *options) caught(ctx context.Context, e *StaleFenceError) error {
 
 // observe classifies err and, when that turns a fencing trigger's refusal
 // into a *StaleFenceError, counts it. One that already was a
-// *StaleFenceError (from a Guard or Payouts call inside RunFenced's function)
+// *StaleFenceError (from a Guard call inside RunFenced's function)
 // was counted where it was made.
 func (o *options) observe(ctx context.Context, err error) error {
 	var se *StaleFenceError
@@ -158,30 +199,29 @@ func (o *options) observe(ctx context.Context, err error) error {
 // Eq("status", "SENT")), the *PreconditionError also satisfies
 // ErrAlreadyDone, so the caller can tell "the work is already done" from
 // "not ready yet" without re-reading. Default: none (ErrPrecondition only).
-// For Guard only; Payouts knows its final states.
-func WithDoneWhen(done ...Cond) Option {
-	return func(o *options) error {
+func WithDoneWhen(done ...Cond) DoneOption {
+	return DoneOption{func(o *options) error {
 		if len(done) == 0 {
 			return invalid("WithDoneWhen needs at least one condition")
 		}
 		o.done = done
 		return nil
-	}
+	}}
 }
 
-// WithOwnFenceSource says that the fences given to a Guard, Payouts,
-// RunFenced or SetFence come from a source of your own (an epoch, a term, a
+// WithOwnFenceSource says that the fences given to a Guard, RunFenced or
+// SetFence come from a source of your own (an epoch, a term, a
 // revision of another system), not from pgfence's (pglease, claim,
 // pgfence_next_fence()). It turns off the fence ceiling: by default, a fence
 // above the highest one pgfence's source has issued so far
 // (pgfence_fence_ceiling()) is refused with ErrFenceAboveCeiling, because a
 // made-up fence that high would lock every real holder out of the rows it
 // wrote. Default: off (the ceiling is checked).
-func WithOwnFenceSource() Option {
-	return func(o *options) error {
+func WithOwnFenceSource() SourceOption {
+	return SourceOption{func(o *options) error {
 		o.ownSource = true
 		return nil
-	}
+	}}
 }
 
 // setFenceCall is the SQL call that sets the transaction's fence, bound to

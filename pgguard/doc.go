@@ -11,9 +11,9 @@
 //
 // # Guarded writes
 //
-// A Guard (NewGuard) names one of your tables, its key column and its fence
-// column (bigint NOT NULL DEFAULT 0; AddFenceColumn or FenceColumnMigration
-// add it). Guard.Update is one statement:
+// A [Guard] ([NewGuard]) names one of your tables, its key column and its
+// fence column (bigint NOT NULL DEFAULT 0; AddFenceColumn or
+// FenceColumnMigration add it). [Guard.Update] is one statement:
 //
 //	UPDATE t SET ..., last_fence = $fence
 //	 WHERE key = $key AND last_fence <= $fence AND <preconditions>
@@ -47,19 +47,20 @@
 //
 // Fencing does not cancel work in flight: a stale write that reaches the row
 // before the new holder's first write is accepted, because the row has
-// nothing newer to compare with. Guard.Claim closes that window: as the first
-// statement of the new holder's transaction it raises the row's fence and
-// returns the state the holder inherits. From then on the stale write is
-// refused wherever it lands.
+// nothing newer to compare with. [Guard.ClaimFirst] closes that window: as
+// the first statement of the new holder's transaction it raises the row's
+// fence and returns the state the holder inherits. From then on the stale
+// write is refused wherever it lands. (Package claim is another thing: it
+// claims job rows from a queue.)
 //
 // # Database-enforced fencing
 //
-// InstallTrigger (opt-in, per table, and on the tables that INHERITS from
+// [InstallTrigger] (opt-in, per table, and on the tables that INHERITS from
 // it) adds a trigger that refuses, with SQLSTATE PF001, any UPDATE or DELETE
 // of a row whose transaction carries an older fence than the row's, whatever
 // SQL issued it, even a hand-written statement that forgot the predicate.
-// The transaction's fence is set by SetFence or RunFenced (and by Guard and
-// Payouts statements themselves), all through the SQL function
+// The transaction's fence is set by SetFence or RunFenced (and by a Guard's
+// statements themselves), all through the SQL function
 // pgfence_set_fence, which binds it to the transaction: the setting
 // pgfence.fence holds '<fence>@<transaction id>', and the trigger accepts it
 // only in that transaction. A pgfence.fence set any other way (a
@@ -78,8 +79,8 @@
 // row, locks every real holder out of it. So pgfence_set_fence refuses
 // (SQLSTATE PF004, ErrFenceAboveCeiling) a fence above the highest that
 // pgfence's source has issued so far, pgfence_fence_ceiling(): the WAL
-// timeline over the fence sequence's last value. Guard, Payouts, SetFence
-// and RunFenced all check it, in the statement that sets the fence; it costs
+// timeline over the fence sequence's last value. Guard, SetFence and
+// RunFenced all check it, in the statement that sets the fence; it costs
 // nothing per row. If your fences come from a source of your own (an epoch,
 // a term, another system's revision), pass WithOwnFenceSource.
 //
@@ -99,18 +100,24 @@
 //
 // # Counting stale writes
 //
-// Every stale write caught is recorded in a Counter (DefaultCounter unless
-// WithCounter is given), by table, and passed to a hook (WithStaleHook). A
+// Every stale write caught is recorded in a [Counter] ([DefaultCounter]
+// unless WithCounter is given), by table, and passed to a hook (WithStaleHook). A
 // non-zero count is the mechanism doing its job: each is a holder that was
 // paused or cut off past its lease.
 //
+// # Options
+//
+// Each function takes only the options that apply to it ([GuardOption],
+// [RunFencedOption], [SetFenceOption]), so an option it would ignore does not
+// compile: [WithDoneWhen] is for [NewGuard] alone, [WithCounter] and
+// [WithStaleHook] for NewGuard and [RunFenced], [WithOwnFenceSource] for all
+// three.
+//
 // # Side effects that know no fences
 //
-// A payment provider cannot check a fence. Payouts keeps a durable intent row
-// per payout (table payout_intents): PENDING -> SUBMITTING -> SUBMITTED or
-// FAILED, every transition guarded by fence and state, an idempotency key
-// derived once from the payout id and sent on every attempt, and a
-// reconciliation query (Stuck) for rows left in SUBMITTING.
+// A payment provider cannot check a fence: package
+// [github.com/pgfence/pgfence/payouts] builds durable, fenced payout intents
+// on a Guard.
 //
 // pgguard never imports pglease: the resource knows fences, not leases.
 // Its tables and functions come from pgfence's migrations (package

@@ -22,8 +22,8 @@ var (
 	ErrPrecondition = errors.New("pgguard: precondition not met")
 
 	// ErrAlreadyDone: the fence was good, but the work is already done: the
-	// row is in a final state (a payout SUBMITTED or FAILED). It is a special
-	// case of ErrPrecondition: the *PreconditionError satisfies both.
+	// row is in a final state (see WithDoneWhen). It is a special case of
+	// ErrPrecondition: the *PreconditionError satisfies both.
 	ErrAlreadyDone = errors.New("pgguard: already done")
 
 	// ErrNoRow: no row has the key.
@@ -41,18 +41,14 @@ var (
 	// source has issued so far (pgfence_fence_ceiling(): the current WAL
 	// timeline over the fence sequence's last value), so it is made up or
 	// corrupted: written to a row, it would lock every real holder out.
-	// Refused by pgfence_set_fence, which SetFence, RunFenced, Guard and
-	// Payouts call, with SQLSTATE PF004. If your fences come from a source of
-	// your own, pass WithOwnFenceSource.
+	// Refused by pgfence_set_fence, which SetFence, RunFenced and a Guard
+	// call, with SQLSTATE PF004. If your fences come from a source of your
+	// own, pass WithOwnFenceSource.
 	ErrFenceAboveCeiling = errors.New("pgguard: fence above the highest pgfence has issued")
 
 	// ErrInvalidInput: a fence, key, identifier or value was refused before
 	// anything was sent to the database. The error's text says which and why.
 	ErrInvalidInput = errors.New("pgguard: invalid input")
-
-	// ErrConflict: Payouts.Create found the payout already recorded with a
-	// different amount or currency.
-	ErrConflict = errors.New("pgguard: conflicting intent")
 )
 
 // SQLSTATEs raised by the fencing trigger (pgfence_enforce_fence, installed
@@ -124,8 +120,8 @@ type PreconditionError struct {
 	Key string
 	// Fence is the fence the write carried; it was not stale.
 	Fence int64
-	// State is the state the row was found in, where the caller knows it
-	// (payouts); empty for a Guard's conditions.
+	// State is the state the row was found in, where the caller knows which
+	// column holds it (package payouts sets it); empty from a Guard.
 	State string
 	// Done is set when the row is in a final state: the work is done.
 	Done bool

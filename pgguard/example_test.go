@@ -87,7 +87,7 @@ func Example() {
 
 // Claim first: the new holder raises the row's fence as the first statement
 // of its transaction and decides from the state it inherits.
-func ExampleGuard_Claim() {
+func ExampleGuard_ClaimFirst() {
 	ctx := context.Background()
 	pool := examplePool(ctx)
 	defer pool.Close()
@@ -102,7 +102,7 @@ func ExampleGuard_Claim() {
 
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		var status string
-		if err := jobs.Claim(ctx, tx, "inv_72", newFence, []string{"status"}, &status); err != nil {
+		if err := jobs.ClaimFirst(ctx, tx, "inv_72", newFence, []string{"status"}, &status); err != nil {
 			return err // ErrStaleFence: a newer holder exists; abandon.
 		}
 		fmt.Println("inherited:", status)
@@ -157,42 +157,4 @@ func ExampleInstallTrigger() {
 	// new holder: <nil>
 	// old holder refused: true
 	// no fence refused: true
-}
-
-// A payout through a provider that knows nothing of fences: durable intent
-// first, a stable idempotency key on every attempt, guarded transitions,
-// and reconciliation of what is left in SUBMITTING.
-func ExamplePayouts() {
-	ctx := context.Background()
-	pool := examplePool(ctx)
-	defer pool.Close()
-	payouts, _ := pgguard.NewPayouts()
-	leases, _ := pglease.New(pool)
-	defer leases.Close()
-
-	if _, err := payouts.Create(ctx, pool, "po_example", 12_500, "EUR"); err != nil {
-		panic(err)
-	}
-	err := leases.TryDo(ctx, "payout:po_example", 30*time.Second, func(ctx context.Context, l *pglease.Lease) error {
-		p, err := payouts.BeginSubmit(ctx, pool, "po_example", l.Fence())
-		if err != nil {
-			return err // stale, or already done
-		}
-		// ref, err := provider.Pay(ctx, p.AmountCents, p.Currency, p.IdempotencyKey)
-		ref := "prov_" + p.IdempotencyKey[len(p.IdempotencyKey)-4:]
-		_, err = payouts.MarkSubmitted(ctx, pool, p.ID, l.Fence(), ref)
-		return err
-	})
-	fmt.Println("paid:", err)
-
-	p, _ := payouts.Get(ctx, pool, "po_example")
-	fmt.Println(p.State, p.Attempts, p.IdempotencyKey == pgguard.PayoutIdempotencyKey("po_example"))
-
-	// The reconciliation job: nothing is stuck in SUBMITTING.
-	stuck, _ := payouts.Stuck(ctx, pool, time.Minute, 100)
-	fmt.Println("stuck:", len(stuck))
-	// Output:
-	// paid: <nil>
-	// SUBMITTED 1 true
-	// stuck: 0
 }

@@ -34,11 +34,11 @@ type Guard struct {
 // has no unique index of its own; a fence column that does not exist or is
 // not bigint NOT NULL. The schema is resolved once, here: a later change of
 // search_path does not move the Guard to another table.
-func NewGuard(ctx context.Context, db DBTX, t Table, opts ...Option) (*Guard, error) {
+func NewGuard(ctx context.Context, db DBTX, t Table, opts ...GuardOption) (*Guard, error) {
 	if db == nil {
 		return nil, invalid("nil DBTX")
 	}
-	o, err := buildOptions(opts)
+	o, err := buildOptions(opts, GuardOption.applyGuard)
 	if err != nil {
 		return nil, err
 	}
@@ -355,8 +355,8 @@ func (g *Guard) Check(ctx context.Context, db DBTX, key any, fence int64, where 
 	return nil
 }
 
-// Claim raises the row's fence to fence and returns the state it inherits,
-// in one statement:
+// ClaimFirst raises the row's fence to fence and returns the state it
+// inherits, in one statement:
 //
 //	UPDATE t SET <fence column> = fence
 //	 WHERE <key column> = key AND <fence column> <= fence
@@ -371,10 +371,10 @@ func (g *Guard) Check(ctx context.Context, db DBTX, key any, fence int64, where 
 // waits for this transaction's row lock and is refused once it commits.
 //
 // Zero rows is an answer: a *StaleFenceError (counted) means a newer holder
-// exists, so abandon the attempt; ErrNoRow means there is no such row. Claim
-// also sets the transaction's fence, as SetFence does, and so refuses a fence
-// above the ceiling (ErrFenceAboveCeiling) as Update does.
-func (g *Guard) Claim(ctx context.Context, db DBTX, key any, fence int64, columns []string, dest ...any) error {
+// exists, so abandon the attempt; ErrNoRow means there is no such row.
+// ClaimFirst also sets the transaction's fence, as SetFence does, and so
+// refuses a fence above the ceiling (ErrFenceAboveCeiling) as Update does.
+func (g *Guard) ClaimFirst(ctx context.Context, db DBTX, key any, fence int64, columns []string, dest ...any) error {
 	if err := g.checkArgs(key, fence); err != nil {
 		return err
 	}
@@ -382,7 +382,7 @@ func (g *Guard) Claim(ctx context.Context, db DBTX, key any, fence int64, column
 		return invalid("nil DBTX")
 	}
 	if len(columns) != len(dest) {
-		return invalid("Claim got %d columns and %d destinations", len(columns), len(dest))
+		return invalid("ClaimFirst got %d columns and %d destinations", len(columns), len(dest))
 	}
 	b := &builder{}
 	pKey, pFence := b.arg(key), b.arg(fence)
@@ -405,7 +405,7 @@ func (g *Guard) Claim(ctx context.Context, db DBTX, key any, fence int64, column
 		return nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		return g.wrap(ctx, "claim", key, err)
+		return g.wrap(ctx, "claim-first", key, err)
 	}
 	err = g.Check(ctx, db, key, fence)
 	if err == nil {
@@ -413,6 +413,14 @@ func (g *Guard) Claim(ctx context.Context, db DBTX, key any, fence int64, column
 		return fmt.Errorf("%w: %s had no row with %s = %q when the claim ran", ErrNoRow, g.t.display, g.key, keyText(key))
 	}
 	return err
+}
+
+// Claim is ClaimFirst under its old name, which read as package claim's
+// (claiming job rows), a different thing.
+//
+// Deprecated: use ClaimFirst; Claim will be removed in the next release.
+func (g *Guard) Claim(ctx context.Context, db DBTX, key any, fence int64, columns []string, dest ...any) error {
+	return g.ClaimFirst(ctx, db, key, fence, columns, dest...)
 }
 
 // wrap classifies a database error (a fencing trigger's refusal is counted)

@@ -215,7 +215,7 @@ func TestClaimingOn(t *testing.T) {
 			}
 			defer tx.Rollback(ctx)
 			var status string
-			if err := g.Claim(ctx, tx, key, fb, []string{"status"}, &status); err != nil {
+			if err := g.ClaimFirst(ctx, tx, key, fb, []string{"status"}, &status); err != nil {
 				t.Fatalf("claim: %v", err)
 			}
 			if status != "PENDING" {
@@ -277,7 +277,7 @@ func TestClaimingOn(t *testing.T) {
 		}
 		defer tx.Rollback(ctx)
 		var status, writer string
-		if err := g.Claim(ctx, tx, key, fb, []string{"status", "writer"}, &status, &writer); err != nil {
+		if err := g.ClaimFirst(ctx, tx, key, fb, []string{"status", "writer"}, &status, &writer); err != nil {
 			t.Fatal(err)
 		}
 		// B decides from the state A left, not from an earlier read.
@@ -296,18 +296,22 @@ func TestClaimingOn(t *testing.T) {
 		key := "inv_claims"
 		insertRow(t, pool, table, key)
 		f := fences(t, pool, 2)
-		if err := g.Claim(ctx, pool, key, f[1], nil); err != nil {
+		if err := g.ClaimFirst(ctx, pool, key, f[1], nil); err != nil {
 			t.Fatal(err)
 		}
-		if err := g.Claim(ctx, pool, key, f[1], nil); err != nil {
+		if err := g.ClaimFirst(ctx, pool, key, f[1], nil); err != nil {
 			t.Fatalf("re-claim with the same fence: %v", err)
 		}
 		var se *pgguard.StaleFenceError
-		if err := g.Claim(ctx, pool, key, f[0], nil); !errors.As(err, &se) || se.Current != f[1] || se.Presented != f[0] {
+		if err := g.ClaimFirst(ctx, pool, key, f[0], nil); !errors.As(err, &se) || se.Current != f[1] || se.Presented != f[0] {
 			t.Fatalf("claim by an older holder: %v", err)
 		}
-		if err := g.Claim(ctx, pool, "inv_404", f[1], nil); !errors.Is(err, pgguard.ErrNoRow) {
+		if err := g.ClaimFirst(ctx, pool, "inv_404", f[1], nil); !errors.Is(err, pgguard.ErrNoRow) {
 			t.Fatalf("claim of a missing row: %v", err)
+		}
+		// The deprecated name still does the same, for one release.
+		if err := g.Claim(ctx, pool, key, f[0], nil); !errors.As(err, &se) || se.Current != f[1] {
+			t.Fatalf("deprecated Claim by an older holder: %v", err)
 		}
 	})
 }

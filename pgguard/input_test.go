@@ -3,6 +3,7 @@ package pgguard_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -95,7 +96,7 @@ func TestBadInput(t *testing.T) {
 			}
 			invalid(t, "Update column", g.Update(ctx, pool, "k", f, pgguard.Values{e.name: 1}), e.says)
 			invalid(t, "Update condition", g.Update(ctx, pool, "k", f, pgguard.Values{"writer": "x"}, pgguard.Eq(e.name, 1)), e.says)
-			invalid(t, "Claim column", g.Claim(ctx, pool, "k", f, []string{e.name}, new(string)), e.says)
+			invalid(t, "ClaimFirst column", g.ClaimFirst(ctx, pool, "k", f, []string{e.name}, new(string)), e.says)
 		})
 	}
 
@@ -127,13 +128,13 @@ func TestBadInput(t *testing.T) {
 		invalid(t, "InstallTrigger without a mode", pgguard.InstallTrigger(ctx, pool, pgguard.Table{Name: table}, 0), "Strict or Lenient")
 		invalid(t, "Update unknown column", g.Update(ctx, pool, "k", f, pgguard.Values{"nope": 1}), `column "nope" does not exist`)
 		invalid(t, "Update condition on unknown column", g.Update(ctx, pool, "k", f, nil, pgguard.Eq("nope", 1)), `does not exist`)
-		invalid(t, "Claim unknown column", g.Claim(ctx, pool, "k", f, []string{"nope"}, new(string)), `does not exist`)
+		invalid(t, "ClaimFirst unknown column", g.ClaimFirst(ctx, pool, "k", f, []string{"nope"}, new(string)), `does not exist`)
 	})
 
 	t.Run("values", func(t *testing.T) {
 		for _, bad := range []int64{0, -1, -1 << 63} {
 			invalid(t, "Update fence", g.Update(ctx, pool, "k", bad, pgguard.Values{"writer": "x"}), "fence must be positive")
-			invalid(t, "Claim fence", g.Claim(ctx, pool, "k", bad, nil), "fence must be positive")
+			invalid(t, "ClaimFirst fence", g.ClaimFirst(ctx, pool, "k", bad, nil), "fence must be positive")
 			invalid(t, "Check fence", g.Check(ctx, pool, "k", bad), "fence must be positive")
 			invalid(t, "RunFenced fence", pgguard.RunFenced(ctx, pool, bad, func(pgx.Tx) error { return nil }), "fence must be positive")
 			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return pgguard.SetFence(ctx, tx, bad) })
@@ -145,8 +146,10 @@ func TestBadInput(t *testing.T) {
 		invalid(t, "empty In", g.Update(ctx, pool, "k", f, nil, pgguard.In("status")), "at least one")
 		invalid(t, "nil in In", g.Update(ctx, pool, "k", f, nil, pgguard.In("status", nil)), "IsNull")
 		invalid(t, "zero Cond", g.Update(ctx, pool, "k", f, nil, pgguard.Cond{}), "zero Cond")
-		invalid(t, "Claim arity", g.Claim(ctx, pool, "k", f, []string{"status"}), "1 columns and 0 destinations")
+		invalid(t, "ClaimFirst arity", g.ClaimFirst(ctx, pool, "k", f, []string{"status"}), "1 columns and 0 destinations")
 		invalid(t, "nil counter", func() error { _, err := pgguard.NewGuard(ctx, pool, good, pgguard.WithCounter(nil)); return err }(), "nil counter")
+		invalid(t, "zero option", func() error { _, err := pgguard.NewGuard(ctx, pool, good, pgguard.CountOption{}); return err }(), "zero option")
+		invalid(t, "zero RunFenced option", pgguard.RunFenced(ctx, pool, f, func(pgx.Tx) error { return nil }, pgguard.SourceOption{}), "zero option")
 	})
 
 	t.Run("values are bound", func(t *testing.T) {
@@ -173,4 +176,36 @@ func TestBadInput(t *testing.T) {
 			t.Fatalf("bystander table: %v", err)
 		}
 	})
+}
+
+// TestOptionsPerFunction: each function takes only the options that apply
+// to it. A value is accepted as a parameter of interface type exactly when
+// its type implements the interface, so this is what the compiler checks:
+// an option that a function would ignore does not compile there.
+func TestOptionsPerFunction(t *testing.T) {
+	kinds := map[string]reflect.Type{
+		"NewGuard":  reflect.TypeFor[pgguard.GuardOption](),
+		"RunFenced": reflect.TypeFor[pgguard.RunFencedOption](),
+		"SetFence":  reflect.TypeFor[pgguard.SetFenceOption](),
+	}
+	takes := map[string]struct {
+		opt  any
+		want []string
+	}{
+		"WithCounter":        {pgguard.WithCounter(new(pgguard.Counter)), []string{"NewGuard", "RunFenced"}},
+		"WithStaleHook":      {pgguard.WithStaleHook(func(context.Context, *pgguard.StaleFenceError) {}), []string{"NewGuard", "RunFenced"}},
+		"WithDoneWhen":       {pgguard.WithDoneWhen(pgguard.Eq("status", "SENT")), []string{"NewGuard"}},
+		"WithOwnFenceSource": {pgguard.WithOwnFenceSource(), []string{"NewGuard", "RunFenced", "SetFence"}},
+	}
+	for name, tc := range takes {
+		for fn, iface := range kinds {
+			want := false
+			for _, w := range tc.want {
+				want = want || w == fn
+			}
+			if got := reflect.TypeOf(tc.opt).Implements(iface); got != want {
+				t.Errorf("%s accepted by %s: %v, want %v", name, fn, got, want)
+			}
+		}
+	}
 }

@@ -54,21 +54,20 @@ const TriggerName = "pgfence_fence_guard"
 // it with the fence column of every row an UPDATE or DELETE touches,
 // whatever SQL issued it, and accepts it only in the transaction that set it:
 // it ends with tx, and no session-level setting can stand in for it. A Guard's
-// Update and Claim and the Payouts transitions set it too, to the fence they
-// were given, so call it again after them if you mix fences in one
-// transaction (you should not).
+// Update and ClaimFirst set it too, to the fence they were given, so call it
+// again after them if you mix fences in one transaction (you should not).
 //
 // A fence above the highest one pgfence's source has issued is refused with
 // ErrFenceAboveCeiling; pass WithOwnFenceSource when your fences come from a
 // source of your own (the only option SetFence reads).
-func SetFence(ctx context.Context, tx pgx.Tx, fence int64, opts ...Option) error {
+func SetFence(ctx context.Context, tx pgx.Tx, fence int64, opts ...SetFenceOption) error {
 	if tx == nil {
 		return invalid("nil transaction")
 	}
 	if fence <= 0 {
 		return invalid("fence must be positive, got %d", fence)
 	}
-	o, err := buildOptions(opts)
+	o, err := buildOptions(opts, SetFenceOption.applySetFence)
 	if err != nil {
 		return err
 	}
@@ -92,14 +91,14 @@ type Beginner interface {
 // same options) and commits it when fn returns nil; otherwise it rolls back. Errors are
 // classified (see Classify) and stale-fence refusals counted, so a raw UPDATE
 // in fn that a fencing trigger refused comes back as a *StaleFenceError.
-func RunFenced(ctx context.Context, db Beginner, fence int64, fn func(tx pgx.Tx) error, opts ...Option) error {
+func RunFenced(ctx context.Context, db Beginner, fence int64, fn func(tx pgx.Tx) error, opts ...RunFencedOption) error {
 	if db == nil || fn == nil {
 		return invalid("RunFenced needs a database and a function")
 	}
 	if fence <= 0 {
 		return invalid("fence must be positive, got %d", fence)
 	}
-	o, err := buildOptions(opts)
+	o, err := buildOptions(opts, RunFencedOption.applyRunFenced)
 	if err != nil {
 		return err
 	}
@@ -163,7 +162,7 @@ func FenceColumnMigration(t Table) (up, down string, err error) {
 //     its transaction holds (which would lock legitimate holders out).
 //
 // The transaction's fence counts only in the transaction that set it with
-// pgfence_set_fence (SetFence, RunFenced, Guard, Payouts): an UPDATE or
+// pgfence_set_fence (SetFence, RunFenced, a Guard): an UPDATE or
 // DELETE under a pgfence.fence set any other way (a session-level SET, which
 // would outlive its transaction and, on a pooled connection, vouch for other
 // clients; a plain set_config) is refused in both modes with SQLSTATE PF003

@@ -228,7 +228,7 @@ func TestTriggerStrict(t *testing.T) {
 		t.Fatalf("guarded write on a strict table: %v", err)
 	}
 	var bal int
-	if err := g.Claim(ctx, pool, 2, latest, []string{"balance"}, &bal); err != nil {
+	if err := g.ClaimFirst(ctx, pool, 2, latest, []string{"balance"}, &bal); err != nil {
 		t.Fatalf("claim on a strict table: %v", err)
 	}
 	if err := g.Update(ctx, pool, 3, f[2], pgguard.Values{"balance": 31}); !errors.Is(err, pgguard.ErrStaleFence) {

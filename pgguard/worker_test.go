@@ -30,7 +30,7 @@ const (
 //	acquire <lease key> <ttl ms> <wait 0|1>  -> fence <n> | err <msg>
 //	update <table> <row key> <writer>        -> guarded write with the lease's fence
 //	raw <table> <row key> <writer>           -> RunFenced + a raw UPDATE without the fence predicate
-//	claimwrite <table> <row key> <writer>    -> one transaction: Claim, then the guarded write
+//	claimwrite <table> <row key> <writer>    -> one transaction: ClaimFirst, then the guarded write
 //	release                                  -> ok | err <msg>
 //	exit
 //
@@ -120,7 +120,7 @@ func workerMain() int {
 			case "claimwrite":
 				err = pgx.BeginFunc(cctx, pool, func(tx pgx.Tx) error {
 					var status string
-					if err := g.Claim(cctx, tx, key, lease.Fence(), []string{"status"}, &status); err != nil {
+					if err := g.ClaimFirst(cctx, tx, key, lease.Fence(), []string{"status"}, &status); err != nil {
 						return err
 					}
 					return g.Update(cctx, tx, key, lease.Fence(), pgguard.Values{"status": "DONE", "writer": writer})

@@ -6,7 +6,7 @@
 //
 //  1. a stable idempotency key, derived once from the payout id and sent on
 //     every attempt: the provider returns the original result for a repeat;
-//  2. a durable intent row (pgguard.Payouts): SUBMITTING is recorded before
+//  2. a durable intent row (package payouts): SUBMITTING is recorded before
 //     the call, and every transition carries the holder's fence;
 //  3. reconciliation: rows stuck in SUBMITTING are looked up at the provider
 //     by key, never guessed.

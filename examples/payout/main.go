@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pgfence/pgfence/examples/internal/example"
+	"github.com/pgfence/pgfence/payouts"
 	"github.com/pgfence/pgfence/pgguard"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -34,7 +35,7 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 	defer prov.close()
 	env.Note("fake payment provider listening on %s (honours Idempotency-Key)", prov.url)
 
-	payouts, err := pgguard.NewPayouts()
+	intents, err := payouts.New(ctx, env.Pool)
 	if err != nil {
 		return err
 	}
@@ -44,7 +45,7 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 		if err != nil {
 			return nil, err
 		}
-		return &worker{name: name, env: env, leases: leases, payouts: payouts, prov: prov,
+		return &worker{name: name, env: env, leases: leases, intents: intents, prov: prov,
 			http: &http.Client{Timeout: clientTimeout}}, nil
 	}
 	w1, err := newWorker("worker-1")
@@ -82,7 +83,7 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 
 	// 1. Timeout, then a retry with the same key.
 	env.Section("1. durable intent + stable key: worker-1 times out, worker-2 retries")
-	p, err := payouts.Create(ctx, env.Pool, "po_1001", 25000, "EUR")
+	p, err := intents.Create(ctx, env.Pool, "po_1001", 25000, "EUR")
 	if err != nil {
 		return err
 	}
@@ -97,12 +98,12 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 		return fmt.Errorf("worker-2's retry: %w", err)
 	}
 	env.Logf("worker-1", "wakes up and records its timeout as a failure, with its old fence %d", l1.Fence())
-	_, staleErr := payouts.MarkFailed(ctx, env.Pool, "po_1001", l1.Fence(), "provider timeout")
+	_, staleErr := intents.MarkFailed(ctx, env.Pool, "po_1001", l1.Fence(), "provider timeout")
 	env.Logf("worker-1", "MarkFailed: %s", describe(staleErr))
 
 	// 2. A crash after the provider paid: reconciliation.
 	env.Section("2. worker-1 crashes after the provider paid po_1002; reconciliation asks the provider")
-	if _, err := payouts.Create(ctx, env.Pool, "po_1002", 4200, "EUR"); err != nil {
+	if _, err := intents.Create(ctx, env.Pool, "po_1002", 4200, "EUR"); err != nil {
 		return err
 	}
 	prov.slowFirst("po_1002")
@@ -119,13 +120,13 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 	env.Section("read back: the provider's ledger and the intent rows")
 	ok := true
 	for _, id := range []string{"po_1001", "po_1002"} {
-		p, err := payouts.Get(ctx, env.Pool, id)
+		p, err := intents.Get(ctx, env.Pool, id)
 		if err != nil {
 			return err
 		}
 		paid, ref := prov.paid(id), prov.ref(id)
 		env.Note("%s: provider paid %d time(s), ref %s; intent %s, ref %s, %d attempt(s)", id, paid, ref, p.State, p.ProviderRef, p.Attempts)
-		ok = ok && paid == 1 && p.State == pgguard.PayoutSubmitted && p.ProviderRef == ref
+		ok = ok && paid == 1 && p.State == payouts.Submitted && p.ProviderRef == ref
 	}
 	env.Note("provider requests: %d, replays answered from the idempotency store: %d", prov.requests(), prov.replays())
 	v.Check(ok, "po_1001 and po_1002 were each paid exactly once, and their intents say SUBMITTED with the provider's reference")
@@ -139,7 +140,7 @@ type worker struct {
 	name    string
 	env     *example.Env
 	leases  *pglease.Client
-	payouts *pgguard.Payouts
+	intents *payouts.Intents
 	prov    *provider
 	http    *http.Client
 }
@@ -153,7 +154,7 @@ func (w *worker) submit(ctx context.Context, id string) (*pglease.Lease, error) 
 	if err != nil {
 		return nil, err
 	}
-	p, err := w.payouts.BeginSubmit(ctx, w.env.Pool, id, l.Fence())
+	p, err := w.intents.BeginSubmit(ctx, w.env.Pool, id, l.Fence())
 	if err != nil {
 		return l, err
 	}
@@ -164,7 +165,7 @@ func (w *worker) submit(ctx context.Context, id string) (*pglease.Lease, error) 
 	if err != nil {
 		return l, err
 	}
-	p, err = w.payouts.MarkSubmitted(ctx, w.env.Pool, id, l.Fence(), ref)
+	p, err = w.intents.MarkSubmitted(ctx, w.env.Pool, id, l.Fence(), ref)
 	if err != nil {
 		return l, err
 	}
@@ -175,10 +176,10 @@ func (w *worker) submit(ctx context.Context, id string) (*pglease.Lease, error) 
 // reconcile takes the payouts stuck in SUBMITTING and asks the provider
 // about each by its idempotency key; it returns how many it settled.
 func (w *worker) reconcile(ctx context.Context) (int, error) {
-	var stuck []pgguard.Payout
+	var stuck []payouts.Payout
 	err := example.WaitFor(ctx, func() bool {
 		var err error
-		stuck, err = w.payouts.Stuck(ctx, w.env.Pool, 2*clientTimeout, 100)
+		stuck, err = w.intents.Stuck(ctx, w.env.Pool, 2*clientTimeout, 100)
 		return err == nil && len(stuck) > 0
 	})
 	if err != nil {
@@ -199,7 +200,7 @@ func (w *worker) reconcile(ctx context.Context) (int, error) {
 		if !found {
 			// Never reached the provider: safe to submit again, same key.
 			w.env.Logf(w.name, "the provider has no payout with key %s: submitting again", p.IdempotencyKey)
-			if _, err := w.payouts.BeginSubmit(ctx, w.env.Pool, p.ID, l.Fence()); err != nil {
+			if _, err := w.intents.BeginSubmit(ctx, w.env.Pool, p.ID, l.Fence()); err != nil {
 				l.Release(ctx)
 				return settled, err
 			}
@@ -210,7 +211,7 @@ func (w *worker) reconcile(ctx context.Context) (int, error) {
 		} else {
 			w.env.Logf(w.name, "the provider says key %s was paid: ref %s", p.IdempotencyKey, ref)
 		}
-		q, err := w.payouts.MarkSubmitted(ctx, w.env.Pool, p.ID, l.Fence(), ref)
+		q, err := w.intents.MarkSubmitted(ctx, w.env.Pool, p.ID, l.Fence(), ref)
 		l.Release(ctx)
 		if err != nil {
 			return settled, err

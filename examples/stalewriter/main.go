@@ -111,7 +111,7 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 		return err
 	}
 	var status string
-	if err := w.guard.Claim(ctx, env.Pool, "inv_3", lb.Fence(), []string{"status"}, &status); err != nil {
+	if err := w.guard.ClaimFirst(ctx, env.Pool, "inv_3", lb.Fence(), []string{"status"}, &status); err != nil {
 		return fmt.Errorf("B's claim: %w", err)
 	}
 	env.Logf("worker-B", "claims inv_3 with fence %d and inherits status %s, in one statement", lb.Fence(), status)

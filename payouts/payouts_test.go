@@ -1,4 +1,4 @@
-package pgguard_test
+package payouts_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/payouts"
 	"github.com/pgfence/pgfence/pgguard"
 )
 
@@ -17,11 +18,11 @@ import (
 // calls the provider, stalls, loses its lease; B retries with the same
 // idempotency key and records the answer; A's late answer is refused; the
 // repeated transition is stopped; reconciliation finds what is stuck.
-func TestPayouts(t *testing.T) {
+func TestIntents(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	counter := new(pgguard.Counter)
-	p, err := pgguard.NewPayouts(pgguard.WithCounter(counter))
+	p, err := payouts.New(ctx, pool, payouts.WithCounter(counter))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,20 +36,20 @@ func TestPayouts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if created.State != pgguard.PayoutPending || created.IdempotencyKey != pgguard.PayoutIdempotencyKey("po_1") || created.LastFence != 0 {
+	if created.State != payouts.Pending || created.IdempotencyKey != payouts.IdempotencyKey("po_1") || created.LastFence != 0 {
 		t.Fatalf("created: %+v", created)
 	}
 	if !strings.HasPrefix(created.IdempotencyKey, "pgfence-payout-") || len(created.IdempotencyKey) != len("pgfence-payout-")+32 {
 		t.Fatalf("idempotency key %q", created.IdempotencyKey)
 	}
-	if pgguard.PayoutIdempotencyKey("po_2") == created.IdempotencyKey {
+	if payouts.IdempotencyKey("po_2") == created.IdempotencyKey {
 		t.Fatal("two payouts share a key")
 	}
 	again, err := p.Create(ctx, pool, "po_1", 12_500, "EUR")
 	if err != nil || again.IdempotencyKey != created.IdempotencyKey {
 		t.Fatalf("Create is not idempotent: %+v %v", again, err)
 	}
-	if _, err := p.Create(ctx, pool, "po_1", 99, "EUR"); !errors.Is(err, pgguard.ErrConflict) {
+	if _, err := p.Create(ctx, pool, "po_1", 99, "EUR"); !errors.Is(err, payouts.ErrConflict) {
 		t.Fatalf("Create with another amount: %v", err)
 	}
 
@@ -60,7 +61,7 @@ func TestPayouts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.State != pgguard.PayoutSubmitting || a.Attempts != 1 || a.LastFence != fa || a.SubmittingSince.IsZero() {
+	if a.State != payouts.Submitting || a.Attempts != 1 || a.LastFence != fa || a.SubmittingSince.IsZero() {
 		t.Fatalf("A's begin: %+v", a)
 	}
 	// The same holder may re-enter SUBMITTING with its token (its retry).
@@ -90,7 +91,7 @@ func TestPayouts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if done.State != pgguard.PayoutSubmitted || done.ProviderRef != "prov_123" {
+	if done.State != payouts.Submitted || done.ProviderRef != "prov_123" {
 		t.Fatalf("B's MarkSubmitted: %+v", done)
 	}
 	// SUBMITTED -> SUBMITTED: already done, not stale.
@@ -104,7 +105,7 @@ func TestPayouts(t *testing.T) {
 	if _, err := p.MarkFailed(ctx, pool, "po_1", fr, "late"); !errors.Is(err, pgguard.ErrAlreadyDone) {
 		t.Fatalf("MarkFailed after SUBMITTED: %v", err)
 	}
-	if counter.Total() != 3 || counter.ByTable()[pgguard.PayoutTable] != 3 {
+	if counter.Total() != 3 || counter.ByTable()[p.Table()] != 3 {
 		t.Errorf("counter: %d %v", counter.Total(), counter.ByTable())
 	}
 
@@ -118,7 +119,7 @@ func TestPayouts(t *testing.T) {
 		t.Fatalf("MarkSubmitted on PENDING: %v", err)
 	}
 	// PENDING -> FAILED: given up before any attempt.
-	if got, err := p.MarkFailed(ctx, pool, "po_2", fr, "cancelled"); err != nil || got.State != pgguard.PayoutFailed || got.FailureReason != "cancelled" {
+	if got, err := p.MarkFailed(ctx, pool, "po_2", fr, "cancelled"); err != nil || got.State != payouts.Failed || got.FailureReason != "cancelled" {
 		t.Fatalf("MarkFailed on PENDING: %+v %v", got, err)
 	}
 
@@ -142,7 +143,7 @@ func TestPayouts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(stuck) != 1 || stuck[0].ID != "po_3" || stuck[0].IdempotencyKey != pgguard.PayoutIdempotencyKey("po_3") {
+	if len(stuck) != 1 || stuck[0].ID != "po_3" || stuck[0].IdempotencyKey != payouts.IdempotencyKey("po_3") {
 		t.Fatalf("stuck: %+v", stuck)
 	}
 	if stuck, err := p.Stuck(ctx, pool, time.Hour, 10); err != nil || len(stuck) != 0 {
@@ -151,7 +152,7 @@ func TestPayouts(t *testing.T) {
 	// The reconciler, under a fence of its own, records what the provider
 	// said about the key.
 	fRec := fences(t, pool, 1)[0]
-	if got, err := p.MarkSubmitted(ctx, pool, "po_3", fRec, "prov_found"); err != nil || got.State != pgguard.PayoutSubmitted {
+	if got, err := p.MarkSubmitted(ctx, pool, "po_3", fRec, "prov_found"); err != nil || got.State != payouts.Submitted {
 		t.Fatalf("reconciled: %+v %v", got, err)
 	}
 	if stuck, _ := p.Stuck(ctx, pool, 0, 10); len(stuck) != 0 {
@@ -168,7 +169,7 @@ func TestPayouts(t *testing.T) {
 		}
 		return errors.New("roll back")
 	})
-	if got, _ := p.Get(ctx, pool, "po_4"); got.State != pgguard.PayoutPending || got.Attempts != 0 {
+	if got, _ := p.Get(ctx, pool, "po_4"); got.State != payouts.Pending || got.Attempts != 0 {
 		t.Fatalf("rolled-back transition is visible: %+v", got)
 	}
 
@@ -182,12 +183,15 @@ func TestPayouts(t *testing.T) {
 		"NUL reason":   func() error { _, err := p.MarkFailed(ctx, pool, "po_4", fRec, "a\x00b"); return err }(),
 		"limit":        func() error { _, err := p.Stuck(ctx, pool, 0, 0); return err }(),
 		"negative age": func() error { _, err := p.Stuck(ctx, pool, -time.Second, 1); return err }(),
+		"nil db":       func() error { _, err := payouts.New(ctx, nil); return err }(),
+		"nil counter":  func() error { _, err := payouts.New(ctx, pool, payouts.WithCounter(nil)); return err }(),
+		"nil hook":     func() error { _, err := payouts.New(ctx, pool, payouts.WithStaleHook(nil)); return err }(),
 	} {
 		if !errors.Is(err, pgguard.ErrInvalidInput) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	if got, _ := p.Get(ctx, pool, "po_4"); got.State != pgguard.PayoutPending || got.LastFence != 0 {
+	if got, _ := p.Get(ctx, pool, "po_4"); got.State != payouts.Pending || got.LastFence != 0 {
 		t.Fatalf("bad input changed po_4: %+v", got)
 	}
 }

@@ -1,0 +1,62 @@
+package payouts_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/payouts"
+	"github.com/pgfence/pgfence/pglease"
+)
+
+// A payout through a provider that knows nothing of fences: durable intent
+// first, a stable idempotency key on every attempt, guarded transitions,
+// and reconciliation of what is left in SUBMITTING.
+func Example() {
+	ctx := context.Background()
+	// pgtest.URL: the test database; in your code, your own pool on a
+	// database where pgfence's migrations ran.
+	pool, err := pgxpool.New(ctx, pgtest.URL())
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, "DELETE FROM payout_intents WHERE payout_id = 'po_example'"); err != nil {
+		panic(err)
+	}
+	intents, err := payouts.New(ctx, pool)
+	if err != nil {
+		panic(err)
+	}
+	leases, _ := pglease.New(pool)
+	defer leases.Close()
+
+	if _, err := intents.Create(ctx, pool, "po_example", 12_500, "EUR"); err != nil {
+		panic(err)
+	}
+	err = leases.TryDo(ctx, "payout:po_example", 30*time.Second, func(ctx context.Context, l *pglease.Lease) error {
+		p, err := intents.BeginSubmit(ctx, pool, "po_example", l.Fence())
+		if err != nil {
+			return err // stale, or already done
+		}
+		// ref, err := provider.Pay(ctx, p.AmountCents, p.Currency, p.IdempotencyKey)
+		ref := "prov_" + p.IdempotencyKey[len(p.IdempotencyKey)-4:]
+		_, err = intents.MarkSubmitted(ctx, pool, p.ID, l.Fence(), ref)
+		return err
+	})
+	fmt.Println("paid:", err)
+
+	p, _ := intents.Get(ctx, pool, "po_example")
+	fmt.Println(p.State, p.Attempts, p.IdempotencyKey == payouts.IdempotencyKey("po_example"))
+
+	// The reconciliation job: nothing is stuck in SUBMITTING for a minute.
+	stuck, _ := intents.Stuck(ctx, pool, time.Minute, 100)
+	fmt.Println("stuck:", len(stuck))
+	// Output:
+	// paid: <nil>
+	// SUBMITTED 1 true
+	// stuck: 0
+}

@@ -1,0 +1,403 @@
+package payouts
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/pgmode"
+	"github.com/pgfence/pgfence/internal/validate"
+	"github.com/pgfence/pgfence/pgguard"
+)
+
+// State is the state of a payout intent.
+type State string
+
+// The states of a payout intent. Pending -> Submitting -> Submitted or
+// Failed; Submitting may be re-entered (a retry), and Pending may go straight
+// to Failed (given up before any attempt).
+const (
+	// Pending: recorded, not yet sent to the provider.
+	Pending State = "PENDING"
+	// Submitting: an attempt may be in flight; the provider may or may not
+	// have acted on it. Only the provider, asked by idempotency key, can say
+	// (see Intents.Stuck).
+	Submitting State = "SUBMITTING"
+	// Submitted: the provider accepted it. Final.
+	Submitted State = "SUBMITTED"
+	// Failed: the provider refused it, or it was given up. Final.
+	Failed State = "FAILED"
+)
+
+// Final reports whether no transition leaves s: the work is done.
+func (s State) Final() bool { return s == Submitted || s == Failed }
+
+// TableName is the table that holds payout intents (migration 000002),
+// unqualified: it is found on the search_path, like pgfence's other objects.
+const TableName = "payout_intents"
+
+// ErrConflict: Intents.Create found the payout already recorded with a
+// different amount or currency.
+var ErrConflict = errors.New("payouts: conflicting intent")
+
+// Payout is one payout intent: the durable record, written before the
+// provider is called, of a side effect that the provider cannot fence.
+type Payout struct {
+	ID          string
+	AmountCents int64
+	Currency    string
+	State       State
+	// IdempotencyKey was derived once from ID when the intent was recorded
+	// (see IdempotencyKey) and never changes: send it on every attempt, so
+	// that the provider returns the first attempt's result for a repeat.
+	IdempotencyKey string
+	// ProviderRef is the provider's reference, once Submitted.
+	ProviderRef string
+	// FailureReason says why, once Failed.
+	FailureReason string
+	// Attempts counts entries into Submitting.
+	Attempts int
+	// LastFence is the fence of the newest holder that moved it.
+	LastFence int64
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	// SubmittingSince is when the latest attempt entered Submitting, by the
+	// database clock; zero if none did.
+	SubmittingSince time.Time
+}
+
+func payoutFrom(p fencedb.PayoutIntent) Payout {
+	out := Payout{
+		ID: p.PayoutID, AmountCents: p.AmountCents, Currency: p.Currency,
+		State: State(p.State), IdempotencyKey: p.IdempotencyKey,
+		ProviderRef: p.ProviderRef.String, FailureReason: p.FailureReason.String,
+		Attempts: int(p.Attempts), LastFence: p.LastFence,
+		CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt,
+	}
+	if p.SubmittingSince != nil {
+		out.SubmittingSince = *p.SubmittingSince
+	}
+	return out
+}
+
+// IdempotencyKey derives the idempotency key of a payout from its id:
+// "pgfence-payout-" and 32 hex digits of a SHA-256 of the id. It is stable
+// across processes and attempts, so even a payout recorded twice (by
+// mistake, after a restore) sends the provider the same key. Intents.Create
+// stores it with the intent; read it from there.
+func IdempotencyKey(id string) string {
+	sum := sha256.Sum256([]byte("pgfence/payout/v1\x00" + id))
+	return "pgfence-payout-" + hex.EncodeToString(sum[:16])
+}
+
+// Option configures New.
+type Option func(*config) error
+
+type config struct {
+	counter *pgguard.Counter
+	hook    func(context.Context, *pgguard.StaleFenceError)
+	own     bool
+}
+
+// WithCounter sets the counter that stale transitions caught are recorded
+// in. Default: pgguard.DefaultCounter().
+func WithCounter(c *pgguard.Counter) Option {
+	return func(o *config) error {
+		if c == nil {
+			return invalid("nil counter")
+		}
+		o.counter = c
+		return nil
+	}
+}
+
+// WithStaleHook sets a function called, synchronously and after counting,
+// with every stale transition caught (see [pgguard.WithStaleHook]).
+// Default: none.
+func WithStaleHook(fn func(ctx context.Context, e *pgguard.StaleFenceError)) Option {
+	return func(o *config) error {
+		if fn == nil {
+			return invalid("nil stale hook")
+		}
+		o.hook = fn
+		return nil
+	}
+}
+
+// WithOwnFenceSource says that the fences given to the transitions come from
+// a source of your own, so the fence ceiling is not checked (see
+// [pgguard.WithOwnFenceSource]). Default: off.
+func WithOwnFenceSource() Option {
+	return func(o *config) error {
+		o.own = true
+		return nil
+	}
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", pgguard.ErrInvalidInput, fmt.Sprintf(format, args...))
+}
+
+// The transitions' preconditions, and the states in which a payout is done.
+var (
+	fromPendingOrSubmitting = pgguard.In("state", string(Pending), string(Submitting))
+	fromSubmitting          = pgguard.Eq("state", string(Submitting))
+	done                    = pgguard.In("state", string(Submitted), string(Failed))
+)
+
+// Intents records payout intents and moves them through their states (see
+// the package documentation). It is safe for concurrent use and holds no
+// connection: every method takes the DBTX to run on, so transitions can run
+// in the caller's transaction.
+type Intents struct {
+	guard *pgguard.Guard
+	cfg   config
+}
+
+// New checks the payout_intents table through db (pgfence's migrations must
+// have run) and returns an Intents. Its Guard finds the table on db's
+// search_path once, here, as [pgguard.NewGuard] does, while the transitions
+// name it unqualified: run them on connections with the same search_path
+// (migrations.UseSchema).
+func New(ctx context.Context, db pgguard.DBTX, opts ...Option) (*Intents, error) {
+	if db == nil {
+		return nil, invalid("nil DBTX")
+	}
+	cfg := config{counter: pgguard.DefaultCounter()}
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	gopts := []pgguard.GuardOption{pgguard.WithCounter(cfg.counter), pgguard.WithDoneWhen(done)}
+	if cfg.hook != nil {
+		gopts = append(gopts, pgguard.WithStaleHook(cfg.hook))
+	}
+	if cfg.own {
+		gopts = append(gopts, pgguard.WithOwnFenceSource())
+	}
+	g, err := pgguard.NewGuard(ctx, db, pgguard.Table{Name: TableName, KeyColumn: "payout_id"}, gopts...)
+	if err != nil {
+		return nil, fmt.Errorf("payouts: %w", err)
+	}
+	return &Intents{guard: g, cfg: cfg}, nil
+}
+
+// Table is the payout table, schema-qualified, as the errors and counters
+// of Intents name it.
+func (p *Intents) Table() string { return p.guard.Table() }
+
+var currencyRE = regexp.MustCompile(`^[A-Z]{3}$`)
+
+func checkText(what, s string, max int) error {
+	if err := validate.Text(what, s, max); err != nil {
+		return invalid("%v", err)
+	}
+	return nil
+}
+
+func checkPayout(id string, fence int64) error {
+	if err := validate.Key(id); err != nil {
+		return invalid("payout id: %v", err)
+	}
+	if fence <= 0 {
+		return invalid("fence must be positive, got %d", fence)
+	}
+	return nil
+}
+
+// Create records the intent to pay amountCents of currency (ISO 4217, such as
+// "EUR") under id, in state Pending, with its idempotency key. It is
+// idempotent: when the payout exists with the same amount and currency it
+// returns it as it is (whatever its state); with another amount or currency
+// it returns ErrConflict.
+func (p *Intents) Create(ctx context.Context, db pgguard.DBTX, id string, amountCents int64, currency string) (Payout, error) {
+	if db == nil {
+		return Payout{}, invalid("nil DBTX")
+	}
+	if err := validate.Key(id); err != nil {
+		return Payout{}, invalid("payout id: %v", err)
+	}
+	if amountCents <= 0 {
+		return Payout{}, invalid("amount must be positive, got %d cents", amountCents)
+	}
+	if !currencyRE.MatchString(currency) {
+		return Payout{}, invalid("currency %q is not three capital letters (ISO 4217)", currency)
+	}
+	q := fencedb.New(pgmode.Wrap(db))
+	row, err := q.CreatePayout(ctx, fencedb.CreatePayoutParams{
+		PayoutID: id, AmountCents: amountCents, Currency: currency, IdempotencyKey: IdempotencyKey(id),
+	})
+	if err == nil {
+		return payoutFrom(row), nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return Payout{}, fmt.Errorf("payouts: recording payout %q: %w", id, err)
+	}
+	existing, err := p.Get(ctx, db, id)
+	if err != nil {
+		return Payout{}, err
+	}
+	if existing.AmountCents != amountCents || existing.Currency != currency {
+		return existing, fmt.Errorf("%w: payout %q is recorded for %d %s, not %d %s",
+			ErrConflict, id, existing.AmountCents, existing.Currency, amountCents, currency)
+	}
+	return existing, nil
+}
+
+// Get reads one payout; an error satisfying [pgguard.ErrNoRow] if there is
+// none.
+func (p *Intents) Get(ctx context.Context, db pgguard.DBTX, id string) (Payout, error) {
+	if db == nil {
+		return Payout{}, invalid("nil DBTX")
+	}
+	row, err := fencedb.New(pgmode.Wrap(db)).GetPayout(ctx, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Payout{}, fmt.Errorf("%w: no payout %q", pgguard.ErrNoRow, id)
+	}
+	if err != nil {
+		return Payout{}, fmt.Errorf("payouts: reading payout %q: %w", id, err)
+	}
+	return payoutFrom(row), nil
+}
+
+// BeginSubmit moves the payout from Pending (or Submitting: a retry) to
+// Submitting under fence, before the provider is called, and returns it: send
+// its IdempotencyKey. When it changes no row, it says why as a Guard's
+// guarded write does ([pgguard.Guard.Check]): a *pgguard.StaleFenceError (a
+// newer holder moved it; counted), [pgguard.ErrAlreadyDone] (it is Submitted
+// or Failed) or [pgguard.ErrNoRow].
+func (p *Intents) BeginSubmit(ctx context.Context, db pgguard.DBTX, id string, fence int64) (Payout, error) {
+	if err := checkPayout(id, fence); err != nil {
+		return Payout{}, err
+	}
+	return p.transition(ctx, db, id, fence, "begin submitting", fromPendingOrSubmitting, func(q *fencedb.Queries) (fencedb.PayoutIntent, error) {
+		return q.BeginSubmitPayout(ctx, fencedb.BeginSubmitPayoutParams{Fence: fence, PayoutID: id, OwnFenceSource: p.cfg.own})
+	})
+}
+
+// MarkSubmitted records the provider's acceptance: Submitting -> Submitted,
+// under fence. On zero rows: a *pgguard.StaleFenceError,
+// [pgguard.ErrAlreadyDone] (it is Submitted or Failed already: a repeated
+// transition), [pgguard.ErrPrecondition] (it is still Pending: BeginSubmit
+// was not called) or [pgguard.ErrNoRow].
+func (p *Intents) MarkSubmitted(ctx context.Context, db pgguard.DBTX, id string, fence int64, providerRef string) (Payout, error) {
+	if err := checkPayout(id, fence); err != nil {
+		return Payout{}, err
+	}
+	if err := checkText("provider reference", providerRef, 1024); err != nil {
+		return Payout{}, err
+	}
+	return p.transition(ctx, db, id, fence, "mark submitted", fromSubmitting, func(q *fencedb.Queries) (fencedb.PayoutIntent, error) {
+		return q.MarkPayoutSubmitted(ctx, fencedb.MarkPayoutSubmittedParams{Fence: fence, PayoutID: id, ProviderRef: providerRef, OwnFenceSource: p.cfg.own})
+	})
+}
+
+// MarkFailed records that the payout will not happen: Pending or Submitting
+// -> Failed, under fence, with a reason. Only record it when the provider
+// said so, or reconciliation established that it never received the payout:
+// a Submitting payout may have been paid. On zero rows: a
+// *pgguard.StaleFenceError, [pgguard.ErrAlreadyDone] or [pgguard.ErrNoRow].
+func (p *Intents) MarkFailed(ctx context.Context, db pgguard.DBTX, id string, fence int64, reason string) (Payout, error) {
+	if err := checkPayout(id, fence); err != nil {
+		return Payout{}, err
+	}
+	if err := checkText("failure reason", reason, 4096); err != nil {
+		return Payout{}, err
+	}
+	return p.transition(ctx, db, id, fence, "mark failed", fromPendingOrSubmitting, func(q *fencedb.Queries) (fencedb.PayoutIntent, error) {
+		return q.MarkPayoutFailed(ctx, fencedb.MarkPayoutFailedParams{Fence: fence, PayoutID: id, Reason: reason, OwnFenceSource: p.cfg.own})
+	})
+}
+
+// Stuck returns up to limit payouts in Submitting whose latest attempt began
+// at least olderThan ago by the database clock, oldest first: attempts whose
+// outcome nobody recorded (the holder crashed, or lost its lease, after
+// calling the provider). Reconcile each: take the payout's lease, ask the
+// provider by IdempotencyKey, then MarkSubmitted, MarkFailed or BeginSubmit
+// again, under the new fence. Never guess.
+func (p *Intents) Stuck(ctx context.Context, db pgguard.DBTX, olderThan time.Duration, limit int) ([]Payout, error) {
+	if db == nil {
+		return nil, invalid("nil DBTX")
+	}
+	if olderThan < 0 {
+		return nil, invalid("olderThan must not be negative, got %v", olderThan)
+	}
+	if limit <= 0 || limit > 10000 {
+		return nil, invalid("limit must be in [1, 10000], got %d", limit)
+	}
+	rows, err := fencedb.New(pgmode.Wrap(db)).StuckPayouts(ctx, fencedb.StuckPayoutsParams{
+		OlderThanMicros: olderThan.Microseconds(), MaxRows: int32(limit),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("payouts: listing stuck payouts: %w", err)
+	}
+	out := make([]Payout, len(rows))
+	for i, r := range rows {
+		out[i] = payoutFrom(r)
+	}
+	return out, nil
+}
+
+// transition runs one guarded transition (run: the UPDATE with the fence
+// predicate, the precondition from, and the transaction's fence, in one
+// statement) and, when it changes no row, lets the Guard decide why.
+func (p *Intents) transition(ctx context.Context, db pgguard.DBTX, id string, fence int64, op string, from pgguard.Cond,
+	run func(*fencedb.Queries) (fencedb.PayoutIntent, error)) (Payout, error) {
+	if db == nil {
+		return Payout{}, invalid("nil DBTX")
+	}
+	row, err := run(fencedb.New(pgmode.Wrap(db)))
+	if err == nil {
+		return payoutFrom(row), nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return Payout{}, p.refused(ctx, id, op, err)
+	}
+	// Zero rows is an answer: the Guard re-reads the row on db and says
+	// which (stale first, then the precondition, done or not).
+	err = p.guard.Check(ctx, db, id, fence, from)
+	if err == nil {
+		err = &pgguard.PreconditionError{Table: p.Table(), Key: id, Fence: fence,
+			Detail: "the payout did not match when the transition ran and matches now: it changed concurrently; re-read it before deciding"}
+	}
+	var pe *pgguard.PreconditionError
+	var se *pgguard.StaleFenceError
+	if !errors.As(err, &pe) && !errors.As(err, &se) {
+		return Payout{}, err // no such payout, the ceiling, or the database
+	}
+	cur, gerr := p.Get(ctx, db, id)
+	if gerr != nil {
+		return Payout{}, gerr
+	}
+	if pe != nil {
+		pe.State = string(cur.State)
+		pe.Detail = op + ": " + pe.Detail
+	}
+	return cur, err
+}
+
+// refused classifies an error of a transition's statement: a fencing
+// trigger's refusal on the table is counted, as the Guard counts its own.
+func (p *Intents) refused(ctx context.Context, id, op string, err error) error {
+	err = pgguard.Classify(err) // a trigger's refusal, or a fence above the ceiling
+	if se, ok := err.(*pgguard.StaleFenceError); ok {
+		se.Key = id
+		p.cfg.counter.Record(se)
+		if p.cfg.hook != nil {
+			p.cfg.hook(ctx, se)
+		}
+		return se
+	}
+	return fmt.Errorf("payouts: payout %q: %s: %w", id, op, err)
+}
