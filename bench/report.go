@@ -267,11 +267,11 @@ func (r *report) targets(p func(string, ...any)) {
 	}
 	if r.sweepP99 > 0 {
 		add(r.sweepP99 <= 10*time.Millisecond, fmt.Sprintf("acquire p99 ≤ 10 ms during a sweep: %s", ms(r.sweepP99)),
-			"SweepExpired is one DELETE of every expired row: it writes WAL for each row in one transaction and competes for the WAL flush; a batched sweep (LIMIT-ed DELETEs, each its own short transaction) is not in pgfence yet")
+			"the sweep's batches (short transactions that commit asynchronously) still share the 2 cores and the WAL with the acquisitions; a smaller batch (pglease.WithSweepBatch) shortens each")
 	}
 	if r.purgeP99 > 0 {
 		add(r.purgeP99 <= 50*time.Millisecond, fmt.Sprintf("claim p99 ≤ 50 ms during a purge: %s", ms(r.purgeP99)),
-			"pgfence has no purge of finished jobs; the hand-written single DELETE writes WAL for every row in one transaction; a batched purge is not in pgfence yet")
+			"the purge's batches (short transactions that commit asynchronously) still share the 2 cores and the WAL with the claims; a smaller batch (claim.WithPurgeBatch) shortens each")
 	}
 	if m := r.memory; m != nil {
 		add(m.bytesPerLease <= 2048, fmt.Sprintf("≤ 2 KiB heap per held lease: %s B", num(m.bytesPerLease)),
