@@ -419,7 +419,8 @@ DELETE FROM lock_leases
 
 // Deletes rows expired longer than the grace period. Safe at any time: fences
 // come from pgfence_next_fence(), not from the row, so deleting a row never
-// lets a fence repeat.
+// lets a fence repeat. One transaction for every row: on a big table prefer
+// SweepExpiredBatch (what pglease uses).
 func (q *Queries) SweepExpired(ctx context.Context, graceMicros int64) (int64, error) {
 	result, err := q.db.Exec(ctx, SweepExpired, graceMicros)
 	if err != nil {

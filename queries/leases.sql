@@ -153,7 +153,8 @@ SELECT lock_key, owner, fence, acquired_at, expires_at,
 -- name: SweepExpired :execrows
 -- Deletes rows expired longer than the grace period. Safe at any time: fences
 -- come from pgfence_next_fence(), not from the row, so deleting a row never
--- lets a fence repeat.
+-- lets a fence repeat. One transaction for every row: on a big table prefer
+-- SweepExpiredBatch (what pglease uses).
 DELETE FROM lock_leases
  WHERE expires_at < now() - sqlc.arg(grace_micros)::bigint * interval '1 microsecond';
 
