@@ -267,11 +267,11 @@ func (r *report) targets(p func(string, ...any)) {
 	}
 	if r.sweepP99 > 0 {
 		add(r.sweepP99 <= 10*time.Millisecond, fmt.Sprintf("acquire p99 ≤ 10 ms during a sweep: %s", ms(r.sweepP99)),
-			"SweepExpired is one DELETE of every expired row: it writes WAL for each row in one transaction and competes for the WAL flush; a batched sweep (LIMIT-ed DELETEs, each its own short transaction) is not in pgfence yet")
+			"the sweep's batches are short transactions that commit asynchronously, but they run back to back: one server process stays busy for the whole sweep on 2 shared cores, and the acquisitions' durable commits flush the WAL the sweep writes; there is no pause between batches yet")
 	}
 	if r.purgeP99 > 0 {
 		add(r.purgeP99 <= 50*time.Millisecond, fmt.Sprintf("claim p99 ≤ 50 ms during a purge: %s", ms(r.purgeP99)),
-			"pgfence has no purge of finished jobs; the hand-written single DELETE writes WAL for every row in one transaction; a batched purge is not in pgfence yet")
+			"the purge's batches are short transactions that commit asynchronously, but they run back to back: one server process stays busy for the whole purge on 2 shared cores, and the claims' durable commits flush the WAL the purge writes; there is no pause between batches yet")
 	}
 	if m := r.memory; m != nil {
 		add(m.bytesPerLease <= 2048, fmt.Sprintf("≤ 2 KiB heap per held lease: %s B", num(m.bytesPerLease)),

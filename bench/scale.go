@@ -82,7 +82,8 @@ func runScale(ctx context.Context, e *env, rep *report) error {
 		}
 		return d, l.Release(ctx)
 	}, func(ctx context.Context) error {
-		// Rows expired for more than a minute: the filled ones, not the live keys.
+		// Rows expired for more than a minute: the filled ones, not the live
+		// keys. In batches of pglease.DefaultSweepBatch rows.
 		swept, err = lc.SweepExpired(ctx, time.Minute)
 		return err
 	})
@@ -90,7 +91,7 @@ func runScale(ctx context.Context, e *env, rep *report) error {
 		return fmt.Errorf("sweep: %w", err)
 	}
 	rep.sweepP99 = during.quantile(0.99)
-	add(scaleRow{fmt.Sprintf("SweepExpired of %s expired leases (one DELETE; no batched sweep in pgfence yet)", num(float64(swept))),
+	add(scaleRow{fmt.Sprintf("SweepExpired of %s expired leases (batches of %s rows, each its own transaction)", num(float64(swept)), num(pglease.DefaultSweepBatch)),
 		fmt.Sprintf("took %s; TryAcquire during it: p50 %s, p99 %s", ms(sweepTime), ms(during.quantile(0.5)), ms(during.quantile(0.99))),
 		fmt.Sprintf("%d clients, %d acquisitions during it; p99 before it %s (target p99 ≤ 10 ms)", scaleClients, len(during), ms(before.quantile(0.99)))})
 
@@ -151,20 +152,18 @@ SELECT 'scale', 'noop', 'completed', 1, g, now() - interval '1 hour', now() - in
 		}
 		return d, nil
 	}, func(ctx context.Context) error {
-		// pgfence has no purge of finished jobs yet: this is the plain
-		// statement a user would write, one DELETE.
-		tag, err := p.Exec(ctx, `DELETE FROM pgfence_jobs WHERE state IN ('completed', 'dead') AND finished_at < now() - interval '1 minute'`)
-		purged = tag.RowsAffected()
+		// Jobs finished for more than a minute: the filled ones, not those
+		// completed during the purge. In batches of claim.DefaultPurgeBatch rows.
+		purged, err = cl.Purge(ctx, time.Minute)
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("purge: %w", err)
 	}
 	rep.purgeP99 = cDuring.quantile(0.99)
-	add(scaleRow{fmt.Sprintf("purge of %s finished jobs (one DELETE written by hand; pgfence has no purge yet)", num(float64(purged))),
+	add(scaleRow{fmt.Sprintf("claim.Purge of %s finished jobs (batches of %s rows, each its own transaction)", num(float64(purged)), num(claim.DefaultPurgeBatch)),
 		fmt.Sprintf("took %s; Claim during it: p50 %s, p99 %s", ms(purgeTime), ms(cDuring.quantile(0.5)), ms(cDuring.quantile(0.99))),
 		fmt.Sprintf("%d workers (Claim 1 + Complete), %d claims during it; p99 before it %s (target p99 ≤ 50 ms)", scaleClients, len(cDuring), ms(cBefore.quantile(0.99)))})
-	rep.scaleNote = "pgfence has no batched sweep or purge yet: SweepExpired is one DELETE and finished jobs have no purge API, so the sweep and purge rows measure one big DELETE each."
 	return e.exec(ctx, p, "TRUNCATE pgfence_jobs, lock_leases")
 }
 

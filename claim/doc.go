@@ -30,6 +30,13 @@
 // expired attempt stays counted, and a job whose last attempt expired becomes
 // dead.
 //
+// Finished rows stay in the table until Purge deletes the completed and dead
+// jobs whose finished_at is older than a given age (it needs the FinishedAt
+// column). It walks the table by id in batches (WithPurgeBatch), each its own
+// short transaction that re-checks state and finished_at on the row it
+// deletes, so claims stay fast during a purge of millions of rows and a job
+// that runs, or finished more recently, is never deleted.
+//
 // Besides the lease in the database, every Job keeps a pessimistic local
 // deadline on Go's monotonic clock (time before the claim or heartbeat was
 // sent + lease − lease/10). The worker pool (Pool) ends the job's context

@@ -31,6 +31,8 @@ type config struct {
 	owner   string
 	backoff func(attempt int) time.Duration
 	logger  *slog.Logger
+
+	purgeBatch int // 0: DefaultPurgeBatch
 }
 
 func defaultConfig() config {

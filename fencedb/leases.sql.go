@@ -369,6 +369,49 @@ func (q *Queries) SweepAbandonedTokens(ctx context.Context, retentionMicros int6
 	return result.RowsAffected(), nil
 }
 
+const SweepAbandonedTokensBatch = `-- name: SweepAbandonedTokensBatch :one
+WITH batch AS (
+  SELECT owner_token, abandoned_at
+    FROM pgfence_abandoned_tokens
+   WHERE owner_token > $1::text
+   ORDER BY owner_token
+   LIMIT $2::int
+), deleted AS (
+  DELETE FROM pgfence_abandoned_tokens
+   WHERE owner_token = ANY (ARRAY(SELECT b.owner_token FROM batch AS b
+                                   WHERE b.abandoned_at < now() - $3::bigint * interval '1 microsecond'))
+     AND abandoned_at < now() - $3::bigint * interval '1 microsecond'
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM batch)::bigint AS scanned,
+       COALESCE((SELECT max(owner_token) FROM batch), '')::text AS last_token,
+       (SELECT count(*) FROM deleted)::bigint AS deleted
+ WHERE set_config('synchronous_commit', 'off', true) = 'off'
+`
+
+type SweepAbandonedTokensBatchParams struct {
+	AfterToken      string
+	BatchSize       int32
+	RetentionMicros int64
+}
+
+type SweepAbandonedTokensBatchRow struct {
+	Scanned   int64
+	LastToken string
+	Deleted   int64
+}
+
+// One batch of the sweep of tombstones older than the retention
+// (pglease.AbandonedTokenRetention), walked by owner_token like
+// SweepExpiredBatch and committed asynchronously for the same reason: a
+// tombstone that outlives a crash only waits for the next sweep.
+func (q *Queries) SweepAbandonedTokensBatch(ctx context.Context, arg SweepAbandonedTokensBatchParams) (SweepAbandonedTokensBatchRow, error) {
+	row := q.db.QueryRow(ctx, SweepAbandonedTokensBatch, arg.AfterToken, arg.BatchSize, arg.RetentionMicros)
+	var i SweepAbandonedTokensBatchRow
+	err := row.Scan(&i.Scanned, &i.LastToken, &i.Deleted)
+	return i, err
+}
+
 const SweepExpired = `-- name: SweepExpired :execrows
 DELETE FROM lock_leases
  WHERE expires_at < now() - $1::bigint * interval '1 microsecond'
@@ -376,11 +419,66 @@ DELETE FROM lock_leases
 
 // Deletes rows expired longer than the grace period. Safe at any time: fences
 // come from pgfence_next_fence(), not from the row, so deleting a row never
-// lets a fence repeat.
+// lets a fence repeat. One transaction for every row: on a big table prefer
+// SweepExpiredBatch (what pglease uses).
 func (q *Queries) SweepExpired(ctx context.Context, graceMicros int64) (int64, error) {
 	result, err := q.db.Exec(ctx, SweepExpired, graceMicros)
 	if err != nil {
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const SweepExpiredBatch = `-- name: SweepExpiredBatch :one
+WITH batch AS (
+  SELECT lock_key, expires_at
+    FROM lock_leases
+   WHERE lock_key > $1::text
+   ORDER BY lock_key
+   LIMIT $2::int
+), deleted AS (
+  DELETE FROM lock_leases
+   WHERE lock_key = ANY (ARRAY(SELECT b.lock_key FROM batch AS b
+                                WHERE b.expires_at < now() - $3::bigint * interval '1 microsecond'))
+     AND expires_at < now() - $3::bigint * interval '1 microsecond'
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM batch)::bigint AS scanned,
+       COALESCE((SELECT max(lock_key) FROM batch), '')::text AS last_key,
+       (SELECT count(*) FROM deleted)::bigint AS deleted
+ WHERE set_config('synchronous_commit', 'off', true) = 'off'
+`
+
+type SweepExpiredBatchParams struct {
+	AfterKey    string
+	BatchSize   int32
+	GraceMicros int64
+}
+
+type SweepExpiredBatchRow struct {
+	Scanned int64
+	LastKey string
+	Deleted int64
+}
+
+// One batch of pglease's SweepExpired, in its own short transaction: it
+// reads the next batch_size rows in key order after after_key (a cursor on
+// the primary key, so no index on expires_at is needed: migration 000005
+// dropped it to keep acquire's updates HOT) and deletes those expired longer
+// than the grace period. The DELETE re-checks the expiry on the newest row
+// version (READ COMMITTED re-evaluates its WHERE on a row updated since the
+// snapshot), so a row acquired or renewed meanwhile is never deleted.
+// Deleting is safe at any time: fences come from a sequence, not from the
+// row. It returns how many rows it read (fewer than batch_size: the walk is
+// done), the last key read (the next cursor) and how many it deleted.
+//
+// It commits asynchronously (synchronous_commit = off for this transaction
+// only): a delete lost in a crash leaves an expired row that the next sweep
+// deletes, and an acquisition that reuses the key commits durably, which
+// flushes the WAL up to and past this delete first.
+func (q *Queries) SweepExpiredBatch(ctx context.Context, arg SweepExpiredBatchParams) (SweepExpiredBatchRow, error) {
+	row := q.db.QueryRow(ctx, SweepExpiredBatch, arg.AfterKey, arg.BatchSize, arg.GraceMicros)
+	var i SweepExpiredBatchRow
+	err := row.Scan(&i.Scanned, &i.LastKey, &i.Deleted)
+	return i, err
 }

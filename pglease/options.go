@@ -33,6 +33,7 @@ type config struct {
 	logger        *slog.Logger
 
 	durableRelease bool
+	sweepBatch     int
 }
 
 func defaultConfig() config {
@@ -47,6 +48,7 @@ func defaultConfig() config {
 		backoffMax:  1 * time.Second,
 		resolveWait: 5 * time.Second,
 		observePoll: DefaultObserveInterval,
+		sweepBatch:  DefaultSweepBatch,
 		logger:      slog.New(slog.DiscardHandler),
 	}
 }

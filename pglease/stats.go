@@ -1,8 +1,6 @@
 package pglease
 
 import (
-	"context"
-	"fmt"
 	"sync/atomic"
 	"time"
 )
@@ -33,24 +31,4 @@ func (c *Client) Stats() Stats {
 		Lost:              c.stats.lost.Load(),
 		AmbiguousAcquires: c.stats.ambiguous.Load(),
 	}
-}
-
-// SweepExpired deletes lease rows that expired more than olderThan ago and
-// returns how many. It is safe at any time: fences come from a sequence, not
-// from the rows, so a deleted row never lets a fence repeat. Run it now and
-// then (say hourly) when keys are many and short-lived. It also deletes the
-// tombstones of abandoned acquisitions older than AbandonedTokenRetention
-// (not counted in the result), whatever olderThan says.
-func (c *Client) SweepExpired(ctx context.Context, olderThan time.Duration) (int64, error) {
-	if olderThan < 0 {
-		return 0, invalid("sweep grace must not be negative, got %v", olderThan)
-	}
-	n, err := c.queries(ctx).SweepExpired(ctx, olderThan.Microseconds())
-	if err != nil {
-		return n, err
-	}
-	if _, err := c.queries(ctx).SweepAbandonedTokens(ctx, AbandonedTokenRetention.Microseconds()); err != nil {
-		return n, fmt.Errorf("pglease: deleting old tombstones of abandoned acquisitions: %w", err)
-	}
-	return n, nil
 }

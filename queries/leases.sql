@@ -153,7 +153,8 @@ SELECT lock_key, owner, fence, acquired_at, expires_at,
 -- name: SweepExpired :execrows
 -- Deletes rows expired longer than the grace period. Safe at any time: fences
 -- come from pgfence_next_fence(), not from the row, so deleting a row never
--- lets a fence repeat.
+-- lets a fence repeat. One transaction for every row: on a big table prefer
+-- SweepExpiredBatch (what pglease uses).
 DELETE FROM lock_leases
  WHERE expires_at < now() - sqlc.arg(grace_micros)::bigint * interval '1 microsecond';
 
@@ -162,6 +163,63 @@ DELETE FROM lock_leases
 -- (pglease.AbandonedTokenRetention).
 DELETE FROM pgfence_abandoned_tokens
  WHERE abandoned_at < now() - sqlc.arg(retention_micros)::bigint * interval '1 microsecond';
+
+-- name: SweepExpiredBatch :one
+-- One batch of pglease's SweepExpired, in its own short transaction: it
+-- reads the next batch_size rows in key order after after_key (a cursor on
+-- the primary key, so no index on expires_at is needed: migration 000005
+-- dropped it to keep acquire's updates HOT) and deletes those expired longer
+-- than the grace period. The DELETE re-checks the expiry on the newest row
+-- version (READ COMMITTED re-evaluates its WHERE on a row updated since the
+-- snapshot), so a row acquired or renewed meanwhile is never deleted.
+-- Deleting is safe at any time: fences come from a sequence, not from the
+-- row. It returns how many rows it read (fewer than batch_size: the walk is
+-- done), the last key read (the next cursor) and how many it deleted.
+--
+-- It commits asynchronously (synchronous_commit = off for this transaction
+-- only): a delete lost in a crash leaves an expired row that the next sweep
+-- deletes, and an acquisition that reuses the key commits durably, which
+-- flushes the WAL up to and past this delete first.
+WITH batch AS (
+  SELECT lock_key, expires_at
+    FROM lock_leases
+   WHERE lock_key > sqlc.arg(after_key)::text
+   ORDER BY lock_key
+   LIMIT sqlc.arg(batch_size)::int
+), deleted AS (
+  DELETE FROM lock_leases
+   WHERE lock_key = ANY (ARRAY(SELECT b.lock_key FROM batch AS b
+                                WHERE b.expires_at < now() - sqlc.arg(grace_micros)::bigint * interval '1 microsecond'))
+     AND expires_at < now() - sqlc.arg(grace_micros)::bigint * interval '1 microsecond'
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM batch)::bigint AS scanned,
+       COALESCE((SELECT max(lock_key) FROM batch), '')::text AS last_key,
+       (SELECT count(*) FROM deleted)::bigint AS deleted
+ WHERE set_config('synchronous_commit', 'off', true) = 'off';
+
+-- name: SweepAbandonedTokensBatch :one
+-- One batch of the sweep of tombstones older than the retention
+-- (pglease.AbandonedTokenRetention), walked by owner_token like
+-- SweepExpiredBatch and committed asynchronously for the same reason: a
+-- tombstone that outlives a crash only waits for the next sweep.
+WITH batch AS (
+  SELECT owner_token, abandoned_at
+    FROM pgfence_abandoned_tokens
+   WHERE owner_token > sqlc.arg(after_token)::text
+   ORDER BY owner_token
+   LIMIT sqlc.arg(batch_size)::int
+), deleted AS (
+  DELETE FROM pgfence_abandoned_tokens
+   WHERE owner_token = ANY (ARRAY(SELECT b.owner_token FROM batch AS b
+                                   WHERE b.abandoned_at < now() - sqlc.arg(retention_micros)::bigint * interval '1 microsecond'))
+     AND abandoned_at < now() - sqlc.arg(retention_micros)::bigint * interval '1 microsecond'
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM batch)::bigint AS scanned,
+       COALESCE((SELECT max(owner_token) FROM batch), '')::text AS last_token,
+       (SELECT count(*) FROM deleted)::bigint AS deleted
+ WHERE set_config('synchronous_commit', 'off', true) = 'off';
 
 -- name: NextFence :one
 -- Draws a fence from the never-repeating source without taking a lease, for

@@ -5,6 +5,7 @@
 //
 //	func TestMain(m *testing.M) { pgtest.Main(m) }
 //
-// and take pools with pgtest.Pool(t). When no server can be found, Main fails
+// and take pools with pgtest.Pool(t), or with pgtest.SchemaPool(t) for
+// empty pgfence tables of the test's own. When no server can be found, Main fails
 // the package with dbenv's message: tests never skip for lack of a database.
 package pgtest

@@ -1,0 +1,42 @@
+package pgtest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgfence/pgfence/migrations"
+)
+
+// SchemaPool returns a pool whose connections use a pgfence of their own:
+// a fresh schema in the package's database, migrated and dropped with the
+// test. Its tables start empty, for tests that count or walk every row
+// (other tests' rows stay in the default schema). opts adjust the
+// configuration, as for Pool.
+func SchemaPool(t testing.TB, opts ...func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	schema := fmt.Sprintf("pgtest_%d", rand.Uint32())
+	base := Pool(t)
+	if err := migrations.Up(ctx, base, migrations.WithSchema(schema)); err != nil {
+		t.Fatalf("pgtest: migrate schema %s: %v", schema, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := base.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			t.Errorf("pgtest: drop schema %s: %v", schema, err)
+		}
+	})
+	return Pool(t, append([]func(*pgxpool.Config){func(cfg *pgxpool.Config) {
+		if err := migrations.UseSchema(cfg, schema); err != nil {
+			t.Fatal(err)
+		}
+	}}, opts...)...)
+}

@@ -1,0 +1,108 @@
+package pglease
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/pgfence/pgfence/fencedb"
+)
+
+const (
+	// DefaultSweepBatch is how many rows one batch of SweepExpired reads
+	// (and at most deletes) in its own transaction, unless WithSweepBatch
+	// says otherwise.
+	DefaultSweepBatch = 1000
+	// MaxSweepBatch is the largest batch WithSweepBatch accepts: a batch
+	// holds its rows' locks until it commits, and a longer batch delays the
+	// acquisitions that wait for them.
+	MaxSweepBatch = 100000
+)
+
+// WithSweepBatch sets how many rows each batch of SweepExpired reads in key
+// order, and so at most deletes, in one short transaction. Default:
+// DefaultSweepBatch. n must lie in [1, MaxSweepBatch]. Smaller batches hold
+// row locks for less time; larger ones take fewer round trips.
+func WithSweepBatch(n int) Option {
+	return func(c *config) error {
+		if n < 1 || n > MaxSweepBatch {
+			return invalid("sweep batch %d is outside [1, %d]", n, MaxSweepBatch)
+		}
+		c.sweepBatch = n
+		return nil
+	}
+}
+
+// SweepExpired deletes lease rows that expired more than olderThan ago and
+// returns how many. It is safe at any time: fences come from a sequence, not
+// from the rows, so a deleted row never lets a fence repeat, and each delete
+// re-checks the expiry, so a row acquired or renewed during the sweep stays.
+// Run it now and then (say hourly) when keys are many and short-lived. It
+// also deletes the tombstones of abandoned acquisitions older than
+// AbandonedTokenRetention (not counted in the result), whatever olderThan
+// says.
+//
+// It walks the table in key order in batches (WithSweepBatch), each its own
+// short transaction, so that a sweep of millions of rows never holds locks,
+// or keeps old row versions from being pruned, for longer than one batch:
+// acquisitions running meanwhile stay fast. Rows inserted behind the walk
+// wait for the next sweep. When ctx ends between or during batches it
+// returns the rows deleted so far with ctx's error; what was deleted stays
+// deleted.
+func (c *Client) SweepExpired(ctx context.Context, olderThan time.Duration) (int64, error) {
+	if olderThan < 0 {
+		return 0, invalid("sweep grace must not be negative, got %v", olderThan)
+	}
+	n, err := c.sweepLeases(ctx, olderThan)
+	if err != nil {
+		return n, fmt.Errorf("pglease: sweep stopped after deleting %d expired leases: %w", n, err)
+	}
+	if err := c.sweepTombstones(ctx); err != nil {
+		return n, fmt.Errorf("pglease: deleting old tombstones of abandoned acquisitions: %w", err)
+	}
+	return n, nil
+}
+
+// The walks start after the empty string, which sorts before every
+// non-empty text in any deterministic collation (keys are at least one
+// byte; tokens are random hex).
+
+func (c *Client) sweepLeases(ctx context.Context, olderThan time.Duration) (int64, error) {
+	var total int64
+	after := ""
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		r, err := c.queries(ctx).SweepExpiredBatch(ctx, fencedb.SweepExpiredBatchParams{
+			AfterKey: after, BatchSize: int32(c.cfg.sweepBatch), GraceMicros: olderThan.Microseconds(),
+		})
+		if err != nil {
+			return total, err
+		}
+		total += r.Deleted
+		if r.Scanned < int64(c.cfg.sweepBatch) {
+			return total, nil
+		}
+		after = r.LastKey
+	}
+}
+
+func (c *Client) sweepTombstones(ctx context.Context) error {
+	after := ""
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		r, err := c.queries(ctx).SweepAbandonedTokensBatch(ctx, fencedb.SweepAbandonedTokensBatchParams{
+			AfterToken: after, BatchSize: int32(c.cfg.sweepBatch), RetentionMicros: AbandonedTokenRetention.Microseconds(),
+		})
+		if err != nil {
+			return err
+		}
+		if r.Scanned < int64(c.cfg.sweepBatch) {
+			return nil
+		}
+		after = r.LastToken
+	}
+}
