@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfence/pgfence/internal/batchwalk"
 	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
@@ -42,8 +43,9 @@ func WithPurgeBatch(n int) Option {
 //
 // It walks the table in id order in batches (WithPurgeBatch), each its own
 // short transaction, so that a purge of millions of rows never holds locks,
-// or keeps old row versions from being pruned, for longer than one batch:
-// claims running meanwhile stay fast. Each delete re-checks the state and
+// or keeps old row versions from being pruned, for longer than one batch;
+// between batches it rests as long as the last batch took (package
+// internal/batchwalk says why), so claims running meanwhile stay fast. Each delete re-checks the state and
 // finished_at on the newest row version, so a job that is running,
 // available, or finished more recently than olderThan ago stays, however
 // its row changes during the purge. Rows inserted behind the walk wait for
@@ -63,21 +65,17 @@ func (c *Claimer) Purge(ctx context.Context, olderThan time.Duration) (int64, er
 	}
 	var total int64
 	after := int64(math.MinInt64)
-	for {
-		if err := ctx.Err(); err != nil {
-			return total, c.purgeStopped(total, err)
-		}
+	err = batchwalk.Run(ctx, func(ctx context.Context) (bool, error) {
 		var scanned, deleted int64
 		err := pgmode.Wrap(c.pool).QueryRow(ctx, stmt, c.queueArgs(after, batch, olderThan.Microseconds())...).
 			Scan(&scanned, &after, &deleted)
-		if err != nil {
-			return total, c.purgeStopped(total, err)
-		}
 		total += deleted
-		if scanned < int64(batch) {
-			return total, nil
-		}
+		return scanned == int64(batch), err
+	})
+	if err != nil {
+		return total, c.purgeStopped(total, err)
 	}
+	return total, nil
 }
 
 func (c *Claimer) purgeStopped(n int64, err error) error {

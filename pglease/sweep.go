@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/batchwalk"
 )
 
 const (
@@ -44,8 +45,9 @@ func WithSweepBatch(n int) Option {
 //
 // It walks the table in key order in batches (WithSweepBatch), each its own
 // short transaction, so that a sweep of millions of rows never holds locks,
-// or keeps old row versions from being pruned, for longer than one batch:
-// acquisitions running meanwhile stay fast. Rows inserted behind the walk
+// or keeps old row versions from being pruned, for longer than one batch;
+// between batches it rests as long as the last batch took (package
+// internal/batchwalk says why), so acquisitions running meanwhile stay fast. Rows inserted behind the walk
 // wait for the next sweep. When ctx ends between or during batches it
 // returns the rows deleted so far with ctx's error; what was deleted stays
 // deleted.
@@ -70,39 +72,30 @@ func (c *Client) SweepExpired(ctx context.Context, olderThan time.Duration) (int
 func (c *Client) sweepLeases(ctx context.Context, olderThan time.Duration) (int64, error) {
 	var total int64
 	after := ""
-	for {
-		if err := ctx.Err(); err != nil {
-			return total, err
-		}
+	err := batchwalk.Run(ctx, func(ctx context.Context) (bool, error) {
 		r, err := c.queries(ctx).SweepExpiredBatch(ctx, fencedb.SweepExpiredBatchParams{
 			AfterKey: after, BatchSize: int32(c.cfg.sweepBatch), GraceMicros: olderThan.Microseconds(),
 		})
 		if err != nil {
-			return total, err
+			return false, err
 		}
 		total += r.Deleted
-		if r.Scanned < int64(c.cfg.sweepBatch) {
-			return total, nil
-		}
 		after = r.LastKey
-	}
+		return r.Scanned == int64(c.cfg.sweepBatch), nil
+	})
+	return total, err
 }
 
 func (c *Client) sweepTombstones(ctx context.Context) error {
 	after := ""
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
+	return batchwalk.Run(ctx, func(ctx context.Context) (bool, error) {
 		r, err := c.queries(ctx).SweepAbandonedTokensBatch(ctx, fencedb.SweepAbandonedTokensBatchParams{
 			AfterToken: after, BatchSize: int32(c.cfg.sweepBatch), RetentionMicros: AbandonedTokenRetention.Microseconds(),
 		})
 		if err != nil {
-			return err
-		}
-		if r.Scanned < int64(c.cfg.sweepBatch) {
-			return nil
+			return false, err
 		}
 		after = r.LastToken
-	}
+		return r.Scanned == int64(c.cfg.sweepBatch), nil
+	})
 }
