@@ -6,6 +6,8 @@ import (
 	"os"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/pgfence/pgfence/internal/validate"
 )
 
@@ -33,6 +35,7 @@ type config struct {
 	logger        *slog.Logger
 
 	durableRelease bool
+	meterProvider  metric.MeterProvider // nil: the global one
 }
 
 func defaultConfig() config {
