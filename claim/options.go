@@ -7,6 +7,8 @@ import (
 	"os"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/pgfence/pgfence/internal/validate"
 )
 
@@ -31,6 +33,9 @@ type config struct {
 	owner   string
 	backoff func(attempt int) time.Duration
 	logger  *slog.Logger
+
+	meterProvider   metric.MeterProvider // nil: the global one (metrics.go)
+	queueStatsEvery time.Duration        // 0: DefaultQueueStatsInterval
 }
 
 func defaultConfig() config {

@@ -82,38 +82,40 @@ var LatencyBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 
 // HeldBuckets (seconds) for how long a lease was held: a second to a day.
 var HeldBuckets = []float64{0.01, 0.1, 1, 5, 15, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 24 * 3600}
 
-// registry makes one callback per (meter, pool): two clients on one pool
-// would otherwise observe the same attribute set twice.
+// registry makes one callback per (meter, key): two clients on one pool (or
+// two claimers on one queue) would otherwise observe the same attribute set
+// twice.
 var registry = struct {
 	sync.Mutex
-	m map[poolKey]*poolEntry
-}{m: map[poolKey]*poolEntry{}}
+	m map[sharedKey]*sharedEntry
+}{m: map[sharedKey]*sharedEntry{}}
 
-type poolKey struct {
+type sharedKey struct {
 	meter metric.Meter
-	pool  *pgxpool.Pool
+	key   any
 }
 
-type poolEntry struct {
+type sharedEntry struct {
 	refs int
 	reg  metric.Registration
 }
 
-// PoolStats registers observable instruments (pgfence.db.pool.*) that read
-// pool.Stat() at each collection, under the attribute db.pool
-// (host:port/database). The returned function unregisters them; call it once.
-// Registrations of the same pool on the same meter share one callback.
-func PoolStats(meter metric.Meter, pool *pgxpool.Pool) func() {
+// Shared calls register (which registers a callback on meter) unless a
+// registration for the same meter and key is alive, and returns the function
+// that gives this use up; the last one unregisters. Call it once. key must be
+// comparable.
+func Shared(meter metric.Meter, key any, register func() metric.Registration) func() {
 	if !reflect.TypeOf(meter).Comparable() {
-		reg := registerPool(meter, pool)
-		return func() { unregister(reg) }
+		reg := register()
+		var once sync.Once
+		return func() { once.Do(func() { unregister(reg) }) }
 	}
-	k := poolKey{meter, pool}
+	k := sharedKey{meter, key}
 	registry.Lock()
 	defer registry.Unlock()
 	e := registry.m[k]
 	if e == nil {
-		e = &poolEntry{reg: registerPool(meter, pool)}
+		e = &sharedEntry{reg: register()}
 		registry.m[k] = e
 	}
 	e.refs++
@@ -128,6 +130,14 @@ func PoolStats(meter metric.Meter, pool *pgxpool.Pool) func() {
 			}
 		})
 	}
+}
+
+// PoolStats registers observable instruments (pgfence.db.pool.*) that read
+// pool.Stat() at each collection, under the attribute db.pool
+// (host:port/database). The returned function unregisters them; call it once.
+// Registrations of the same pool on the same meter share one callback.
+func PoolStats(meter metric.Meter, pool *pgxpool.Pool) func() {
+	return Shared(meter, pool, func() metric.Registration { return registerPool(meter, pool) })
 }
 
 func unregister(reg metric.Registration) {
