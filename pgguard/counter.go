@@ -6,6 +6,8 @@ import (
 	"maps"
 	"strconv"
 	"sync"
+
+	"go.opentelemetry.io/otel/metric"
 )
 
 // Counter counts stale writes caught, per table. Each one is a holder that
@@ -88,6 +90,8 @@ type options struct {
 	// ownSource: fences come from the caller's own source, so the
 	// ceiling of pgfence's source does not apply (WithOwnFenceSource).
 	ownSource bool
+	// meterProvider: nil for the global one (metrics.go).
+	meterProvider metric.MeterProvider
 }
 
 func buildOptions(opts []Option) (options, error) {
@@ -131,6 +135,7 @@ func WithStaleHook(fn func(ctx context.Context, e *StaleFenceError)) Option {
 // caught counts e and calls the hook; it returns e.
 func (o *options) caught(ctx context.Context, e *StaleFenceError) error {
 	o.counter.Record(e)
+	o.countStale(ctx, e)
 	if o.hook != nil {
 		o.hook(ctx, e)
 	}
