@@ -1,4 +1,4 @@
-package pgguard_test
+package metricstest_test
 
 import (
 	"context"

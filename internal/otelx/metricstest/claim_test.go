@@ -1,4 +1,4 @@
-package claim_test
+package metricstest_test
 
 import (
 	"context"
