@@ -138,11 +138,11 @@ func (m *metrics) renewFailed() { m.renewFails.Add(context.Background(), 1, m.no
 // cause < 0 (released).
 func (m *metrics) ended(l *Lease, cause int) {
 	ctx := context.Background()
-	m.held.Add(ctx, -1, m.none.Add...)
-	m.heldFor.Record(ctx, time.Since(l.start).Seconds(), m.none.Rec...)
 	if cause >= 0 {
 		m.lostCount.Add(ctx, 1, m.lostAttrs[cause].Add...)
 	}
+	m.heldFor.Record(ctx, time.Since(l.start).Seconds(), m.none.Rec...)
+	m.held.Add(ctx, -1, m.none.Add...) // last: once held is back down, the rest is recorded
 }
 
 // lostAtDeadline records l lost when its local deadline passed: to a failed
