@@ -32,6 +32,7 @@ type Claimer struct {
 	// sent in the pool's default mode), which is unsafe behind a
 	// transaction pooler when that mode prepares named statements.
 	pipeline bool
+	met      *metrics // OpenTelemetry instruments (metrics.go)
 }
 
 // Job is one claimed job row. Pass it back to Heartbeat, Complete, Fail or
@@ -109,7 +110,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Claimer, err
 	if err != nil {
 		return nil, fmt.Errorf("claim: checking for a connection pooler: %w", err)
 	}
-	return &Claimer{pool: pool, cfg: cfg, sql: buildStatements(cfg.table), pipeline: pipeline}, nil
+	c := &Claimer{pool: pool, cfg: cfg, sql: buildStatements(cfg.table), pipeline: pipeline}
+	c.met = newMetrics(c)
+	return c, nil
 }
 
 // Owner is the owner label written to claimed rows.
@@ -190,6 +193,7 @@ func (c *Claimer) scanClaimed(rows pgx.Rows, sent time.Time, lease time.Duration
 	if err := rows.Err(); err != nil {
 		return nil, c.explain("claim", err)
 	}
+	c.met.claimed(len(jobs))
 	return jobs, nil
 }
 
@@ -260,8 +264,10 @@ func (c *Claimer) complete(ctx context.Context, q Querier, j *Job) error {
 		return fmt.Errorf("claim: complete job %d: %w", j.ID, err)
 	}
 	if !ok {
+		c.met.leaseLost(opComplete)
 		return &LeaseLostError{Op: "complete", JobID: j.ID, Fence: j.Fence}
 	}
+	c.met.completed()
 	return nil
 }
 
@@ -299,11 +305,13 @@ func (c *Claimer) Fail(ctx context.Context, j *Job, cause error) (FailResult, er
 	}
 	err := pgmode.Wrap(c.pool).QueryRow(ctx, c.sql.fail, args...).Scan(&state, &runAt)
 	if errors.Is(err, pgx.ErrNoRows) {
+		c.met.leaseLost(opFail)
 		return FailResult{}, &LeaseLostError{Op: "fail", JobID: j.ID, Fence: j.Fence}
 	}
 	if err != nil {
 		return FailResult{}, fmt.Errorf("claim: fail job %d: %w", j.ID, err)
 	}
+	c.met.failed(state == "dead")
 	if state == "dead" {
 		return FailResult{Dead: true}, nil
 	}
@@ -334,6 +342,7 @@ func (c *Claimer) Release(ctx context.Context, j *Job) error {
 		return fmt.Errorf("claim: release job %d: %w", j.ID, err)
 	}
 	if tag.RowsAffected() == 0 {
+		c.met.leaseLost(opRelease)
 		return &LeaseLostError{Op: "release", JobID: j.ID, Fence: j.Fence}
 	}
 	return nil
@@ -361,6 +370,7 @@ func (c *Claimer) Rescue(ctx context.Context, limit int) (RescueResult, error) {
 	if err != nil {
 		return RescueResult{}, c.explain("rescue", err)
 	}
+	c.met.rescued(r)
 	if r.Requeued+r.Dead > 0 {
 		c.cfg.logger.Warn("claim: rescued jobs whose lease expired", "requeued", r.Requeued, "dead", r.Dead)
 	}

@@ -78,4 +78,11 @@
 // (completed under this fence: Completed; still running under it: the
 // commit did not land, the attempt is recorded as failed; otherwise
 // LeaseLost).
+//
+// Metrics: a Claimer records OpenTelemetry metrics (jobs claimed, completed,
+// failed, rescued and lease lost; queue depth and the oldest runnable job's
+// age, queried at most every WithQueueStatsInterval; its pool's figures)
+// through the API only, to WithMeterProvider or the global provider; the
+// instruments are documented once, in the README's "Metrics" section
+// (https://github.com/pgfence/pgfence#metrics).
 package claim

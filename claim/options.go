@@ -7,6 +7,8 @@ import (
 	"os"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/pgfence/pgfence/internal/validate"
 )
 
@@ -32,7 +34,9 @@ type config struct {
 	backoff func(attempt int) time.Duration
 	logger  *slog.Logger
 
-	purgeBatch int // 0: DefaultPurgeBatch
+	purgeBatch      int                  // 0: DefaultPurgeBatch
+	meterProvider   metric.MeterProvider // nil: the global one (metrics.go)
+	queueStatsEvery time.Duration        // 0: DefaultQueueStatsInterval
 }
 
 func defaultConfig() config {

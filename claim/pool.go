@@ -565,6 +565,7 @@ func (p *Pool) reportBatch(r *run, jobs []*Job, res []error, err error) {
 		if err == nil {
 			out.Err = res[i]
 		}
+		p.c.met.batchCompleted(out.Err)
 		p.report(j, out)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"maps"
 	"strconv"
 	"sync"
+
+	"go.opentelemetry.io/otel/metric"
 )
 
 // Counter counts stale writes caught, per table. Each one is a holder that
@@ -79,19 +81,20 @@ func (c *Counter) Last() *StaleFenceError {
 	return &cp
 }
 
-// GuardOption configures NewGuard: WithCounter, WithStaleHook, WithDoneWhen,
-// WithOwnFenceSource.
+// GuardOption configures NewGuard: WithCounter, WithStaleHook,
+// WithMeterProvider, WithDoneWhen, WithOwnFenceSource.
 type GuardOption interface{ applyGuard(*options) error }
 
 // RunFencedOption configures RunFenced: WithCounter, WithStaleHook,
-// WithOwnFenceSource.
+// WithMeterProvider, WithOwnFenceSource.
 type RunFencedOption interface{ applyRunFenced(*options) error }
 
 // SetFenceOption configures SetFence: WithOwnFenceSource.
 type SetFenceOption interface{ applySetFence(*options) error }
 
-// CountOption is what WithCounter and WithStaleHook return: it applies to
-// NewGuard and RunFenced, the two that catch stale writes.
+// CountOption is what WithCounter, WithStaleHook and WithMeterProvider
+// return: it applies to NewGuard and RunFenced, the two that catch stale
+// writes.
 type CountOption struct{ fn func(*options) error }
 
 func (c CountOption) applyGuard(o *options) error     { return apply(c.fn, o) }
@@ -126,6 +129,8 @@ type options struct {
 	// ownSource: fences come from the caller's own source, so the
 	// ceiling of pgfence's source does not apply (WithOwnFenceSource).
 	ownSource bool
+	// meterProvider: nil for the global one (metrics.go).
+	meterProvider metric.MeterProvider
 }
 
 // buildOptions applies opts in order over the defaults; nil options are
@@ -172,6 +177,7 @@ func WithStaleHook(fn func(ctx context.Context, e *StaleFenceError)) CountOption
 // caught counts e and calls the hook; it returns e.
 func (o *options) caught(ctx context.Context, e *StaleFenceError) error {
 	o.counter.Record(e)
+	o.countStale(ctx, e)
 	if o.hook != nil {
 		o.hook(ctx, e)
 	}

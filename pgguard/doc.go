@@ -122,4 +122,10 @@
 // pgguard never imports pglease: the resource knows fences, not leases.
 // Its tables and functions come from pgfence's migrations (package
 // migrations, versions 2 and 4).
+//
+// Metrics: guarded writes by table and outcome, and stale refusals by table,
+// are recorded as OpenTelemetry metrics through the API only, to
+// WithMeterProvider or the global provider; the instruments are documented
+// once, in the README's "Metrics" section
+// (https://github.com/pgfence/pgfence#metrics).
 package pgguard

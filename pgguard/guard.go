@@ -24,6 +24,7 @@ type Guard struct {
 	qKey   string // quoted
 	qFence string
 	opts   options
+	met    *guardMetrics // OpenTelemetry instruments (metrics.go)
 }
 
 // NewGuard checks t against the catalog through db and returns a Guard for
@@ -60,6 +61,7 @@ func NewGuard(ctx context.Context, db DBTX, t Table, opts ...GuardOption) (*Guar
 		qKey: pgx.Identifier{t.KeyColumn}.Sanitize(), qFence: pgx.Identifier{t.fenceColumn()}.Sanitize(),
 		opts: o,
 	}
+	g.met = newGuardMetrics(o, r.display)
 	if _, err := g.conds(&builder{}, o.done); len(o.done) > 0 && err != nil {
 		return nil, err // WithDoneWhen named a column the table lacks
 	}
@@ -240,7 +242,8 @@ func (g *Guard) setFence(fenceParam string) string {
 // write saw: a concurrent change that made the write fail can also have made
 // the conditions true again. Update then still reports ErrPrecondition (the
 // condition did not hold when the write ran) with a detail saying so.
-func (g *Guard) Update(ctx context.Context, db DBTX, key any, fence int64, set Values, where ...Cond) error {
+func (g *Guard) Update(ctx context.Context, db DBTX, key any, fence int64, set Values, where ...Cond) (err error) {
+	defer func() { g.met.wrote(opUpdate, err) }()
 	if err := g.checkArgs(key, fence); err != nil {
 		return err
 	}
@@ -374,7 +377,8 @@ func (g *Guard) Check(ctx context.Context, db DBTX, key any, fence int64, where 
 // exists, so abandon the attempt; ErrNoRow means there is no such row.
 // ClaimFirst also sets the transaction's fence, as SetFence does, and so
 // refuses a fence above the ceiling (ErrFenceAboveCeiling) as Update does.
-func (g *Guard) ClaimFirst(ctx context.Context, db DBTX, key any, fence int64, columns []string, dest ...any) error {
+func (g *Guard) ClaimFirst(ctx context.Context, db DBTX, key any, fence int64, columns []string, dest ...any) (err error) {
+	defer func() { g.met.wrote(opClaim, err) }()
 	if err := g.checkArgs(key, fence); err != nil {
 		return err
 	}
@@ -400,7 +404,7 @@ func (g *Guard) ClaimFirst(ctx context.Context, db DBTX, key any, fence int64, c
 		g.t.quoted(), alias, g.qFence, pFence, g.setFence(pFence),
 		alias, g.qKey, pKey, alias, g.qFence, pFence, strings.Join(ret, ", "))
 	var raised int64
-	err := pgmode.Wrap(db).QueryRow(ctx, b.sb.String(), b.args...).Scan(append([]any{&raised}, dest...)...)
+	err = pgmode.Wrap(db).QueryRow(ctx, b.sb.String(), b.args...).Scan(append([]any{&raised}, dest...)...)
 	if err == nil {
 		return nil
 	}

@@ -35,6 +35,7 @@ type Client struct {
 	renewHook func(ctx context.Context, l *Lease) (time.Time, error)
 
 	stats counters
+	met   *metrics // OpenTelemetry instruments (metrics.go)
 
 	wake *waker // nil unless WithWakeOnRelease
 
@@ -68,6 +69,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Client, error) {
 	}
 	c := &Client{pool: pool, direct: fencedb.New(pool), pooled: fencedb.New(pgmode.Wrap(pool)),
 		mode: pgmode.NewAuto(pool), cfg: cfg, leases: map[*Lease]struct{}{}}
+	c.met = newMetrics(cfg.meterProvider, pool)
 	c.closing, c.stopClosing = context.WithCancel(context.Background())
 	if cfg.wakeOnRelease {
 		c.wake = newWaker(c)
@@ -105,6 +107,7 @@ func (c *Client) Close() error {
 		cancel()
 	}
 	c.wg.Wait()
+	c.met.close()
 	return errors.Join(errs...)
 }
 
@@ -159,7 +162,10 @@ func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err := c.checkArgs(key, ttl); err != nil {
 		return nil, err
 	}
-	return c.tryAcquire(ctx, key, ttl)
+	start := time.Now()
+	l, err := c.tryAcquire(ctx, key, ttl)
+	c.met.acquired(opTry, start, err)
+	return l, err
 }
 
 // Acquire takes the lease on key, waiting while another owner holds it:
@@ -172,12 +178,13 @@ func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 // says how long it waited. Transient errors (a dropped connection, a server
 // restarting) are retried the same way; definite ones (a missing schema, bad
 // input) end it at once.
-func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
+func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (_ *Lease, err error) {
 	if err := c.checkArgs(key, ttl); err != nil {
 		return nil, err
 	}
 	start := time.Now()
 	defer func() { c.stats.waitedNanos.Add(int64(time.Since(start))) }()
+	defer func() { c.met.acquired(opWait, start, err) }()
 	bound := c.cfg.backoffMin
 	var woken <-chan struct{} // nil, never ready, without WithWakeOnRelease
 	if c.wake != nil {

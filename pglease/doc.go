@@ -56,4 +56,10 @@
 //
 // Zero rows is an answer: ErrNotAcquired, ErrLeaseLost, and WaitError (which
 // says how long Acquire waited) are returned, never swallowed.
+//
+// Metrics: the client records OpenTelemetry metrics (acquisitions, waits,
+// leases held and lost by cause, renewal failures, its pool's figures)
+// through the API only, to WithMeterProvider or the global provider; the
+// instruments are documented once, in the README's "Metrics" section
+// (https://github.com/pgfence/pgfence#metrics).
 package pglease

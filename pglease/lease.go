@@ -28,6 +28,7 @@ type Lease struct {
 	token string
 	fence int64
 	ttl   time.Duration
+	start time.Time // before the acquisition was sent, for pgfence.lease.held.duration
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -51,7 +52,7 @@ type Lease struct {
 func (c *Client) startLease(key, token string, fence int64, expiresAt time.Time, ttl time.Duration, sent time.Time) (*Lease, error) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	l := &Lease{
-		c: c, key: key, token: token, fence: fence, ttl: ttl,
+		c: c, key: key, token: token, fence: fence, ttl: ttl, start: sent,
 		ctx: ctx, cancel: cancel,
 		deadline:  sent.Add(ttl - c.margin(ttl)),
 		expiresAt: expiresAt,
@@ -69,6 +70,7 @@ func (c *Client) startLease(key, token string, fence int64, expiresAt time.Time,
 	c.leases[l] = struct{}{}
 	c.mu.Unlock()
 	c.stats.acquired.Add(1)
+	c.met.leaseStarted()
 
 	l.mu.Lock()
 	l.timer = time.AfterFunc(time.Until(l.deadline), l.deadlinePassed)
@@ -171,6 +173,7 @@ func (l *Lease) deadlinePassed() {
 	}
 	l.mu.Unlock()
 	if l.lose(fmt.Errorf("%w: %q (fence %d): local deadline passed without a successful renewal", ErrLeaseLost, l.key, l.fence)) {
+		l.lostAtDeadline()
 		// The server may still count it as held (a renewal may have landed
 		// unseen): give it back so the next holder need not wait out the TTL.
 		// This runs on the timer's own goroutine, tracked so Close waits.
@@ -217,7 +220,9 @@ func (l *Lease) Renew(ctx context.Context) error {
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		cause := fmt.Errorf("%w: %q (fence %d): renewal found it expired or held by another owner", ErrLeaseLost, l.key, l.fence)
-		l.lose(cause)
+		if l.lose(cause) {
+			l.lostOnRenew(ctx)
+		}
 		return cause
 	}
 	if err != nil {
@@ -261,6 +266,7 @@ func (l *Lease) renewDue() {
 		return
 	case err != nil:
 		l.c.stats.renewFailures.Add(1)
+		l.c.met.renewFailed()
 		l.c.cfg.logger.Warn("pglease: renewal failed; retrying until the local deadline", "key", l.key, "fence", l.fence, "err", err)
 		next = min(every/4, 250*time.Millisecond)
 	}
@@ -318,6 +324,9 @@ func (l *Lease) Release(ctx context.Context) error {
 	l.timer.Stop()
 	l.mu.Unlock()
 	l.forget()
+	if !wasEnded {
+		l.endedAtRelease(released, taken)
+	}
 
 	var result error
 	switch {

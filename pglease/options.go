@@ -6,6 +6,8 @@ import (
 	"os"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/pgfence/pgfence/internal/validate"
 )
 
@@ -34,6 +36,7 @@ type config struct {
 
 	durableRelease bool
 	sweepBatch     int
+	meterProvider  metric.MeterProvider // nil: the global one
 }
 
 func defaultConfig() config {

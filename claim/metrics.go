@@ -1,0 +1,231 @@
+package claim
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/pgfence/pgfence/internal/otelx"
+	"github.com/pgfence/pgfence/internal/pgmode"
+)
+
+// DefaultQueueStatsInterval is how often, at most, the queue-depth gauges
+// query the table; collections in between report the last answer.
+const DefaultQueueStatsInterval = 5 * time.Second
+
+// queueStatsTimeout bounds the queue-depth query, so that a slow database
+// never holds up a collection for longer.
+const queueStatsTimeout = 2 * time.Second
+
+// WithMeterProvider sets where the claimer's OpenTelemetry metrics go (the
+// instruments are listed in the README's "Metrics" section). Default: the
+// global provider, otel.GetMeterProvider(), which records nothing (and never
+// runs the queue-depth query) until the application sets one. claim imports
+// only the OpenTelemetry API; bring the SDK and an exporter yourself.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *config) error {
+		if mp == nil {
+			return invalid("nil meter provider")
+		}
+		c.meterProvider = mp
+		return nil
+	}
+}
+
+// WithQueueStatsInterval sets how often, at most, the observable gauges
+// pgfence.job.queue.depth and pgfence.job.oldest_runnable.age query the
+// table (one aggregate over the queue's available and running rows).
+// Default: DefaultQueueStatsInterval.
+func WithQueueStatsInterval(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return invalid("queue stats interval must be positive, got %v", d)
+		}
+		c.queueStatsEvery = d
+		return nil
+	}
+}
+
+const meterName = "github.com/pgfence/pgfence/claim"
+
+// Which write found a job's lease lost (attribute op of pgfence.job.lease_lost).
+const (
+	opComplete = iota
+	opFail
+	opRelease
+)
+
+// metrics are a claimer's instruments, with every attribute set built once.
+type metrics struct {
+	claimedN, completedN, failedN, rescuedN, lostN metric.Int64Counter
+
+	queue                   otelx.Attrs
+	failRetry, failDead     otelx.Attrs
+	rescueAvail, rescueDead otelx.Attrs
+	lostOps                 [3]otelx.Attrs
+}
+
+func newMetrics(c *Claimer) *metrics {
+	m := otelx.Meter(c.cfg.meterProvider, meterName)
+	counter := func(name, desc string) metric.Int64Counter {
+		return otelx.Must(m.Int64Counter(name, metric.WithUnit("{job}"), metric.WithDescription(desc)))
+	}
+	q := attribute.String("queue", c.Queue())
+	out := func(v string) otelx.Attrs { return otelx.NewAttrs(q, attribute.String("outcome", v)) }
+	op := func(v string) otelx.Attrs { return otelx.NewAttrs(q, attribute.String("op", v)) }
+	met := &metrics{
+		claimedN:   counter("pgfence.job.claimed", "Jobs claimed."),
+		completedN: counter("pgfence.job.completed", "Completions accepted (CompleteTx: before the caller's commit)."),
+		failedN:    counter("pgfence.job.failed", "Failed attempts recorded, by outcome: retry or dead."),
+		rescuedN:   counter("pgfence.job.rescued", "Jobs whose lease expired, taken back by Rescue, by outcome: requeued or dead."),
+		lostN:      counter("pgfence.job.lease_lost", "Completions, failures and releases refused because the job's lease was lost, by op."),
+		queue:      otelx.NewAttrs(q),
+		failRetry:  out("retry"), failDead: out("dead"),
+		rescueAvail: out("requeued"), rescueDead: out("dead"),
+		lostOps: [3]otelx.Attrs{op("complete"), op("fail"), op("release")},
+	}
+	every := c.cfg.queueStatsEvery
+	if every <= 0 {
+		every = DefaultQueueStatsInterval
+	}
+	qs := &queueStats{pool: c.pool, sql: queueStatsSQL(c.cfg.table), args: c.queueArgs(), every: every, logger: c.cfg.logger}
+	key := queueKey{pool: c.pool, table: c.cfg.table.ident(), queue: c.Queue()}
+	stopQueue := otelx.Shared(m, key, func() metric.Registration { return qs.register(m, q) })
+	stopPool := otelx.PoolStats(m, c.pool)
+	// A Claimer has no Close: its callbacks end when it is collected. They
+	// reference the pool and qs, never c, so c can be collected.
+	runtime.AddCleanup(c, func(stops [2]func()) { stops[0](); stops[1]() }, [2]func(){stopQueue, stopPool})
+	return met
+}
+
+type queueKey struct {
+	pool         *pgxpool.Pool
+	table, queue string
+}
+
+func (m *metrics) claimed(n int) {
+	if n > 0 {
+		m.claimedN.Add(context.Background(), int64(n), m.queue.Add...)
+	}
+}
+
+func (m *metrics) completed() { m.completedN.Add(context.Background(), 1, m.queue.Add...) }
+
+func (m *metrics) failed(dead bool) {
+	a := &m.failRetry
+	if dead {
+		a = &m.failDead
+	}
+	m.failedN.Add(context.Background(), 1, a.Add...)
+}
+
+func (m *metrics) leaseLost(op int) { m.lostN.Add(context.Background(), 1, m.lostOps[op].Add...) }
+
+func (m *metrics) rescued(r RescueResult) {
+	ctx := context.Background()
+	if r.Requeued > 0 {
+		m.rescuedN.Add(ctx, r.Requeued, m.rescueAvail.Add...)
+	}
+	if r.Dead > 0 {
+		m.rescuedN.Add(ctx, r.Dead, m.rescueDead.Add...)
+	}
+}
+
+// batchCompleted records one job's result of a batched completion (Pool):
+// nil is a completion, ErrLeaseLost a refusal; a write error is neither.
+func (m *metrics) batchCompleted(err error) {
+	switch {
+	case err == nil:
+		m.completed()
+	case errors.Is(err, ErrLeaseLost):
+		m.leaseLost(opComplete)
+	}
+}
+
+// queueStatsSQL counts the queue's available and running rows and the age
+// of its oldest runnable one (0 when none is), in one statement. Completed
+// and dead rows are left out: they accumulate, and counting them would scan
+// what the partial indexes on available and running rows avoid.
+func queueStatsSQL(t Table) string {
+	q := func(col string) string { return pgx.Identifier{col}.Sanitize() }
+	where := q(t.State) + " IN ('available', 'running')"
+	if t.Queue != "" {
+		where += " AND " + q(t.Queue) + " = $1"
+	}
+	return "SELECT count(*) FILTER (WHERE " + q(t.State) + " = 'available'), " +
+		"count(*) FILTER (WHERE " + q(t.State) + " = 'running'), " +
+		"coalesce(extract(epoch FROM now() - min(" + q(t.RunAt) + ") FILTER (WHERE " + q(t.State) + " = 'available' AND " + q(t.RunAt) + " <= now())), 0)::float8 " +
+		"FROM " + t.ident() + " WHERE " + where
+}
+
+// queueStats caches the queue-depth query's answer for every.
+type queueStats struct {
+	pool   *pgxpool.Pool
+	sql    string
+	args   []any
+	every  time.Duration
+	logger *slog.Logger
+
+	mu               sync.Mutex
+	at               time.Time // of the last query, answered or not
+	ok               bool      // the last query answered
+	available, runng int64
+	age              float64
+}
+
+func (q *queueStats) register(m metric.Meter, queue attribute.KeyValue) metric.Registration {
+	depth := otelx.Must(m.Int64ObservableGauge("pgfence.job.queue.depth", metric.WithUnit("{job}"),
+		metric.WithDescription("Jobs in the queue by state (available, running), read at most every WithQueueStatsInterval.")))
+	age := otelx.Must(m.Float64ObservableGauge("pgfence.job.oldest_runnable.age", metric.WithUnit("s"),
+		metric.WithDescription("How long the oldest runnable job has been runnable (now - run_at); 0 when none is.")))
+	avail := metric.WithAttributeSet(attribute.NewSet(queue, attribute.String("state", "available")))
+	running := metric.WithAttributeSet(attribute.NewSet(queue, attribute.String("state", "running")))
+	base := metric.WithAttributeSet(attribute.NewSet(queue))
+	reg, err := m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		a, r, oldest, ok := q.read(ctx)
+		if !ok {
+			return nil // no answer: a gap in the series, not a made-up zero
+		}
+		o.ObserveInt64(depth, a, avail)
+		o.ObserveInt64(depth, r, running)
+		o.ObserveFloat64(age, oldest, base)
+		return nil
+	}, depth, age)
+	if err != nil {
+		otel.Handle(err)
+		return nil
+	}
+	return reg
+}
+
+// read returns the cached answer, querying first when it is older than
+// every. The query is bounded by queueStatsTimeout; concurrent collections
+// wait for one query rather than each sending their own.
+func (q *queueStats) read(ctx context.Context) (available, running int64, age float64, ok bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.at.IsZero() || time.Since(q.at) >= q.every {
+		q.at = time.Now()
+		qctx, cancel := context.WithTimeout(ctx, queueStatsTimeout)
+		var a, r int64
+		var oldest float64
+		err := pgmode.Wrap(q.pool).QueryRow(qctx, q.sql, q.args...).Scan(&a, &r, &oldest)
+		cancel()
+		if err != nil {
+			q.ok = false
+			q.logger.Warn("claim: queue depth query for metrics failed", "err", err)
+		} else {
+			q.ok, q.available, q.runng, q.age = true, a, r, oldest
+		}
+	}
+	return q.available, q.runng, q.age, q.ok
+}

@@ -1,0 +1,37 @@
+package claim
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+)
+
+// With a no-op provider, or the global one while the application has set
+// none, recording costs no allocation.
+func TestMetricsNoAllocsWithoutProvider(t *testing.T) {
+	// Never connects: the no-op provider never runs the queue-depth callback.
+	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	for name, mp := range map[string]metric.MeterProvider{"noop": noop.NewMeterProvider(), "global": nil} {
+		cfg := defaultConfig()
+		cfg.meterProvider = mp
+		m := newMetrics(&Claimer{pool: pool, cfg: cfg})
+		allocs := testing.AllocsPerRun(100, func() {
+			m.claimed(3)
+			m.completed()
+			m.failed(true)
+			m.leaseLost(opFail)
+			m.rescued(RescueResult{Requeued: 1, Dead: 1})
+			m.batchCompleted(nil)
+		})
+		if allocs != 0 {
+			t.Errorf("%s provider: %v allocations, want 0", name, allocs)
+		}
+	}
+}

@@ -1,0 +1,191 @@
+package pglease
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/pgfence/pgfence/internal/otelx"
+)
+
+// WithMeterProvider sets where the client's OpenTelemetry metrics go (the
+// instruments are listed in the README's "Metrics" section). Default: the
+// global provider, otel.GetMeterProvider(), which records nothing until the
+// application sets one. pglease imports only the OpenTelemetry API; bring
+// the SDK and an exporter yourself.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *config) error {
+		if mp == nil {
+			return invalid("nil meter provider")
+		}
+		c.meterProvider = mp
+		return nil
+	}
+}
+
+const meterName = "github.com/pgfence/pgfence/pglease"
+
+// Attribute values; the index order of the attrs arrays below.
+const (
+	opTry = iota
+	opWait
+)
+
+const (
+	outGranted = iota
+	outRefused
+	outError
+)
+
+// Why a lease was lost (attribute cause of pgfence.lease.lost).
+const (
+	causeExpired       = iota // the database found it expired, nobody else holds the key
+	causeTakenOver            // another owner holds the key now
+	causeLocalDeadline        // the local deadline passed without a successful renewal
+	causeReleaseFailed        // Release was called but did not succeed before the local deadline
+	causeUnknown              // a renewal found it gone and the check of which way failed
+	nCauses
+)
+
+var causeNames = [nCauses]string{"expired", "taken_over", "local_deadline", "release_failed", "unknown"}
+
+// metrics are a client's instruments, with every attribute set built once:
+// with the default no-op provider a measurement costs a call and nothing
+// else.
+type metrics struct {
+	acqDuration metric.Float64Histogram
+	acquisitons metric.Int64Counter
+	waited      metric.Float64Counter
+	held        metric.Int64UpDownCounter
+	heldFor     metric.Float64Histogram
+	lostCount   metric.Int64Counter
+	renewFails  metric.Int64Counter
+
+	acq        [2][3]otelx.Attrs // op, outcome
+	lostAttrs  [nCauses]otelx.Attrs
+	none       otelx.Attrs
+	unregister func() // the pool's observable instruments
+}
+
+func newMetrics(mp metric.MeterProvider, pool *pgxpool.Pool) *metrics {
+	m := otelx.Meter(mp, meterName)
+	met := &metrics{
+		acqDuration: otelx.Must(m.Float64Histogram("pgfence.lease.acquire.duration", metric.WithUnit("s"),
+			metric.WithDescription("Duration of TryAcquire and Acquire calls, by op (try, wait) and outcome (granted, refused, error)."),
+			metric.WithExplicitBucketBoundaries(otelx.LatencyBuckets...))),
+		acquisitons: otelx.Must(m.Int64Counter("pgfence.lease.acquisitions", metric.WithUnit("{call}"),
+			metric.WithDescription("TryAcquire and Acquire calls by op and outcome: one per call, not per attempt."))),
+		waited: otelx.Must(m.Float64Counter("pgfence.lease.wait.duration", metric.WithUnit("s"),
+			metric.WithDescription("Total time Acquire calls spent until they returned (Stats.Waited)."))),
+		held: otelx.Must(m.Int64UpDownCounter("pgfence.lease.held", metric.WithUnit("{lease}"),
+			metric.WithDescription("Leases held by this process now."))),
+		heldFor: otelx.Must(m.Float64Histogram("pgfence.lease.held.duration", metric.WithUnit("s"),
+			metric.WithDescription("How long each lease was held, from its acquisition to its release or loss."),
+			metric.WithExplicitBucketBoundaries(otelx.HeldBuckets...))),
+		lostCount: otelx.Must(m.Int64Counter("pgfence.lease.lost", metric.WithUnit("{lease}"),
+			metric.WithDescription("Leases lost, by cause (expired, taken_over, local_deadline, release_failed, unknown)."))),
+		renewFails: otelx.Must(m.Int64Counter("pgfence.lease.renew.failures", metric.WithUnit("{renewal}"),
+			metric.WithDescription("Auto-renewal attempts that failed transiently (Stats.RenewFailures)."))),
+	}
+	ops := [2]string{"try", "wait"}
+	outs := [3]string{"granted", "refused", "error"}
+	for o := range ops {
+		for r := range outs {
+			met.acq[o][r] = otelx.NewAttrs(attribute.String("op", ops[o]), attribute.String("outcome", outs[r]))
+		}
+	}
+	for i, name := range causeNames {
+		met.lostAttrs[i] = otelx.NewAttrs(attribute.String("cause", name))
+	}
+	met.none = otelx.NewAttrs()
+	met.unregister = otelx.PoolStats(m, pool)
+	return met
+}
+
+func (m *metrics) close() { m.unregister() }
+
+// acquired records one TryAcquire (op opTry) or Acquire call that started
+// at start and returned err.
+func (m *metrics) acquired(op int, start time.Time, err error) {
+	out := outGranted
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrNotAcquired):
+		out = outRefused
+	default:
+		out = outError
+	}
+	a := &m.acq[op][out]
+	d := time.Since(start).Seconds()
+	ctx := context.Background()
+	m.acqDuration.Record(ctx, d, a.Rec...)
+	m.acquisitons.Add(ctx, 1, a.Add...)
+	if op == opWait {
+		m.waited.Add(ctx, d, m.none.Add...)
+	}
+}
+
+func (m *metrics) leaseStarted() { m.held.Add(context.Background(), 1, m.none.Add...) }
+
+func (m *metrics) renewFailed() { m.renewFails.Add(context.Background(), 1, m.none.Add...) }
+
+// ended records the end of l, held since start; lost with cause unless
+// cause < 0 (released).
+func (m *metrics) ended(l *Lease, cause int) {
+	ctx := context.Background()
+	if cause >= 0 {
+		m.lostCount.Add(ctx, 1, m.lostAttrs[cause].Add...)
+	}
+	m.heldFor.Record(ctx, time.Since(l.start).Seconds(), m.none.Rec...)
+	m.held.Add(ctx, -1, m.none.Add...) // last: once held is back down, the rest is recorded
+}
+
+// lostAtDeadline records l lost when its local deadline passed: to a failed
+// release if Release had begun, else to the deadline.
+func (l *Lease) lostAtDeadline() {
+	l.mu.Lock()
+	cause := causeLocalDeadline
+	if l.stopping {
+		cause = causeReleaseFailed
+	}
+	l.mu.Unlock()
+	l.c.met.ended(l, cause)
+}
+
+// lostOnRenew records l lost when a renewal found no lease. The renewal
+// cannot tell an expired lease from one another owner took; when metrics are
+// recorded, one read of the key's fence tells (as Release does).
+func (l *Lease) lostOnRenew(ctx context.Context) {
+	m := l.c.met
+	cause := causeUnknown
+	if m.lostCount.Enabled(ctx) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		current, err := l.c.queries(rctx).LeaseFence(rctx, l.key)
+		cancel()
+		switch {
+		case errors.Is(err, pgx.ErrNoRows) || (err == nil && current == l.fence):
+			cause = causeExpired // swept, or still ours but expired
+		case err == nil:
+			cause = causeTakenOver
+		}
+	}
+	m.ended(l, cause)
+}
+
+// endedAtRelease records the end of l by Release: released, or found lost
+// (taken by another owner, or expired).
+func (l *Lease) endedAtRelease(released, taken bool) {
+	switch {
+	case taken:
+		l.c.met.ended(l, causeTakenOver)
+	case !released:
+		l.c.met.ended(l, causeExpired)
+	default:
+		l.c.met.ended(l, -1)
+	}
+}
