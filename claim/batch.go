@@ -12,7 +12,7 @@ import (
 	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
-// The batched writes Pool uses. Each takes jobs of one claimer and sends one
+// The batched writes Runner uses. Each takes jobs of one claimer and sends one
 // statement whatever their number; every row is still matched on its own
 // id + fence + state 'running', and each job learns on its own whether its
 // write counted.
@@ -26,23 +26,23 @@ func idsAndFences(jobs []*Job) (ids, fences []int64) {
 	return ids, fences
 }
 
-// heartbeatMany extends the leases of jobs (all of lease length lease) in one
+// renewMany extends the leases of jobs (all of TTL ttl) in one
 // statement. It returns the jobs whose lease was lost (not extended); the
 // others' local deadlines have moved. An error means nothing is known: the
 // leases stay valid until their deadlines.
-func (c *Claimer) heartbeatMany(ctx context.Context, jobs []*Job, lease time.Duration) (lost []*Job, err error) {
+func (c *Claimer) renewMany(ctx context.Context, jobs []*Job, ttl time.Duration) (lost []*Job, err error) {
 	ids, fences := idsAndFences(jobs)
 	sent := time.Now()
-	rows, err := pgmode.Wrap(c.pool).Query(ctx, c.sql.heartbeatMany, ids, fences, lease.Microseconds())
+	rows, err := pgmode.Wrap(c.pool).Query(ctx, c.sql.renewMany, ids, fences, ttl.Microseconds())
 	if err != nil {
-		return nil, fmt.Errorf("claim: heartbeat %d jobs: %w", len(jobs), err)
+		return nil, fmt.Errorf("claim: renew %d jobs: %w", len(jobs), err)
 	}
 	until := make(map[int64]time.Time, len(jobs))
 	var id int64
 	var u time.Time
 	_, err = pgx.ForEachRow(rows, []any{&id, &u}, func() error { until[id] = u; return nil })
 	if err != nil {
-		return nil, fmt.Errorf("claim: heartbeat %d jobs: %w", len(jobs), err)
+		return nil, fmt.Errorf("claim: renew %d jobs: %w", len(jobs), err)
 	}
 	for _, j := range jobs {
 		if u, ok := until[j.ID]; ok {
@@ -80,17 +80,17 @@ func (c *Claimer) completeMany(ctx context.Context, jobs []*Job) ([]error, error
 
 // completeAndClaim completes done and claims up to n jobs in one round trip
 // and one transaction: a pipeline of the two statements with one Sync, which
-// PostgreSQL runs as one implicit transaction, so the pool pays one durable
+// PostgreSQL runs as one implicit transaction, so the runner pays one durable
 // commit for both. The completions count only if that transaction commits,
 // so res (as completeMany's) is returned only once the commit is
 // acknowledged. On any error nothing is known about the completions (settle
 // them with settleMany) and any rows the claim took wait for Rescue, as
 // after a failed Claim.
-func (c *Claimer) completeAndClaim(ctx context.Context, done []*Job, n int, lease time.Duration) (res []error, jobs []*Job, err error) {
+func (c *Claimer) completeAndClaim(ctx context.Context, done []*Job, n int, ttl time.Duration) (res []error, jobs []*Job, err error) {
 	ids, fences := idsAndFences(done)
 	b := &pgx.Batch{}
 	b.Queue(c.sql.completeMany, ids, fences)
-	b.Queue(c.sql.claim, c.claimArgs(n, lease)...)
+	b.Queue(c.sql.claim, c.claimArgs(n, ttl)...)
 	sent := time.Now()
 	br := c.pool.SendBatch(ctx, b)
 	defer br.Close()
@@ -107,7 +107,7 @@ func (c *Claimer) completeAndClaim(ctx context.Context, done []*Job, n int, leas
 	if err != nil {
 		return nil, nil, c.explain("claim", err)
 	}
-	if jobs, err = c.scanClaimed(rows, sent, lease); err != nil {
+	if jobs, err = c.scanClaimed(rows, sent, ttl); err != nil {
 		return nil, nil, err
 	}
 	// Close reads up to the ReadyForQuery that follows the commit.

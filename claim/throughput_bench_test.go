@@ -132,7 +132,7 @@ func runPool(tx bool) func(b *testing.B, pool *pgxpool.Pool, queue string, jobs,
 		}
 		var done atomic.Int64
 		all := make(chan struct{})
-		opts := []claim.PoolOption{
+		opts := []claim.RunnerOption{
 			claim.WithWorkers(workers), claim.WithPollInterval(time.Millisecond),
 			claim.WithResultHook(func(_ *claim.Job, r claim.Result) {
 				if r.Outcome != claim.Completed {
@@ -143,11 +143,11 @@ func runPool(tx bool) func(b *testing.B, pool *pgxpool.Pool, queue string, jobs,
 				}
 			}),
 		}
-		var p *claim.Pool
+		var p *claim.Runner
 		if tx {
-			p, err = claim.NewTxPool(c, func(context.Context, pgx.Tx, *claim.Job) error { return nil }, opts...)
+			p, err = claim.NewTxRunner(c, func(context.Context, pgx.Tx, *claim.Job) error { return nil }, opts...)
 		} else {
-			p, err = claim.NewPool(c, func(context.Context, *claim.Job) error { return nil }, opts...)
+			p, err = claim.NewRunner(c, func(context.Context, *claim.Job) error { return nil }, opts...)
 		}
 		if err != nil {
 			b.Fatal(err)
