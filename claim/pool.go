@@ -646,9 +646,9 @@ func (p *Runner) settleTx(j *Job, commitErr error) error {
 	switch {
 	case err != nil:
 		return &completedInTx{outcome: WriteError, err: fmt.Errorf("%w; reading the job back: %w", commitErr, err)}
-	case states[j.ID] == "completed":
+	case states[attemptOf(j)] == "completed":
 		return &completedInTx{outcome: Completed}
-	case states[j.ID] == "running":
+	case states[attemptOf(j)] == "running":
 		// The commit did not land and the lease is still ours: the
 		// attempt failed, its effects are gone.
 		return commitErr

@@ -77,26 +77,28 @@ SELECT EXISTS (SELECT 1 FROM upd)
 
 	// The batch forms take parallel arrays of ids and fences. The
 	// completion forces a durable commit whatever the session's
-	// synchronous_commit: Pool reports a job completed only once its
-	// completion is durable. Each statement returns the ids it changed; a
-	// job missing from the answer was not changed (lease lost).
+	// synchronous_commit: Runner reports a job completed only once its
+	// completion is durable. Each statement returns the id + fence pairs it
+	// changed (a batch may hold two attempts of one job: a stale worker's and
+	// the new one's); a job missing from the answer was not changed (lease
+	// lost).
 	s.renewMany = r.Replace(`UPDATE {tbl} AS j
    SET {expires} = now() + $3::bigint * interval '1 microsecond'
   FROM unnest($1::bigint[], $2::bigint[]) AS x(id, fence)
  WHERE j.{id} = x.id AND j.{fence} = x.fence AND j.{state} = 'running' AND j.{expires} > now()
-RETURNING j.{id}::bigint, j.{expires}`)
+RETURNING j.{id}::bigint, j.{fence}, j.{expires}`)
 
 	s.completeMany = r.Replace(`UPDATE {tbl} AS j SET {state} = 'completed'` + finished + `
   FROM unnest($1::bigint[], $2::bigint[]) AS x(id, fence),
        (SELECT set_config('synchronous_commit', 'on', true)) AS settings
  WHERE j.{id} = x.id AND j.{fence} = x.fence AND j.{state} = 'running'
-RETURNING j.{id}::bigint`)
+RETURNING j.{id}::bigint, j.{fence}`)
 
 	// readBack settles an ambiguous completion: for each id + fence still
 	// on its row, the row's state. FOR UPDATE waits until a transaction
 	// that still holds the row (the one whose answer was lost, if its
 	// backend lives) ends, so the state read is its final word.
-	s.readBack = r.Replace(`SELECT j.{id}::bigint, j.{state}::text
+	s.readBack = r.Replace(`SELECT j.{id}::bigint, j.{fence}, j.{state}::text
   FROM {tbl} AS j
   JOIN unnest($1::bigint[], $2::bigint[]) AS x(id, fence) ON j.{id} = x.id AND j.{fence} = x.fence
    FOR UPDATE OF j`)
