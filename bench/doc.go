@@ -19,7 +19,7 @@
 //     (FailIfLocked, no heartbeat) and github.com/bsm/redislock on -redis.
 //   - handoff: -waiters waiters on one key; release → next holder latency,
 //     with and without pglease.WithWakeOnRelease.
-//   - jobs: claim.Pool vs River vs one job per transaction (FOR UPDATE SKIP
+//   - jobs: claim.Runner vs River vs one job per transaction (FOR UPDATE SKIP
 //     LOCKED LIMIT 1), -jobs no-op jobs inserted up front, per -workers count.
 //   - scale: acquire latency with 10^3 vs -scale-rows rows in lock_leases,
 //     claim rate with -scale-rows completed jobs kept, and the p99 of

@@ -20,7 +20,7 @@ import (
 
 // Job contenders, also the table's column order.
 const (
-	jClaim = "claim.Pool"
+	jClaim = "claim.Runner"
 	jRiver = "River"
 	jTx    = "one job per transaction"
 )
@@ -49,8 +49,8 @@ type jobRow struct {
 	workers    int
 	rates      map[string]sample
 	status     map[string]string
-	ratioRiver sample // claim.Pool / River, per round
-	ratioTx    sample // claim.Pool / one job per transaction, per round
+	ratioRiver sample // claim.Runner / River, per round
+	ratioTx    sample // claim.Runner / one job per transaction, per round
 }
 
 func runJobs(ctx context.Context, e *env, rep *report) error {
@@ -62,7 +62,7 @@ func runJobs(ctx context.Context, e *env, rep *report) error {
 	if err := setupJobTables(ctx, e, p); err != nil {
 		return err
 	}
-	runners := map[string]jobRunner{jClaim: runClaimPool, jRiver: runRiver, jTx: runTxPattern}
+	runners := map[string]jobRunner{jClaim: runClaimRunner, jRiver: runRiver, jTx: runTxPattern}
 	for _, workers := range e.opts.workers {
 		if workers > jobPoolConns-8 {
 			return fmt.Errorf("-workers %d: at most %d (the job pool has %d connections)", workers, jobPoolConns-8, jobPoolConns)
@@ -98,7 +98,7 @@ func runJobs(ctx context.Context, e *env, rep *report) error {
 				row.ratioTx = append(row.ratioTx, a/b)
 			}
 		}
-		logf("jobs %d workers: claim.Pool %s, River %s, one per tx %s jobs/s", workers,
+		logf("jobs %d workers: claim.Runner %s, River %s, one per tx %s jobs/s", workers,
 			row.rates[jClaim].rate(), row.rates[jRiver].rate(), row.rates[jTx].rate())
 		rep.jobs = append(rep.jobs, row)
 	}
@@ -131,16 +131,16 @@ func insertPgfenceJobs(ctx context.Context, p *pgxpool.Pool, queue string, n int
 	return err
 }
 
-// runClaimPool: claim.Pool with a no-op handler, polling every 50 ms like
+// runClaimRunner: claim.Runner with a no-op handler, polling every 50 ms like
 // River's FetchPollInterval here.
-func runClaimPool(ctx context.Context, p *pgxpool.Pool, workers, n int) (float64, error) {
+func runClaimRunner(ctx context.Context, p *pgxpool.Pool, workers, n int) (float64, error) {
 	if err := insertPgfenceJobs(ctx, p, "bench", n); err != nil {
 		return 0, err
 	}
-	return claimPoolRate(ctx, p, "bench", workers, n)
+	return claimRunnerRate(ctx, p, "bench", workers, n)
 }
 
-func claimPoolRate(ctx context.Context, p *pgxpool.Pool, queue string, workers, n int) (float64, error) {
+func claimRunnerRate(ctx context.Context, p *pgxpool.Pool, queue string, workers, n int) (float64, error) {
 	c, err := claim.New(ctx, p, claim.WithQueue(queue), claim.WithOwner("bench"))
 	if err != nil {
 		return 0, err
@@ -150,7 +150,7 @@ func claimPoolRate(ctx context.Context, p *pgxpool.Pool, queue string, workers, 
 	all := make(chan struct{})
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	pool, err := claim.NewPool(c, func(context.Context, *claim.Job) error { return nil },
+	pool, err := claim.NewRunner(c, func(context.Context, *claim.Job) error { return nil },
 		claim.WithWorkers(workers), claim.WithPollInterval(50*time.Millisecond),
 		claim.WithResultHook(func(j *claim.Job, r claim.Result) {
 			if r.Outcome != claim.Completed {

@@ -104,7 +104,7 @@ func runScale(ctx context.Context, e *env, rep *report) error {
 	if err := insertPgfenceJobs(ctx, p, "scale", e.opts.jobs); err != nil {
 		return err
 	}
-	emptyRate, err := claimPoolRate(ctx, p, "scale", w, e.opts.jobs)
+	emptyRate, err := claimRunnerRate(ctx, p, "scale", w, e.opts.jobs)
 	if err != nil {
 		return err
 	}
@@ -121,12 +121,12 @@ SELECT 'scale', 'noop', 'completed', 1, g, now() - interval '1 hour', now() - in
 	if err := insertPgfenceJobs(ctx, p, "scale", e.opts.jobs); err != nil {
 		return err
 	}
-	bigRate, err := claimPoolRate(ctx, p, "scale", w, e.opts.jobs)
+	bigRate, err := claimRunnerRate(ctx, p, "scale", w, e.opts.jobs)
 	if err != nil {
 		return err
 	}
-	add(scaleRow{fmt.Sprintf("claim.Pool, %d workers, %s jobs, empty table", w, num(float64(e.opts.jobs))), num(emptyRate) + " jobs/s", ""})
-	add(scaleRow{fmt.Sprintf("claim.Pool, %d workers, %s jobs, %s completed jobs kept", w, num(float64(e.opts.jobs)), num(float64(big))), num(bigRate) + " jobs/s",
+	add(scaleRow{fmt.Sprintf("claim.Runner, %d workers, %s jobs, empty table", w, num(float64(e.opts.jobs))), num(emptyRate) + " jobs/s", ""})
+	add(scaleRow{fmt.Sprintf("claim.Runner, %d workers, %s jobs, %s completed jobs kept", w, num(float64(e.opts.jobs)), num(float64(big))), num(bigRate) + " jobs/s",
 		fmt.Sprintf("%.2f× the empty table; measured one after the other", bigRate/emptyRate)})
 
 	// 4. A purge of the finished jobs while 8 workers claim and complete.

@@ -12,10 +12,17 @@ import (
 	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
-// The batched writes Pool uses. Each takes jobs of one claimer and sends one
+// The batched writes Runner uses. Each takes jobs of one claimer and sends one
 // statement whatever their number; every row is still matched on its own
 // id + fence + state 'running', and each job learns on its own whether its
 // write counted.
+
+// attemptKey names one attempt of a job: a batch may hold two of the same
+// job (a stale worker's late write and the new attempt's), told apart by
+// their fences.
+type attemptKey struct{ id, fence int64 }
+
+func attemptOf(j *Job) attemptKey { return attemptKey{j.ID, j.Fence} }
 
 // idsAndFences returns the parallel arrays the batch statements take.
 func idsAndFences(jobs []*Job) (ids, fences []int64) {
@@ -26,26 +33,26 @@ func idsAndFences(jobs []*Job) (ids, fences []int64) {
 	return ids, fences
 }
 
-// heartbeatMany extends the leases of jobs (all of lease length lease) in one
+// renewMany extends the leases of jobs (all of TTL ttl) in one
 // statement. It returns the jobs whose lease was lost (not extended); the
 // others' local deadlines have moved. An error means nothing is known: the
 // leases stay valid until their deadlines.
-func (c *Claimer) heartbeatMany(ctx context.Context, jobs []*Job, lease time.Duration) (lost []*Job, err error) {
+func (c *Claimer) renewMany(ctx context.Context, jobs []*Job, ttl time.Duration) (lost []*Job, err error) {
 	ids, fences := idsAndFences(jobs)
 	sent := time.Now()
-	rows, err := pgmode.Wrap(c.pool).Query(ctx, c.sql.heartbeatMany, ids, fences, lease.Microseconds())
+	rows, err := pgmode.Wrap(c.pool).Query(ctx, c.sql.renewMany, ids, fences, ttl.Microseconds())
 	if err != nil {
-		return nil, fmt.Errorf("claim: heartbeat %d jobs: %w", len(jobs), err)
+		return nil, fmt.Errorf("claim: renew %d jobs: %w", len(jobs), err)
 	}
-	until := make(map[int64]time.Time, len(jobs))
-	var id int64
+	until := make(map[attemptKey]time.Time, len(jobs))
+	var a attemptKey
 	var u time.Time
-	_, err = pgx.ForEachRow(rows, []any{&id, &u}, func() error { until[id] = u; return nil })
+	_, err = pgx.ForEachRow(rows, []any{&a.id, &a.fence, &u}, func() error { until[a] = u; return nil })
 	if err != nil {
-		return nil, fmt.Errorf("claim: heartbeat %d jobs: %w", len(jobs), err)
+		return nil, fmt.Errorf("claim: renew %d jobs: %w", len(jobs), err)
 	}
 	for _, j := range jobs {
-		if u, ok := until[j.ID]; ok {
+		if u, ok := until[attemptOf(j)]; ok {
 			j.extend(sent, u)
 		} else {
 			lost = append(lost, j)
@@ -64,14 +71,14 @@ func (c *Claimer) completeMany(ctx context.Context, jobs []*Job) ([]error, error
 	if err != nil {
 		return nil, fmt.Errorf("claim: complete %d jobs: %w", len(jobs), err)
 	}
-	done := make(map[int64]bool, len(jobs))
-	var id int64
-	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { done[id] = true; return nil }); err != nil {
+	done := make(map[attemptKey]bool, len(jobs))
+	var a attemptKey
+	if _, err := pgx.ForEachRow(rows, []any{&a.id, &a.fence}, func() error { done[a] = true; return nil }); err != nil {
 		return nil, fmt.Errorf("claim: complete %d jobs: %w", len(jobs), err)
 	}
 	res := make([]error, len(jobs))
 	for i, j := range jobs {
-		if !done[j.ID] {
+		if !done[attemptOf(j)] {
 			res[i] = &LeaseLostError{Op: "complete", JobID: j.ID, Fence: j.Fence}
 		}
 	}
@@ -80,17 +87,17 @@ func (c *Claimer) completeMany(ctx context.Context, jobs []*Job) ([]error, error
 
 // completeAndClaim completes done and claims up to n jobs in one round trip
 // and one transaction: a pipeline of the two statements with one Sync, which
-// PostgreSQL runs as one implicit transaction, so the pool pays one durable
+// PostgreSQL runs as one implicit transaction, so the runner pays one durable
 // commit for both. The completions count only if that transaction commits,
 // so res (as completeMany's) is returned only once the commit is
 // acknowledged. On any error nothing is known about the completions (settle
 // them with settleMany) and any rows the claim took wait for Rescue, as
 // after a failed Claim.
-func (c *Claimer) completeAndClaim(ctx context.Context, done []*Job, n int, lease time.Duration) (res []error, jobs []*Job, err error) {
+func (c *Claimer) completeAndClaim(ctx context.Context, done []*Job, n int, ttl time.Duration) (res []error, jobs []*Job, err error) {
 	ids, fences := idsAndFences(done)
 	b := &pgx.Batch{}
 	b.Queue(c.sql.completeMany, ids, fences)
-	b.Queue(c.sql.claim, c.claimArgs(n, lease)...)
+	b.Queue(c.sql.claim, c.claimArgs(n, ttl)...)
 	sent := time.Now()
 	br := c.pool.SendBatch(ctx, b)
 	defer br.Close()
@@ -98,16 +105,16 @@ func (c *Claimer) completeAndClaim(ctx context.Context, done []*Job, n int, leas
 	if err != nil {
 		return nil, nil, fmt.Errorf("claim: complete %d jobs and claim: %w", len(done), err)
 	}
-	completed := make(map[int64]bool, len(done))
-	var id int64
-	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { completed[id] = true; return nil }); err != nil {
+	completed := make(map[attemptKey]bool, len(done))
+	var a attemptKey
+	if _, err := pgx.ForEachRow(rows, []any{&a.id, &a.fence}, func() error { completed[a] = true; return nil }); err != nil {
 		return nil, nil, fmt.Errorf("claim: complete %d jobs and claim: %w", len(done), err)
 	}
 	rows, err = br.Query()
 	if err != nil {
 		return nil, nil, c.explain("claim", err)
 	}
-	if jobs, err = c.scanClaimed(rows, sent, lease); err != nil {
+	if jobs, err = c.scanClaimed(rows, sent, ttl); err != nil {
 		return nil, nil, err
 	}
 	// Close reads up to the ReadyForQuery that follows the commit.
@@ -116,28 +123,28 @@ func (c *Claimer) completeAndClaim(ctx context.Context, done []*Job, n int, leas
 	}
 	res = make([]error, len(done))
 	for i, j := range done {
-		if !completed[j.ID] {
+		if !completed[attemptOf(j)] {
 			res[i] = &LeaseLostError{Op: "complete", JobID: j.ID, Fence: j.Fence}
 		}
 	}
 	return res, jobs, nil
 }
 
-// readBack reports, for each job, the state of its row if the row still
-// carries the job's fence ("" when it does not: another claim has the job
-// since). It waits for any transaction still holding one of the rows, so the
+// readBack reports, for each job (by id + fence), the state of its row if
+// the row still carries the job's fence (absent when it does not: another
+// claim has the job since). It waits for any transaction still holding one of the rows, so the
 // states it returns are final, and it runs on whichever pool connection is
 // free: never the one whose answer was lost, which pgx has closed.
-func (c *Claimer) readBack(ctx context.Context, jobs []*Job) (map[int64]string, error) {
+func (c *Claimer) readBack(ctx context.Context, jobs []*Job) (map[attemptKey]string, error) {
 	ids, fences := idsAndFences(jobs)
 	rows, err := pgmode.Wrap(c.pool).Query(ctx, c.sql.readBack, ids, fences)
 	if err != nil {
 		return nil, fmt.Errorf("claim: read back %d jobs: %w", len(jobs), err)
 	}
-	states := make(map[int64]string, len(jobs))
-	var id int64
+	states := make(map[attemptKey]string, len(jobs))
+	var a attemptKey
 	var state string
-	if _, err := pgx.ForEachRow(rows, []any{&id, &state}, func() error { states[id] = state; return nil }); err != nil {
+	if _, err := pgx.ForEachRow(rows, []any{&a.id, &a.fence, &state}, func() error { states[a] = state; return nil }); err != nil {
 		return nil, fmt.Errorf("claim: read back %d jobs: %w", len(jobs), err)
 	}
 	return states, nil
@@ -168,7 +175,7 @@ func (c *Claimer) settleMany(ctx context.Context, jobs []*Job) ([]error, error) 
 		return nil, err
 	}
 	for i, j := range jobs {
-		if res[i] != nil && states[j.ID] == "completed" {
+		if res[i] != nil && states[attemptOf(j)] == "completed" {
 			res[i] = nil
 		}
 	}

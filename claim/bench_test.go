@@ -26,7 +26,7 @@ const (
 )
 UPDATE pgfence_jobs AS j
    SET state = 'running', attempt = j.attempt + 1, fence = pgfence_next_fence(),
-       owner = $2, lease_until = now() + $3::bigint * interval '1 microsecond'
+       owner = $2, expires_at = now() + $3::bigint * interval '1 microsecond'
   FROM picked, (SELECT set_config('synchronous_commit', 'on', true)) AS settings
  WHERE j.id = picked.id
 RETURNING j.id, j.fence`
@@ -102,7 +102,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 		}
 		var done atomic.Int64
 		all := make(chan struct{})
-		p, err := claim.NewPool(c, func(context.Context, *claim.Job) error { return nil },
+		p, err := claim.NewRunner(c, func(context.Context, *claim.Job) error { return nil },
 			claim.WithWorkers(workers), claim.WithPollInterval(time.Millisecond),
 			claim.WithResultHook(func(_ *claim.Job, r claim.Result) {
 				if r.Outcome != claim.Completed {

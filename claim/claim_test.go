@@ -43,7 +43,7 @@ func enqueue(t *testing.T, pool *pgxpool.Pool, j claim.NewJob) int64 {
 func expire(t *testing.T, pool *pgxpool.Pool, id int64) {
 	t.Helper()
 	if _, err := pool.Exec(context.Background(),
-		`UPDATE pgfence_jobs SET lease_until = now() - interval '1 millisecond' WHERE id = $1`, id); err != nil {
+		`UPDATE pgfence_jobs SET expires_at = now() - interval '1 millisecond' WHERE id = $1`, id); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -64,9 +64,9 @@ func getJob(t *testing.T, pool *pgxpool.Pool, id int64) jobRow {
 	return r
 }
 
-func claimOne(t *testing.T, c *claim.Claimer, lease time.Duration) *claim.Job {
+func claimOne(t *testing.T, c *claim.Claimer, ttl time.Duration) *claim.Job {
 	t.Helper()
-	jobs, err := c.Claim(context.Background(), 1, lease)
+	jobs, err := c.Claim(context.Background(), 1, ttl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,13 +109,13 @@ func TestClaimOrderAndFences(t *testing.T) {
 	if a.Fence <= 0 || b.Fence <= a.Fence {
 		t.Fatalf("fences %d then %d: want positive and increasing", a.Fence, b.Fence)
 	}
-	if time.Until(a.Deadline()) < 50*time.Second || a.LeaseUntil().IsZero() {
-		t.Fatalf("deadline %v, lease until %v", a.Deadline(), a.LeaseUntil())
+	if time.Until(a.Deadline()) < 50*time.Second || a.ExpiresAt().IsZero() {
+		t.Fatalf("deadline %v, expires at %v", a.Deadline(), a.ExpiresAt())
 	}
 	if r := getJob(t, pool, high); r.state != "running" || r.attempt != 1 || *r.fence != a.Fence {
 		t.Fatalf("row after claim: %+v", r)
 	}
-	if err := c.Heartbeat(ctx, a); err != nil {
+	if err := c.Renew(ctx, a); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Complete(ctx, a); err != nil {
@@ -160,8 +160,8 @@ func TestClaimRaces(t *testing.T) {
 	stale := claimOne(t, c, time.Minute)
 	expire(t, pool, id)
 
-	// Heartbeat never resurrects an expired lease, even before rescue.
-	mustLeaseLost(t, "heartbeat after expiry", c.Heartbeat(ctx, stale))
+	// Renew never resurrects an expired lease, even before rescue.
+	mustLeaseLost(t, "renew after expiry", c.Renew(ctx, stale))
 
 	r, err := c.Rescue(ctx, 100)
 	if err != nil || r.Requeued != 1 || r.Dead != 0 {
@@ -177,9 +177,9 @@ func TestClaimRaces(t *testing.T) {
 	if fresh.ID != id || fresh.Attempt != 2 || fresh.Fence <= stale.Fence {
 		t.Fatalf("re-claim: %+v", fresh)
 	}
-	// Complete, heartbeat, fail and release after re-claim: refused.
+	// Complete, renew, fail and release after re-claim: refused.
 	mustLeaseLost(t, "complete after re-claim", c.Complete(ctx, stale))
-	mustLeaseLost(t, "heartbeat after re-claim", c.Heartbeat(ctx, stale))
+	mustLeaseLost(t, "renew after re-claim", c.Renew(ctx, stale))
 	_, err = c.Fail(ctx, stale, errors.New("late failure"))
 	mustLeaseLost(t, "fail after re-claim", err)
 	mustLeaseLost(t, "release after re-claim", c.Release(ctx, stale))
@@ -199,7 +199,7 @@ func TestClaimRaces(t *testing.T) {
 	if row := getJob(t, pool, id); row.state != "completed" || row.attempt != 2 {
 		t.Fatalf("row after rescue-after-complete: %+v", row)
 	}
-	mustLeaseLost(t, "heartbeat after complete", c.Heartbeat(ctx, fresh))
+	mustLeaseLost(t, "renew after complete", c.Renew(ctx, fresh))
 	mustLeaseLost(t, "release after complete", c.Release(ctx, fresh))
 }
 
@@ -265,13 +265,13 @@ func TestBadInputClaimsNothing(t *testing.T) {
 	c := newClaimer(t, pool, qn)
 	enqueue(t, pool, claim.NewJob{Queue: qn})
 	for _, tc := range []struct {
-		n     int
-		lease time.Duration
+		n   int
+		ttl time.Duration
 	}{{0, time.Minute}, {-1, time.Minute}, {claim.MaxBatch + 1, time.Minute}, {1 << 40, time.Minute},
 		{1, 0}, {1, -time.Second}, {1, time.Microsecond}, {1, 25 * time.Hour}} {
-		jobs, err := c.Claim(ctx, tc.n, tc.lease)
+		jobs, err := c.Claim(ctx, tc.n, tc.ttl)
 		if !errors.Is(err, claim.ErrInvalidInput) || jobs != nil {
-			t.Errorf("Claim(%d, %v) = %v, %v; want ErrInvalidInput", tc.n, tc.lease, jobs, err)
+			t.Errorf("Claim(%d, %v) = %v, %v; want ErrInvalidInput", tc.n, tc.ttl, jobs, err)
 		}
 	}
 	if _, err := c.Rescue(ctx, 0); !errors.Is(err, claim.ErrInvalidInput) {
@@ -353,7 +353,7 @@ INSERT INTO "My Emails" (to_addr) VALUES ('a@example.com'), ('b@example.com');`)
 		t.Fatal(err)
 	}
 	tb := claim.Table{Name: "My Emails", ID: "email_id", State: "status", Priority: "prio", RunAt: "not_before",
-		Attempt: "tries", MaxAttempts: "max_tries", Fence: "token", Owner: "worker", LeaseUntil: "leased_to", Payload: "to_addr"}
+		Attempt: "tries", MaxAttempts: "max_tries", Fence: "token", Owner: "worker", ExpiresAt: "leased_to", Payload: "to_addr"}
 	c, err := claim.New(ctx, pool, claim.WithTable(tb))
 	if err != nil {
 		t.Fatal(err)

@@ -35,7 +35,7 @@ type Claimer struct {
 	met      *metrics // OpenTelemetry instruments (metrics.go)
 }
 
-// Job is one claimed job row. Pass it back to Heartbeat, Complete, Fail or
+// Job is one claimed job row. Pass it back to Renew, Complete, Fail or
 // Release: each matches the row on ID + Fence + state 'running'.
 type Job struct {
 	ID          int64
@@ -46,28 +46,28 @@ type Job struct {
 	// has none.
 	Payload json.RawMessage
 
-	lease time.Duration
-	mu    sync.Mutex
-	// leaseUntil: as the database last reported it (display only).
-	leaseUntil time.Time
+	ttl time.Duration
+	mu  sync.Mutex
+	// expiresAt: as the database last reported it (display only).
+	expiresAt time.Time
 	// deadline: local, monotonic. The lease counts as lost after it.
 	deadline time.Time
 }
 
-// Lease is the length of the job's lease, from each claim or heartbeat.
-func (j *Job) Lease() time.Duration { return j.lease }
+// TTL is the length of the job's lease, from each claim or renewal.
+func (j *Job) TTL() time.Duration { return j.ttl }
 
-// LeaseUntil is the lease's end as the database reported it at the claim or
-// last heartbeat, by the database clock. For display; never compare it with
+// ExpiresAt is the lease's end as the database reported it at the claim or
+// last renewal, by the database clock. For display; never compare it with
 // this machine's clock.
-func (j *Job) LeaseUntil() time.Time {
+func (j *Job) ExpiresAt() time.Time {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return j.leaseUntil
+	return j.expiresAt
 }
 
 // Deadline is the local deadline on the monotonic clock: time just before
-// the claim or last successful heartbeat was sent, plus the lease, minus a
+// the claim or last successful renewal was sent, plus the TTL, minus a
 // tenth of it. After it, treat the lease as lost.
 func (j *Job) Deadline() time.Time {
 	j.mu.Lock()
@@ -75,11 +75,11 @@ func (j *Job) Deadline() time.Time {
 	return j.deadline
 }
 
-func (j *Job) extend(sent, leaseUntil time.Time) {
+func (j *Job) extend(sent, expiresAt time.Time) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.leaseUntil = leaseUntil
-	if d := sent.Add(j.lease - j.lease/10); d.After(j.deadline) {
+	j.expiresAt = expiresAt
+	if d := sent.Add(j.ttl - j.ttl/10); d.After(j.deadline) {
 		j.deadline = d
 	}
 }
@@ -136,9 +136,9 @@ func (c *Claimer) queueArgs(args ...any) []any {
 	return args
 }
 
-func checkLease(lease time.Duration) error {
-	if lease < MinLease || lease > MaxLease {
-		return invalid("lease %v is outside [%v, %v]", lease, MinLease, MaxLease)
+func checkTTL(ttl time.Duration) error {
+	if ttl < MinTTL || ttl > MaxTTL {
+		return invalid("lease %v is outside [%v, %v]", ttl, MinTTL, MaxTTL)
 	}
 	return nil
 }
@@ -147,40 +147,40 @@ func checkLease(lease time.Duration) error {
 // claim order (priority, run_at, id); fewer (or none, and no error) when
 // fewer are runnable. Rows locked by concurrent
 // claimers are skipped, not waited for. Each claimed row is set running with
-// attempt + 1, a new fence, this claimer's owner label and a lease of the
-// given length from the database's now(). The claim commits durably whatever
+// attempt + 1, a new fence, this claimer's owner label and a lease of TTL
+// ttl from the database's now(). The claim commits durably whatever
 // the session's synchronous_commit, since a claim lost in a crash could see
-// its fence issued again. n must lie in [1, MaxBatch] and lease in
-// [MinLease, MaxLease]; otherwise ErrInvalidInput and nothing is claimed.
-func (c *Claimer) Claim(ctx context.Context, n int, lease time.Duration) ([]*Job, error) {
+// its fence issued again. n must lie in [1, MaxBatch] and ttl in
+// [MinTTL, MaxTTL]; otherwise ErrInvalidInput and nothing is claimed.
+func (c *Claimer) Claim(ctx context.Context, n int, ttl time.Duration) ([]*Job, error) {
 	if n < 1 || n > MaxBatch {
 		return nil, invalid("batch size %d is outside [1, %d]", n, MaxBatch)
 	}
-	if err := checkLease(lease); err != nil {
+	if err := checkTTL(ttl); err != nil {
 		return nil, err
 	}
 	sent := time.Now()
-	rows, err := pgmode.Wrap(c.pool).Query(ctx, c.sql.claim, c.claimArgs(n, lease)...)
+	rows, err := pgmode.Wrap(c.pool).Query(ctx, c.sql.claim, c.claimArgs(n, ttl)...)
 	if err != nil {
 		return nil, c.explain("claim", err)
 	}
-	return c.scanClaimed(rows, sent, lease)
+	return c.scanClaimed(rows, sent, ttl)
 }
 
-func (c *Claimer) claimArgs(n int, lease time.Duration) []any {
-	return c.queueArgs(n, c.cfg.owner, lease.Microseconds())
+func (c *Claimer) claimArgs(n int, ttl time.Duration) []any {
+	return c.queueArgs(n, c.cfg.owner, ttl.Microseconds())
 }
 
 // scanClaimed reads the claim statement's rows; sent is the time just before
 // the claim was sent, the start of the jobs' local deadlines.
-func (c *Claimer) scanClaimed(rows pgx.Rows, sent time.Time, lease time.Duration) ([]*Job, error) {
+func (c *Claimer) scanClaimed(rows pgx.Rows, sent time.Time, ttl time.Duration) ([]*Job, error) {
 	defer rows.Close()
-	deadline := sent.Add(lease - lease/10)
+	deadline := sent.Add(ttl - ttl/10)
 	var jobs []*Job
 	for rows.Next() {
-		j := &Job{lease: lease, deadline: deadline}
+		j := &Job{ttl: ttl, deadline: deadline}
 		var attempt, maxAttempts int64
-		dest := []any{&j.ID, &j.Fence, &attempt, &maxAttempts, &j.leaseUntil}
+		dest := []any{&j.ID, &j.Fence, &attempt, &maxAttempts, &j.expiresAt}
 		if c.cfg.table.Payload != "" {
 			dest = append(dest, &j.Payload)
 		}
@@ -212,24 +212,24 @@ func (c *Claimer) checkJob(j *Job) error {
 	return nil
 }
 
-// Heartbeat extends the job's lease by its length from the database's now(),
+// Renew extends the job's lease by its TTL from the database's now(),
 // only while the lease is unexpired and the row still runs under this fence:
 // it never resurrects a lease that Rescue may have taken. On success the
 // job's local deadline moves too. ErrLeaseLost (a *LeaseLostError) means stop
 // working on the job; any other error is transient and the lease stays
 // valid until Deadline.
-func (c *Claimer) Heartbeat(ctx context.Context, j *Job) error {
+func (c *Claimer) Renew(ctx context.Context, j *Job) error {
 	if err := c.checkJob(j); err != nil {
 		return err
 	}
 	sent := time.Now()
 	var until time.Time
-	err := pgmode.Wrap(c.pool).QueryRow(ctx, c.sql.heartbeat, j.ID, j.Fence, j.lease.Microseconds()).Scan(&until)
+	err := pgmode.Wrap(c.pool).QueryRow(ctx, c.sql.renew, j.ID, j.Fence, j.ttl.Microseconds()).Scan(&until)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return &LeaseLostError{Op: "heartbeat", JobID: j.ID, Fence: j.Fence}
+		return &LeaseLostError{Op: "renew", JobID: j.ID, Fence: j.Fence}
 	}
 	if err != nil {
-		return fmt.Errorf("claim: heartbeat job %d: %w", j.ID, err)
+		return fmt.Errorf("claim: renew job %d: %w", j.ID, err)
 	}
 	j.extend(sent, until)
 	return nil
@@ -356,7 +356,7 @@ type RescueResult struct {
 
 // Rescue returns up to limit running jobs whose lease has expired by the
 // database clock to the queue, in one guarded UPDATE: the statement itself
-// requires state = 'running' AND lease_until <= now() on every row it
+// requires state = 'running' AND expires_at <= now() on every row it
 // changes (rows being written concurrently are skipped), so it can never
 // undo a completion or take a job whose lease was just extended. The expired
 // attempt stays counted; a job whose last attempt expired becomes dead.

@@ -13,19 +13,21 @@
 // run_at has come, in priority, run_at, id order, LIMIT n FOR UPDATE SKIP
 // LOCKED, and sets them running with attempt + 1, a new fence from
 // pgfence_next_fence() (never repeated, see package migrations), the
-// claimer's owner label and lease_until = now() + lease, by the database
-// clock. Each later write by the worker — Heartbeat, Complete, Fail, Release
+// claimer's owner label and expires_at = now() + TTL, by the database
+// clock: a job row's lease uses package pglease's words (a TTL, expires at a
+// time by the database clock, is renewed, has a local deadline, carries a
+// fence). Each later write by the worker — Renew, Complete, Fail, Release
 // — is one UPDATE matched on id + fence + state = 'running'. Zero rows is an
 // answer: a *LeaseLostError, errors.Is(err, ErrLeaseLost). This is the check
 // that River, Oban, pg-boss and Graphile Worker lack: there a worker whose job
 // was rescued and handed to another worker can still mark the new attempt
 // completed.
 //
-// Heartbeat extends the lease only while it is unexpired, so it can never
+// Renew extends the lease only while it is unexpired, so it can never
 // resurrect a lease that Rescue may already have taken. Complete, Fail and
 // Release need no unexpired lease: while the row still carries the fence, no
 // one else can have the job. Rescue returns expired running rows to the queue
-// in ONE guarded UPDATE (state = 'running' AND lease_until <= now() is
+// in ONE guarded UPDATE (state = 'running' AND expires_at <= now() is
 // re-checked by the UPDATE itself, never read first and written by id); the
 // expired attempt stays counted, and a job whose last attempt expired becomes
 // dead.
@@ -38,19 +40,19 @@
 // that runs, or finished more recently, is never deleted.
 //
 // Besides the lease in the database, every Job keeps a pessimistic local
-// deadline on Go's monotonic clock (time before the claim or heartbeat was
-// sent + lease − lease/10). The worker pool (Pool) ends the job's context
-// when it passes or a heartbeat finds the lease gone.
+// deadline on Go's monotonic clock (time before the claim or renewal was
+// sent + TTL − TTL/10). The worker pool (Runner) ends the job's context
+// when it passes or a renewal finds the lease gone.
 //
 // The ready-made table is pgfence_jobs (migration 000003). A table of your own
 // works too: name it and its columns with WithTable; New checks them against
 // the catalog and every identifier is quoted with pgx.Identifier.Sanitize.
 // Values are always bound parameters.
 //
-// Pool runs N workers over a Claimer and spends the database sparingly: one
+// Runner runs N workers over a Claimer and spends the database sparingly: one
 // claim statement takes as many jobs as there are idle workers (waiting up to
 // half a claim's round trip for workers about to free up, so they share it);
-// one goroutine extends the leases of all running jobs in one heartbeat
+// one goroutine extends the leases of all running jobs in one renew
 // statement per round (a job's local deadline is a timer, not a goroutine);
 // and the jobs whose handler returned nil are completed in one statement per
 // batch (UPDATE … FROM unnest(ids, fences), each row still matched on id +
@@ -62,16 +64,16 @@
 // whose answer was lost (connection cut) is settled before it is reported:
 // it is sent again and the rows are read back by id + fence on another
 // connection, within the write timeout; WriteError only when even that
-// fails. Pool also rescues expired leases periodically, wakes on
+// fails. Runner also rescues expired leases periodically, wakes on
 // LISTEN/NOTIFY when asked to (polling stays the fallback), and on shutdown
 // lets in-flight jobs finish within a grace period, releases the rest and
 // writes the completions still queued. Every goroutine it starts has stopped
 // when Run returns.
 //
-// NewTxPool runs each job's handler in a transaction that also completes the
+// NewTxRunner runs each job's handler in a transaction that also completes the
 // job (CompleteTx), so a job's effects in this database count only if its
 // completion does. That is one transaction, and one durable commit, per job:
-// it does not batch completions, and runs at a fraction of Pool's rate (see
+// it does not batch completions, and runs at a fraction of Runner's rate (see
 // BenchmarkJobThroughput). A TxHandler that returns nil after its context
 // ended with a lost lease is LeaseLost and its effects roll back; a commit
 // whose answer was lost is settled by reading the row back by id + fence

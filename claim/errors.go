@@ -16,7 +16,7 @@ var (
 	// before anything was sent to the database. The text says which and why.
 	ErrInvalidInput = errors.New("claim: invalid input")
 
-	// ErrShutdown is the cause of a job's context when Pool's shutdown grace
+	// ErrShutdown is the cause of a job's context when Runner's shutdown grace
 	// period ended before the job's handler returned. The job is released
 	// back to the queue unless its handler still returns nil.
 	ErrShutdown = errors.New("claim: worker pool shutting down")
@@ -29,14 +29,14 @@ func invalid(format string, args ...any) error {
 // LeaseLostError says which write was refused. It satisfies
 // errors.Is(err, ErrLeaseLost).
 type LeaseLostError struct {
-	Op    string // "heartbeat", "complete", "fail", "release" or "local deadline"
+	Op    string // "renew", "complete", "fail", "release" or "local deadline"
 	JobID int64
 	Fence int64
 }
 
 func (e *LeaseLostError) Error() string {
 	if e.Op == "local deadline" {
-		return fmt.Sprintf("claim: job %d (fence %d): lease lost: local deadline passed without a successful heartbeat", e.JobID, e.Fence)
+		return fmt.Sprintf("claim: job %d (fence %d): lease lost: local deadline passed without a successful renewal", e.JobID, e.Fence)
 	}
 	return fmt.Sprintf("claim: %s job %d (fence %d): lease lost: the job is no longer running under this fence (rescued, claimed again or finished)", e.Op, e.JobID, e.Fence)
 }

@@ -58,7 +58,7 @@ func ExampleClaimer() {
 	// completed {"user": 2} attempt 1
 }
 
-// A worker pool: 4 workers, heartbeats at a third of the lease, rescue of
+// A worker pool: 4 workers, renewals at a third of the TTL, rescue of
 // expired leases, LISTEN/NOTIFY wake-up, graceful shutdown when ctx ends.
 func ExamplePool() {
 	pool := examplePool()
@@ -69,13 +69,13 @@ func ExamplePool() {
 		panic(err)
 	}
 	var done atomic.Int32
-	p, err := claim.NewPool(c, func(ctx context.Context, j *claim.Job) error {
+	p, err := claim.NewRunner(c, func(ctx context.Context, j *claim.Job) error {
 		// ctx ends if the lease is lost: stop starting side effects then.
 		if done.Add(1) == 5 {
 			stop() // enough for the example: shut down gracefully
 		}
 		return nil
-	}, claim.WithWorkers(4), claim.WithLease(30*time.Second), claim.WithListen("example_pool_jobs"))
+	}, claim.WithWorkers(4), claim.WithTTL(30*time.Second), claim.WithListen("example_pool_jobs"))
 	if err != nil {
 		panic(err)
 	}

@@ -140,7 +140,7 @@ func (m *metrics) rescued(r RescueResult) {
 	}
 }
 
-// batchCompleted records one job's result of a batched completion (Pool):
+// batchCompleted records one job's result of a batched completion (Runner):
 // nil is a completion, ErrLeaseLost a refusal; a write error is neither.
 func (m *metrics) batchCompleted(err error) {
 	switch {

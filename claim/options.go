@@ -15,11 +15,11 @@ import (
 const (
 	// MaxBatch is the most rows one Claim may take.
 	MaxBatch = 10000
-	// MinLease is the shortest job lease: below it one round trip outlives it.
-	MinLease = 10 * time.Millisecond
-	// MaxLease is the longest job lease. A longer one turns a crashed worker
-	// into a job stuck for over a day; heartbeat a shorter lease instead.
-	MaxLease = 24 * time.Hour
+	// MinTTL is the shortest job lease TTL: below it one round trip outlives it.
+	MinTTL = 10 * time.Millisecond
+	// MaxTTL is the longest job lease TTL. A longer one turns a crashed worker
+	// into a job stuck for over a day; renew a shorter one instead.
+	MaxTTL = 24 * time.Hour
 	// MaxRetryDelay bounds what a retry backoff function may return.
 	MaxRetryDelay = 30 * 24 * time.Hour
 )

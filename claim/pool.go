@@ -13,7 +13,7 @@ import (
 )
 
 // Handler does one job. Its context ends when the job's lease is lost
-// (context.Cause is then a *LeaseLostError), when the pool's shutdown grace
+// (context.Cause is then a *LeaseLostError), when the runner's shutdown grace
 // period ends (ErrShutdown), or when the job ends. Returning nil completes the
 // job; an error fails it (retried after the backoff, dead after its last
 // attempt); a panic counts as an error. Make the job's effects fenced or
@@ -22,16 +22,16 @@ import (
 // Claimer.CompleteTx for effects in the same database).
 type Handler func(ctx context.Context, job *Job) error
 
-// TxHandler does one job inside a transaction that the pool opens on the
-// claimer's pool. When it returns nil, the pool completes the job in the same
+// TxHandler does one job inside a transaction that the runner opens on the
+// claimer's pool. When it returns nil, the runner completes the job in the same
 // transaction (Claimer.CompleteTx) and commits: the job's effects in this
 // database and its completion count together or not at all. If the lease was
-// lost meanwhile, the completion is refused and the pool rolls the effects
+// lost meanwhile, the completion is refused and the runner rolls the effects
 // back (outcome LeaseLost). When it returns an error, the transaction rolls
 // back and the job fails as with a Handler.
 type TxHandler func(ctx context.Context, tx pgx.Tx, job *Job) error
 
-// Outcome is what the pool did with a job after its handler returned.
+// Outcome is what the runner did with a job after its handler returned.
 type Outcome int
 
 const (
@@ -85,13 +85,13 @@ type Result struct {
 	Fail FailResult
 }
 
-// PoolOption configures a Pool.
-type PoolOption func(*poolConfig) error
+// RunnerOption configures a Runner.
+type RunnerOption func(*runnerConfig) error
 
-type poolConfig struct {
+type runnerConfig struct {
 	workers      int
 	batch        int // 0: workers
-	lease        time.Duration
+	ttl          time.Duration
 	poll         time.Duration
 	listen       string
 	grace        time.Duration
@@ -102,8 +102,8 @@ type poolConfig struct {
 
 // WithWorkers sets how many jobs run at once, each in its own goroutine.
 // Default: 4. At most 1000.
-func WithWorkers(n int) PoolOption {
-	return func(c *poolConfig) error {
+func WithWorkers(n int) RunnerOption {
+	return func(c *runnerConfig) error {
 		if n < 1 || n > 1000 {
 			return invalid("workers %d is outside [1, 1000]", n)
 		}
@@ -112,11 +112,11 @@ func WithWorkers(n int) PoolOption {
 	}
 }
 
-// WithBatchSize caps how many jobs one claim takes; the pool never claims
+// WithBatchSize caps how many jobs one claim takes; the runner never claims
 // more than it has idle workers, so no claimed job waits for a worker while
 // its lease runs. Default: the number of workers.
-func WithBatchSize(n int) PoolOption {
-	return func(c *poolConfig) error {
+func WithBatchSize(n int) RunnerOption {
+	return func(c *runnerConfig) error {
 		if n < 1 || n > MaxBatch {
 			return invalid("batch size %d is outside [1, %d]", n, MaxBatch)
 		}
@@ -125,25 +125,25 @@ func WithBatchSize(n int) PoolOption {
 	}
 }
 
-// WithLease sets each job's lease. One heartbeat statement per round extends
+// WithTTL sets each job's lease TTL. One renew statement per round extends
 // the leases of all running jobs, each between a third and a half of the
-// lease after its last successful extension.
-// Default: 30s. Within [MinLease, MaxLease].
-func WithLease(d time.Duration) PoolOption {
-	return func(c *poolConfig) error {
-		if err := checkLease(d); err != nil {
+// TTL after its last successful extension.
+// Default: 30s. Within [MinTTL, MaxTTL].
+func WithTTL(d time.Duration) RunnerOption {
+	return func(c *runnerConfig) error {
+		if err := checkTTL(d); err != nil {
 			return err
 		}
-		c.lease = d
+		c.ttl = d
 		return nil
 	}
 }
 
-// WithPollInterval sets how long the pool waits before claiming again after
+// WithPollInterval sets how long the runner waits before claiming again after
 // it found fewer runnable jobs than idle workers. With WithListen it is the
 // fallback for lost notifications and for jobs whose run_at came. Default: 1s.
-func WithPollInterval(d time.Duration) PoolOption {
-	return func(c *poolConfig) error {
+func WithPollInterval(d time.Duration) RunnerOption {
+	return func(c *runnerConfig) error {
 		if d < time.Millisecond || d > time.Hour {
 			return invalid("poll interval %v is outside [1ms, 1h]", d)
 		}
@@ -152,13 +152,13 @@ func WithPollInterval(d time.Duration) PoolOption {
 	}
 }
 
-// WithListen makes the pool LISTEN on channel (on one dedicated connection
+// WithListen makes the runner LISTEN on channel (on one dedicated connection
 // from the pool) and claim as soon as a notification arrives; Enqueue with the
 // same channel notifies it. Default: off, polling only. If the listening
-// connection fails, the pool keeps polling and listens again after a poll
+// connection fails, the runner keeps polling and listens again after a poll
 // interval.
-func WithListen(channel string) PoolOption {
-	return func(c *poolConfig) error {
+func WithListen(channel string) RunnerOption {
+	return func(c *runnerConfig) error {
 		if err := checkIdent("notification channel", channel); err != nil {
 			return err
 		}
@@ -170,8 +170,8 @@ func WithListen(channel string) PoolOption {
 // WithShutdownGrace sets how long Run, once its context ends, lets in-flight
 // jobs finish. After it, their contexts end with ErrShutdown, and jobs whose
 // handler then returns an error are released back to the queue. Default: 10s.
-func WithShutdownGrace(d time.Duration) PoolOption {
-	return func(c *poolConfig) error {
+func WithShutdownGrace(d time.Duration) RunnerOption {
+	return func(c *runnerConfig) error {
 		if d < 0 || d > time.Hour {
 			return invalid("shutdown grace %v is outside [0, 1h]", d)
 		}
@@ -180,11 +180,11 @@ func WithShutdownGrace(d time.Duration) PoolOption {
 	}
 }
 
-// WithRescueInterval sets how often the pool runs Rescue for its table and
+// WithRescueInterval sets how often the runner runs Rescue for its table and
 // queue; a negative interval turns it off (run Rescue elsewhere then).
-// Default: half the lease.
-func WithRescueInterval(d time.Duration) PoolOption {
-	return func(c *poolConfig) error {
+// Default: half the TTL.
+func WithRescueInterval(d time.Duration) RunnerOption {
+	return func(c *runnerConfig) error {
 		if d == 0 || d > 24*time.Hour {
 			return invalid("rescue interval %v must be non-zero and at most 24h (negative turns it off)", d)
 		}
@@ -193,11 +193,11 @@ func WithRescueInterval(d time.Duration) PoolOption {
 	}
 }
 
-// WithResultHook calls f after each job's end, from a pool goroutine (the
+// WithResultHook calls f after each job's end, from a runner goroutine (the
 // worker's, or for completions the one that writes them in batches), for
 // metrics and tests. Default: none. f must not block for long.
-func WithResultHook(f func(*Job, Result)) PoolOption {
-	return func(c *poolConfig) error {
+func WithResultHook(f func(*Job, Result)) RunnerOption {
+	return func(c *runnerConfig) error {
 		if f == nil {
 			return invalid("nil result hook")
 		}
@@ -206,23 +206,23 @@ func WithResultHook(f func(*Job, Result)) PoolOption {
 	}
 }
 
-// Pool runs a Handler (or a TxHandler) over the jobs a Claimer claims, with
+// Runner runs a Handler (or a TxHandler) over the jobs a Claimer claims, with
 // N workers.
-type Pool struct {
+type Runner struct {
 	c       *Claimer
 	h       Handler
 	txh     TxHandler
-	cfg     poolConfig
+	cfg     runnerConfig
 	running atomic.Bool
 }
 
-// NewTxPool returns a worker pool whose handler runs in a transaction that
+// NewTxRunner returns a runner whose handler runs in a transaction that
 // also completes the job (see TxHandler). Start it with Run.
-func NewTxPool(c *Claimer, h TxHandler, opts ...PoolOption) (*Pool, error) {
+func NewTxRunner(c *Claimer, h TxHandler, opts ...RunnerOption) (*Runner, error) {
 	if h == nil {
 		return nil, invalid("nil handler")
 	}
-	p, err := NewPool(c, func(context.Context, *Job) error { return nil }, opts...)
+	p, err := NewRunner(c, func(context.Context, *Job) error { return nil }, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -230,15 +230,15 @@ func NewTxPool(c *Claimer, h TxHandler, opts ...PoolOption) (*Pool, error) {
 	return p, nil
 }
 
-// NewPool returns a worker pool. Start it with Run.
-func NewPool(c *Claimer, h Handler, opts ...PoolOption) (*Pool, error) {
+// NewRunner returns a runner (a worker pool). Start it with Run.
+func NewRunner(c *Claimer, h Handler, opts ...RunnerOption) (*Runner, error) {
 	if c == nil {
 		return nil, invalid("nil claimer")
 	}
 	if h == nil {
 		return nil, invalid("nil handler")
 	}
-	cfg := poolConfig{workers: 4, lease: 30 * time.Second, poll: time.Second, grace: 10 * time.Second, writeTimeout: 10 * time.Second}
+	cfg := runnerConfig{workers: 4, ttl: 30 * time.Second, poll: time.Second, grace: 10 * time.Second, writeTimeout: 10 * time.Second}
 	for _, o := range opts {
 		if o == nil {
 			continue
@@ -251,26 +251,26 @@ func NewPool(c *Claimer, h Handler, opts ...PoolOption) (*Pool, error) {
 		cfg.batch = cfg.workers
 	}
 	if cfg.rescueEvery == 0 {
-		cfg.rescueEvery = cfg.lease / 2
+		cfg.rescueEvery = cfg.ttl / 2
 	}
-	return &Pool{c: c, h: h, cfg: cfg}, nil
+	return &Runner{c: c, h: h, cfg: cfg}, nil
 }
 
 // Run claims and runs jobs until ctx ends, then shuts down gracefully: it
 // stops claiming, lets in-flight jobs finish within the shutdown grace,
 // releases those that do not, records the results still pending, and
 // returns once every goroutine it started has stopped. It returns nil after
-// a graceful shutdown. A Pool runs once at a time.
+// a graceful shutdown. A Runner runs once at a time.
 //
 // How it spends the database: one claim statement takes as many jobs as
-// there are idle workers; one goroutine heartbeats every running job's
+// there are idle workers; one goroutine renews every running job's
 // lease in one statement per round; and the jobs whose handler returned nil
 // are completed in one statement per batch (each job still matched on id +
 // fence + state 'running'), sent in the same transaction as the next claim
 // when one is due, so a worker is free for the next job while its last
 // one's completion is written. A job is reported Completed only after its
 // completion committed durably.
-func (p *Pool) Run(ctx context.Context) error {
+func (p *Runner) Run(ctx context.Context) error {
 	if !p.running.CompareAndSwap(false, true) {
 		return errors.New("claim: pool is already running")
 	}
@@ -284,7 +284,7 @@ func (p *Pool) Run(ctx context.Context) error {
 	}
 	work := make(chan *Job, p.cfg.workers)
 	wake := make(chan struct{}, 1)
-	r := &run{renew: newRenewer(p.c, p.cfg.lease), completions: make(chan *Job, p.cfg.workers)}
+	r := &run{renew: newRenewer(p.c, p.cfg.ttl), completions: make(chan *Job, p.cfg.workers)}
 
 	var workers, background, completer, renewer sync.WaitGroup
 	stopRenew := make(chan struct{})
@@ -335,14 +335,14 @@ type run struct {
 	completions chan *Job // handler returned nil: to be completed in a batch (by fetchLoop, then completeLoop)
 }
 
-// fetchLoop is the pool's one writer while it runs: it claims jobs for idle
+// fetchLoop is the runner's one writer while it runs: it claims jobs for idle
 // workers and writes the completions that workers queue, each round in one
 // round trip. Completions queued when a claim is due ride in the claim's
 // transaction (one durable commit for both); when no claim is due (no idle
 // worker, or waiting for the poll interval after a short claim) they go
 // alone. When ctx ends it returns, and completeLoop takes the completions
 // over.
-func (p *Pool) fetchLoop(ctx context.Context, r *run, work chan<- *Job, slots chan struct{}, wake <-chan struct{}) {
+func (p *Runner) fetchLoop(ctx context.Context, r *run, work chan<- *Job, slots chan struct{}, wake <-chan struct{}) {
 	poll := time.NewTimer(time.Hour)
 	poll.Stop()
 	gather := time.NewTimer(time.Hour)
@@ -406,7 +406,7 @@ func (p *Pool) fetchLoop(ctx context.Context, r *run, work chan<- *Job, slots ch
 // window (half a claim's round trip) for more to come free: workers that
 // finish together then share one claim instead of each paying for a claim
 // of its own, and a job never waits for more than that.
-func (p *Pool) gatherSlots(n int, slots chan struct{}, gather *time.Timer, window time.Duration) int {
+func (p *Runner) gatherSlots(n int, slots chan struct{}, gather *time.Timer, window time.Duration) int {
 	for n < p.cfg.batch {
 		select {
 		case <-slots:
@@ -449,19 +449,19 @@ func drain(done []*Job, completions <-chan *Job) []*Job {
 // reporting each completion once it is settled. The claim's answer must not
 // be lost to shutdown (rows it claimed would wait for Rescue), so it runs on
 // its own timeout.
-func (p *Pool) claimFor(r *run, n int, done []*Job) ([]*Job, error) {
+func (p *Runner) claimFor(r *run, n int, done []*Job) ([]*Job, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.writeTimeout)
 	defer cancel()
 	if len(done) == 0 {
-		return p.c.Claim(ctx, n, p.cfg.lease)
+		return p.c.Claim(ctx, n, p.cfg.ttl)
 	}
 	if !p.c.pipeline {
 		// Behind a transaction pooler with named statements: the
 		// completions go alone, then the claim.
 		p.completeBatch(r, done)
-		return p.c.Claim(ctx, n, p.cfg.lease)
+		return p.c.Claim(ctx, n, p.cfg.ttl)
 	}
-	res, jobs, err := p.c.completeAndClaim(ctx, done, n, p.cfg.lease)
+	res, jobs, err := p.c.completeAndClaim(ctx, done, n, p.cfg.ttl)
 	if err != nil {
 		// Whether the completions committed is unknown: settle them.
 		p.settleBatch(r, done, err)
@@ -473,7 +473,7 @@ func (p *Pool) claimFor(r *run, n int, done []*Job) ([]*Job, error) {
 
 // process runs one job's handler and records its result: a completion goes
 // to the completer (the worker is then free), anything else is written here.
-func (p *Pool) process(base context.Context, r *run, j *Job) {
+func (p *Runner) process(base context.Context, r *run, j *Job) {
 	jctx, cancel := context.WithCancelCause(base)
 	r.renew.add(j, cancel)
 	herr := p.call(jctx, j)
@@ -505,7 +505,7 @@ func (p *Pool) process(base context.Context, r *run, j *Job) {
 }
 
 // report classifies a result's write error, logs it and calls the hook.
-func (p *Pool) report(j *Job, res Result) {
+func (p *Runner) report(j *Job, res Result) {
 	if res.Err != nil {
 		if errors.Is(res.Err, ErrLeaseLost) {
 			res.Outcome = LeaseLost
@@ -526,7 +526,7 @@ const maxCompleteBatch = 1000
 // completeLoop writes the completions still queued once fetchLoop has
 // stopped (shutdown), as many per statement as are queued, until the queue
 // is closed and drained.
-func (p *Pool) completeLoop(r *run) {
+func (p *Runner) completeLoop(r *run) {
 	for j := range r.completions {
 		p.completeBatch(r, drain([]*Job{j}, r.completions))
 	}
@@ -536,7 +536,7 @@ func (p *Pool) completeLoop(r *run) {
 // outcome. An answer lost on the way back is settled before anything is
 // reported (see Claimer.settleMany), so Completed always means durably
 // completed and LeaseLost always means refused.
-func (p *Pool) completeBatch(r *run, jobs []*Job) {
+func (p *Runner) completeBatch(r *run, jobs []*Job) {
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.writeTimeout)
 	res, err := p.c.completeMany(ctx, jobs)
 	cancel()
@@ -548,7 +548,7 @@ func (p *Pool) completeBatch(r *run, jobs []*Job) {
 }
 
 // settleBatch settles completions whose outcome err left unknown.
-func (p *Pool) settleBatch(r *run, jobs []*Job, err error) {
+func (p *Runner) settleBatch(r *run, jobs []*Job, err error) {
 	p.c.cfg.logger.Warn("claim: completion answer lost; settling by reading the jobs back", "jobs", len(jobs), "err", err)
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.writeTimeout)
 	defer cancel()
@@ -558,7 +558,7 @@ func (p *Pool) settleBatch(r *run, jobs []*Job, err error) {
 
 // reportBatch reports each job's completion: res[i] for job i, or err for
 // all when err is not nil.
-func (p *Pool) reportBatch(r *run, jobs []*Job, res []error, err error) {
+func (p *Runner) reportBatch(r *run, jobs []*Job, res []error, err error) {
 	for i, j := range jobs {
 		r.renew.remove(j)
 		out := Result{Outcome: Completed, Err: err}
@@ -570,7 +570,7 @@ func (p *Pool) reportBatch(r *run, jobs []*Job, res []error, err error) {
 	}
 }
 
-func (p *Pool) call(ctx context.Context, j *Job) (err error) {
+func (p *Runner) call(ctx context.Context, j *Job) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("claim: handler panicked on job %d: %v\n%s", j.ID, r, debug.Stack())
@@ -610,7 +610,7 @@ func (c *completedInTx) Error() string { return "claim: completed in the handler
 // The completion and the commit run on a context of their own, bounded by
 // the write timeout: a handler that ran into the shutdown grace still gets
 // its completion recorded.
-func (p *Pool) callTx(ctx context.Context, j *Job) error {
+func (p *Runner) callTx(ctx context.Context, j *Job) error {
 	tx, err := p.c.pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("claim: begin transaction for job %d: %w", j.ID, err)
@@ -639,7 +639,7 @@ func (p *Pool) callTx(ctx context.Context, j *Job) error {
 }
 
 // settleTx reads back a job whose commit answer was lost; see callTx.
-func (p *Pool) settleTx(j *Job, commitErr error) error {
+func (p *Runner) settleTx(j *Job, commitErr error) error {
 	p.c.cfg.logger.Warn("claim: commit answer lost; reading the job back", "job", j.ID, "fence", j.Fence, "err", commitErr)
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.writeTimeout)
 	defer cancel()
@@ -647,9 +647,9 @@ func (p *Pool) settleTx(j *Job, commitErr error) error {
 	switch {
 	case err != nil:
 		return &completedInTx{outcome: WriteError, err: fmt.Errorf("%w; reading the job back: %w", commitErr, err)}
-	case states[j.ID] == "completed":
+	case states[attemptOf(j)] == "completed":
 		return &completedInTx{outcome: Completed}
-	case states[j.ID] == "running":
+	case states[attemptOf(j)] == "running":
 		// The commit did not land and the lease is still ours: the
 		// attempt failed, its effects are gone.
 		return commitErr
@@ -657,7 +657,7 @@ func (p *Pool) settleTx(j *Job, commitErr error) error {
 	return &completedInTx{outcome: LeaseLost, err: &LeaseLostError{Op: "complete", JobID: j.ID, Fence: j.Fence}}
 }
 
-func (p *Pool) rescueLoop(ctx context.Context, wake chan<- struct{}) {
+func (p *Runner) rescueLoop(ctx context.Context, wake chan<- struct{}) {
 	t := time.NewTicker(p.cfg.rescueEvery)
 	defer t.Stop()
 	for {
@@ -687,7 +687,7 @@ func (p *Pool) rescueLoop(ctx context.Context, wake chan<- struct{}) {
 	}
 }
 
-func (p *Pool) listenLoop(ctx context.Context, wake chan<- struct{}) {
+func (p *Runner) listenLoop(ctx context.Context, wake chan<- struct{}) {
 	for ctx.Err() == nil {
 		err := p.listenOnce(ctx, wake)
 		if ctx.Err() != nil {
@@ -704,7 +704,7 @@ func (p *Pool) listenLoop(ctx context.Context, wake chan<- struct{}) {
 	}
 }
 
-func (p *Pool) listenOnce(ctx context.Context, wake chan<- struct{}) error {
+func (p *Runner) listenOnce(ctx context.Context, wake chan<- struct{}) error {
 	conn, err := p.c.pool.Acquire(ctx)
 	if err != nil {
 		return err

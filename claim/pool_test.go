@@ -75,8 +75,8 @@ func TestPoolManyJobsWithLeaseLosses(t *testing.T) {
 			completions[j.ID]++
 		}
 	}
-	p, err := claim.NewPool(c, handler, claim.WithWorkers(workers), claim.WithBatchSize(workers),
-		claim.WithLease(5*time.Second), claim.WithPollInterval(5*time.Millisecond), claim.WithResultHook(hook))
+	p, err := claim.NewRunner(c, handler, claim.WithWorkers(workers), claim.WithBatchSize(workers),
+		claim.WithTTL(5*time.Second), claim.WithPollInterval(5*time.Millisecond), claim.WithResultHook(hook))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestPoolManyJobsWithLeaseLosses(t *testing.T) {
 				return
 			case <-time.After(time.Duration(rand.IntN(3000)) * time.Microsecond):
 			}
-			tag, err := pool.Exec(ctx, `UPDATE pgfence_jobs SET lease_until = now() - interval '1 millisecond'
+			tag, err := pool.Exec(ctx, `UPDATE pgfence_jobs SET expires_at = now() - interval '1 millisecond'
 				WHERE id = (SELECT id FROM pgfence_jobs WHERE queue = $1 AND state = 'running'
 				             ORDER BY random() LIMIT 1)`, qn)
 			if err != nil {
@@ -202,12 +202,12 @@ func TestPoolLeaseLossEndsJobContext(t *testing.T) {
 	started := make(chan *claim.Job, 1)
 	causes := make(chan error, 1)
 	results := make(chan claim.Result, 1)
-	p, err := claim.NewPool(c, func(ctx context.Context, j *claim.Job) error {
+	p, err := claim.NewRunner(c, func(ctx context.Context, j *claim.Job) error {
 		started <- j
 		<-ctx.Done()
 		causes <- context.Cause(ctx)
 		return context.Cause(ctx)
-	}, claim.WithWorkers(1), claim.WithLease(600*time.Millisecond), claim.WithRescueInterval(-1),
+	}, claim.WithWorkers(1), claim.WithTTL(600*time.Millisecond), claim.WithRescueInterval(-1),
 		claim.WithResultHook(func(_ *claim.Job, r claim.Result) { results <- r }))
 	if err != nil {
 		t.Fatal(err)
@@ -231,8 +231,8 @@ func TestPoolLeaseLossEndsJobContext(t *testing.T) {
 	select {
 	case cause := <-causes:
 		var lle *claim.LeaseLostError
-		if !errors.As(cause, &lle) || lle.Op != "heartbeat" {
-			t.Fatalf("job context cause %v, want a lost heartbeat", cause)
+		if !errors.As(cause, &lle) || lle.Op != "renew" {
+			t.Fatalf("job context cause %v, want a lost renewal", cause)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the job's context did not end on lease loss")
@@ -257,7 +257,7 @@ func TestPoolGracefulShutdown(t *testing.T) {
 	started.Add(2)
 	var mu sync.Mutex
 	outcomes := map[int64]claim.Outcome{}
-	p, err := claim.NewPool(c, func(ctx context.Context, j *claim.Job) error {
+	p, err := claim.NewRunner(c, func(ctx context.Context, j *claim.Job) error {
 		started.Done()
 		if string(j.Payload) == `"quick"` {
 			time.Sleep(200 * time.Millisecond) // finishes within the grace period
@@ -303,7 +303,7 @@ func TestPoolListenNotify(t *testing.T) {
 	qn := queue("listen")
 	c := newClaimer(t, pool, qn)
 	done := make(chan int64, 1)
-	p, err := claim.NewPool(c, func(ctx context.Context, j *claim.Job) error {
+	p, err := claim.NewRunner(c, func(ctx context.Context, j *claim.Job) error {
 		done <- j.ID
 		return nil
 	}, claim.WithWorkers(2), claim.WithPollInterval(time.Hour), claim.WithListen("pgfence test wake"),
@@ -334,32 +334,32 @@ func TestPoolBadOptions(t *testing.T) {
 	qn := queue("opts")
 	c := newClaimer(t, pool, qn)
 	h := func(context.Context, *claim.Job) error { return nil }
-	for name, o := range map[string]claim.PoolOption{
+	for name, o := range map[string]claim.RunnerOption{
 		"workers 0":    claim.WithWorkers(0),
 		"batch 0":      claim.WithBatchSize(0),
 		"batch huge":   claim.WithBatchSize(claim.MaxBatch + 1),
-		"lease 0":      claim.WithLease(0),
-		"lease neg":    claim.WithLease(-time.Second),
+		"lease 0":      claim.WithTTL(0),
+		"lease neg":    claim.WithTTL(-time.Second),
 		"poll 0":       claim.WithPollInterval(0),
 		"channel NUL":  claim.WithListen("a\x00b"),
 		"channel \"\"": claim.WithListen(""),
 	} {
-		if _, err := claim.NewPool(c, h, o); !errors.Is(err, claim.ErrInvalidInput) {
+		if _, err := claim.NewRunner(c, h, o); !errors.Is(err, claim.ErrInvalidInput) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	if _, err := claim.NewPool(nil, h); !errors.Is(err, claim.ErrInvalidInput) {
+	if _, err := claim.NewRunner(nil, h); !errors.Is(err, claim.ErrInvalidInput) {
 		t.Error("nil claimer accepted")
 	}
-	if _, err := claim.NewPool(c, nil); !errors.Is(err, claim.ErrInvalidInput) {
+	if _, err := claim.NewRunner(c, nil); !errors.Is(err, claim.ErrInvalidInput) {
 		t.Error("nil handler accepted")
 	}
 }
 
-// When heartbeats cannot get through (here: the table is locked, as a slow or
+// When renewals cannot get through (here: the table is locked, as a slow or
 // unreachable database would look), the job's context ends at the local
 // deadline, before the lease could expire in the database.
-func TestPoolLocalDeadlineWhenHeartbeatsStall(t *testing.T) {
+func TestRunnerLocalDeadlineWhenRenewalsStall(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	qn := queue("stall")
@@ -367,12 +367,12 @@ func TestPoolLocalDeadlineWhenHeartbeatsStall(t *testing.T) {
 	enqueue(t, pool, claim.NewJob{Queue: qn})
 	started := make(chan time.Time, 1)
 	causes := make(chan error, 1)
-	p, err := claim.NewPool(c, func(ctx context.Context, j *claim.Job) error {
+	p, err := claim.NewRunner(c, func(ctx context.Context, j *claim.Job) error {
 		started <- time.Now()
 		<-ctx.Done()
 		causes <- context.Cause(ctx)
 		return context.Cause(ctx)
-	}, claim.WithWorkers(1), claim.WithLease(600*time.Millisecond), claim.WithRescueInterval(-1))
+	}, claim.WithWorkers(1), claim.WithTTL(600*time.Millisecond), claim.WithRescueInterval(-1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,7 +423,7 @@ func TestTxPoolEffectsCommitWithCompletion(t *testing.T) {
 	stolen := enqueue(t, pool, claim.NewJob{Queue: qn, Priority: 2})
 
 	results := make(chan claim.Result, 2)
-	p, err := claim.NewTxPool(c, func(ctx context.Context, tx pgx.Tx, j *claim.Job) error {
+	p, err := claim.NewTxRunner(c, func(ctx context.Context, tx pgx.Tx, j *claim.Job) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO txpool_effects VALUES ($1)`, j.ID); err != nil {
 			return err
 		}
@@ -437,7 +437,7 @@ func TestTxPoolEffectsCommitWithCompletion(t *testing.T) {
 			claimOne(t, other, time.Minute)
 		}
 		return nil
-	}, claim.WithWorkers(1), claim.WithBatchSize(1), claim.WithLease(time.Minute), claim.WithRescueInterval(-1),
+	}, claim.WithWorkers(1), claim.WithBatchSize(1), claim.WithTTL(time.Minute), claim.WithRescueInterval(-1),
 		claim.WithResultHook(func(_ *claim.Job, r claim.Result) { results <- r }))
 	if err != nil {
 		t.Fatal(err)

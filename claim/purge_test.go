@@ -23,7 +23,7 @@ import (
 func insertJobs(t *testing.T, pool *pgxpool.Pool, q, state string, n int, finishedAgo time.Duration) {
 	t.Helper()
 	if _, err := pool.Exec(context.Background(), `
-INSERT INTO pgfence_jobs (queue, state, attempt, fence, owner, lease_until, finished_at)
+INSERT INTO pgfence_jobs (queue, state, attempt, fence, owner, expires_at, finished_at)
 SELECT $1, $2, CASE WHEN $2 = 'available' THEN 0 ELSE 1 END,
        CASE WHEN $2 = 'available' THEN NULL ELSE nextval('pgfence_fence_seq') END,
        CASE WHEN $2 = 'available' THEN NULL ELSE 'filler' END,
@@ -248,7 +248,7 @@ INSERT INTO "My Mails" (status, done_at) VALUES ('completed', now()), ('complete
 		t.Fatal(err)
 	}
 	tb := claim.Table{Name: "My Mails", ID: "mail_id", State: "status", Priority: "prio", RunAt: "not_before",
-		Attempt: "tries", MaxAttempts: "max_tries", Fence: "token", Owner: "worker", LeaseUntil: "leased_to", FinishedAt: "done_at"}
+		Attempt: "tries", MaxAttempts: "max_tries", Fence: "token", Owner: "worker", ExpiresAt: "leased_to", FinishedAt: "done_at"}
 	c, err := claim.New(ctx, pool, claim.WithTable(tb), claim.WithPurgeBatch(3))
 	if err != nil {
 		t.Fatal(err)

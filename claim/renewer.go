@@ -6,15 +6,15 @@ import (
 	"time"
 )
 
-// renewer keeps the leases of a Pool's jobs alive with one goroutine and one
-// heartbeat statement per round for all of them, instead of a goroutine and
+// renewer keeps the leases of a Runner's jobs alive with one goroutine and one
+// renew statement per round for all of them, instead of a goroutine and
 // a statement per job. Each job also gets a timer (no goroutine until it
 // fires) that ends its context at its local deadline; a successful
-// heartbeat moves that timer.
+// renewal moves that timer.
 type renewer struct {
 	c     *Claimer
-	lease time.Duration
-	every time.Duration // a job is heartbeaten once this long has passed since its last success
+	ttl   time.Duration
+	every time.Duration // a job is renewed once this long has passed since its last success
 	tick  time.Duration // how often the renewer looks for due jobs
 
 	mu   sync.Mutex
@@ -24,17 +24,17 @@ type renewer struct {
 type renewed struct {
 	cancel   context.CancelCauseFunc
 	deadline *time.Timer // ends the job's context at its local deadline
-	due      time.Time   // next heartbeat
-	lost     bool        // the lease is gone: no more heartbeats
+	due      time.Time   // next renewal
+	lost     bool        // the lease is gone: no more renewals
 }
 
-func newRenewer(c *Claimer, lease time.Duration) *renewer {
+func newRenewer(c *Claimer, ttl time.Duration) *renewer {
 	return &renewer{
-		c: c, lease: lease, every: lease / 3,
-		// Looking every sixth of the lease heartbeats a job between a
-		// third and a half of its lease after the last success, well
+		c: c, ttl: ttl, every: ttl / 3,
+		// Looking every sixth of the TTL renews a job between a
+		// third and a half of its TTL after the last success, well
 		// before its local deadline at nine tenths.
-		tick: max(lease/6, time.Millisecond),
+		tick: max(ttl/6, time.Millisecond),
 		jobs: map[*Job]*renewed{},
 	}
 }
@@ -61,7 +61,7 @@ func (r *renewer) remove(j *Job) {
 	r.mu.Unlock()
 }
 
-// run heartbeats due jobs until stop is closed.
+// run renews due jobs until stop is closed.
 func (r *renewer) run(stop <-chan struct{}) {
 	t := time.NewTicker(r.tick)
 	defer t.Stop()
@@ -72,7 +72,7 @@ func (r *renewer) run(stop <-chan struct{}) {
 		case <-t.C:
 		}
 		if due := r.due(time.Now()); len(due) > 0 {
-			r.heartbeat(due)
+			r.renew(due)
 		}
 	}
 }
@@ -89,17 +89,17 @@ func (r *renewer) due(now time.Time) []*Job {
 	return due
 }
 
-func (r *renewer) heartbeat(jobs []*Job) {
+func (r *renewer) renew(jobs []*Job) {
 	sent := time.Now()
-	// A heartbeat that hangs must not hold up the next round: the jobs'
+	// A renewal that hangs must not hold up the next round: the jobs'
 	// deadline timers fire on their own meanwhile.
 	ctx, cancel := context.WithTimeout(context.Background(), r.every)
-	lost, err := r.c.heartbeatMany(ctx, jobs, r.lease)
+	lost, err := r.c.renewMany(ctx, jobs, r.ttl)
 	cancel()
 	if err != nil {
 		// Transient: the leases hold until their local deadlines; the
 		// next round tries again.
-		r.c.cfg.logger.Warn("claim: heartbeat failed; retrying", "jobs", len(jobs), "err", err)
+		r.c.cfg.logger.Warn("claim: renewal failed; retrying", "jobs", len(jobs), "err", err)
 		return
 	}
 	isLost := make(map[*Job]bool, len(lost))
@@ -115,7 +115,7 @@ func (r *renewer) heartbeat(jobs []*Job) {
 		}
 		if isLost[j] {
 			e.lost = true
-			e.cancel(&LeaseLostError{Op: "heartbeat", JobID: j.ID, Fence: j.Fence})
+			e.cancel(&LeaseLostError{Op: "renew", JobID: j.ID, Fence: j.Fence})
 			continue
 		}
 		e.due = sent.Add(r.every)

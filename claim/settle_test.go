@@ -22,7 +22,7 @@ func proxiedPool(t *testing.T) (*pgxpool.Pool, *faultproxy.Proxy) {
 }
 
 // runUntil runs p until want results arrived and returns them.
-func runUntil(t *testing.T, p *claim.Pool, results <-chan claim.Result, want int) []claim.Result {
+func runUntil(t *testing.T, p *claim.Runner, results <-chan claim.Result, want int) []claim.Result {
 	t.Helper()
 	ctx, stop := context.WithCancel(context.Background())
 	runDone := make(chan error, 1)
@@ -62,7 +62,7 @@ func effectsTable(t *testing.T, pool *pgxpool.Pool, name string) {
 }
 
 // A TxHandler that ignores its context: its job is rescued and claimed by
-// another worker while it runs, the pool's heartbeat finds the lease gone and
+// another worker while it runs, the runner's renewal finds the lease gone and
 // ends the handler's context, and the handler returns nil anyway. The
 // attempt is stale: lease lost (not a write error), effects rolled back, the
 // new holder's claim untouched.
@@ -77,7 +77,7 @@ func TestTxPoolStaleAttemptIsLeaseLost(t *testing.T) {
 
 	var stolen *claim.Job
 	results := make(chan claim.Result, 1)
-	p, err := claim.NewTxPool(c, func(ctx context.Context, tx pgx.Tx, j *claim.Job) error {
+	p, err := claim.NewTxRunner(c, func(ctx context.Context, tx pgx.Tx, j *claim.Job) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO txpool_stale_effects VALUES ($1)`, j.ID); err != nil {
 			return err
 		}
@@ -86,9 +86,9 @@ func TestTxPoolStaleAttemptIsLeaseLost(t *testing.T) {
 			t.Errorf("rescue %+v %v", r, err)
 		}
 		stolen = claimOne(t, thief, time.Minute)
-		<-ctx.Done() // the next heartbeat finds the lease gone
+		<-ctx.Done() // the next renewal finds the lease gone
 		return nil   // ... and the handler carries on regardless
-	}, claim.WithWorkers(1), claim.WithLease(300*time.Millisecond), claim.WithRescueInterval(-1),
+	}, claim.WithWorkers(1), claim.WithTTL(300*time.Millisecond), claim.WithRescueInterval(-1),
 		claim.WithResultHook(func(_ *claim.Job, r claim.Result) { results <- r }))
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +125,7 @@ func TestTxPoolLostCommitAnswerIsSettled(t *testing.T) {
 	// text, so no other statement matches.
 	fired := proxy.CutAfterSending("commit\x00", 200*time.Millisecond)
 	results := make(chan claim.Result, 1)
-	p, err := claim.NewTxPool(c, func(ctx context.Context, tx pgx.Tx, j *claim.Job) error {
+	p, err := claim.NewTxRunner(c, func(ctx context.Context, tx pgx.Tx, j *claim.Job) error {
 		_, err := tx.Exec(ctx, `INSERT INTO txpool_lost_commit_effects VALUES ($1)`, j.ID)
 		return err
 	}, claim.WithWorkers(1), claim.WithRescueInterval(-1),
@@ -166,7 +166,7 @@ func TestPoolLostCompletionAnswerIsSettled(t *testing.T) {
 	results := make(chan claim.Result, n)
 	release := make(chan struct{})
 	var started atomic.Int32
-	p, err := claim.NewPool(c, func(ctx context.Context, j *claim.Job) error {
+	p, err := claim.NewRunner(c, func(ctx context.Context, j *claim.Job) error {
 		if started.Add(1) == n {
 			close(release)
 		}

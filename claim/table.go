@@ -24,7 +24,7 @@ import (
 //	MaxAttempts smallint, integer or bigint
 //	Fence       bigint (the current claim's fencing token)
 //	Owner       text or varchar
-//	LeaseUntil  timestamptz
+//	ExpiresAt   timestamptz
 //
 // Optional columns ("" for none): Queue (text or varchar; claims and rescues
 // then touch only the claimer's queue), LastError (text or varchar; Fail and
@@ -36,12 +36,12 @@ import (
 //	CREATE INDEX ON my_jobs (priority, run_at, id) WHERE state = 'available';
 //
 // (with the queue column first if there is one), and one on
-// (lease_until) WHERE state = 'running' for Rescue.
+// (expires_at) WHERE state = 'running' for Rescue.
 type Table struct {
 	Schema string // "" = found through search_path
 	Name   string
 
-	ID, State, Priority, RunAt, Attempt, MaxAttempts, Fence, Owner, LeaseUntil string
+	ID, State, Priority, RunAt, Attempt, MaxAttempts, Fence, Owner, ExpiresAt string
 
 	Queue, LastError, FinishedAt, Payload string
 }
@@ -52,7 +52,7 @@ func DefaultTable() Table {
 		Name: "pgfence_jobs",
 		ID:   "id", State: "state", Priority: "priority", RunAt: "run_at",
 		Attempt: "attempt", MaxAttempts: "max_attempts", Fence: "fence",
-		Owner: "owner", LeaseUntil: "lease_until",
+		Owner: "owner", ExpiresAt: "expires_at",
 		Queue: "queue", LastError: "last_error", FinishedAt: "finished_at", Payload: "payload",
 	}
 }
@@ -86,7 +86,7 @@ func (t Table) columns() []colSpec {
 		{"MaxAttempts", t.MaxAttempts, true, intTypes},
 		{"Fence", t.Fence, true, []string{"bigint"}},
 		{"Owner", t.Owner, true, textTypes},
-		{"LeaseUntil", t.LeaseUntil, true, tsTypes},
+		{"ExpiresAt", t.ExpiresAt, true, tsTypes},
 		{"Queue", t.Queue, false, textTypes},
 		{"LastError", t.LastError, false, textTypes},
 		{"FinishedAt", t.FinishedAt, false, tsTypes},

@@ -25,8 +25,8 @@ import (
 // round), at 8 and 32 workers, each on a fresh queue of pre-inserted jobs
 // with a no-op handler:
 //
-//   - pool: claim.Pool (batched claims, batched durable completions);
-//   - txpool: claim.NewTxPool (one transaction per job, committed with its
+//   - pool: claim.Runner (batched claims, batched durable completions);
+//   - txpool: claim.NewTxRunner (one transaction per job, committed with its
 //     completion);
 //   - onepertx: the common hand-written pattern, one job per transaction:
 //     BEGIN; SELECT … FOR UPDATE SKIP LOCKED LIMIT 1; UPDATE; COMMIT
@@ -122,7 +122,7 @@ func setupQueue(b *testing.B, pool *pgxpool.Pool, n int) string {
 	return queue
 }
 
-// runPool runs a claim.Pool (or a TxPool) with a no-op handler until it has
+// runPool runs a claim.Runner (or a NewTxRunner one) with a no-op handler until it has
 // completed all jobs of the queue; any other outcome fails the benchmark.
 func runPool(tx bool) func(b *testing.B, pool *pgxpool.Pool, queue string, jobs, workers int) {
 	return func(b *testing.B, pool *pgxpool.Pool, queue string, jobs, workers int) {
@@ -132,7 +132,7 @@ func runPool(tx bool) func(b *testing.B, pool *pgxpool.Pool, queue string, jobs,
 		}
 		var done atomic.Int64
 		all := make(chan struct{})
-		opts := []claim.PoolOption{
+		opts := []claim.RunnerOption{
 			claim.WithWorkers(workers), claim.WithPollInterval(time.Millisecond),
 			claim.WithResultHook(func(_ *claim.Job, r claim.Result) {
 				if r.Outcome != claim.Completed {
@@ -143,11 +143,11 @@ func runPool(tx bool) func(b *testing.B, pool *pgxpool.Pool, queue string, jobs,
 				}
 			}),
 		}
-		var p *claim.Pool
+		var p *claim.Runner
 		if tx {
-			p, err = claim.NewTxPool(c, func(context.Context, pgx.Tx, *claim.Job) error { return nil }, opts...)
+			p, err = claim.NewTxRunner(c, func(context.Context, pgx.Tx, *claim.Job) error { return nil }, opts...)
 		} else {
-			p, err = claim.NewPool(c, func(context.Context, *claim.Job) error { return nil }, opts...)
+			p, err = claim.NewRunner(c, func(context.Context, *claim.Job) error { return nil }, opts...)
 		}
 		if err != nil {
 			b.Fatal(err)

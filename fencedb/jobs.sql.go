@@ -159,8 +159,8 @@ func (q *Queries) EnqueueJobs(ctx context.Context, arg EnqueueJobsParams) (int64
 
 const GetJob = `-- name: GetJob :one
 SELECT id, queue, kind, payload, state, priority, run_at, attempt, max_attempts,
-       fence, owner, lease_until, last_error, created_at, finished_at,
-       (state = 'running' AND lease_until > now())::boolean AS lease_valid
+       fence, owner, expires_at, last_error, created_at, finished_at,
+       (state = 'running' AND expires_at > now())::boolean AS lease_valid
   FROM pgfence_jobs
  WHERE id = $1
 `
@@ -177,7 +177,7 @@ type GetJobRow struct {
 	MaxAttempts int32
 	Fence       pgtype.Int8
 	Owner       pgtype.Text
-	LeaseUntil  *time.Time
+	ExpiresAt   *time.Time
 	LastError   pgtype.Text
 	CreatedAt   time.Time
 	FinishedAt  *time.Time
@@ -200,7 +200,7 @@ func (q *Queries) GetJob(ctx context.Context, id int64) (GetJobRow, error) {
 		&i.MaxAttempts,
 		&i.Fence,
 		&i.Owner,
-		&i.LeaseUntil,
+		&i.ExpiresAt,
 		&i.LastError,
 		&i.CreatedAt,
 		&i.FinishedAt,

@@ -52,7 +52,7 @@ type PgfenceJob struct {
 	MaxAttempts int32
 	Fence       pgtype.Int8
 	Owner       pgtype.Text
-	LeaseUntil  *time.Time
+	ExpiresAt   *time.Time
 	LastError   pgtype.Text
 	CreatedAt   time.Time
 	FinishedAt  *time.Time

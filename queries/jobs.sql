@@ -38,8 +38,8 @@ SELECT 1 FROM ins, n;
 -- name: GetJob :one
 -- One job as the database sees it now.
 SELECT id, queue, kind, payload, state, priority, run_at, attempt, max_attempts,
-       fence, owner, lease_until, last_error, created_at, finished_at,
-       (state = 'running' AND lease_until > now())::boolean AS lease_valid
+       fence, owner, expires_at, last_error, created_at, finished_at,
+       (state = 'running' AND expires_at > now())::boolean AS lease_valid
   FROM pgfence_jobs
  WHERE id = sqlc.arg(id);
 

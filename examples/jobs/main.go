@@ -26,8 +26,8 @@ CREATE TABLE job_effects (
 
 const (
 	jobs = 30
-	// lease is the workers' job lease: short, so that the long job needs
-	// heartbeats within a second or two, not so short that a loaded machine
+	// lease is the workers' job lease TTL: short, so that the long job needs
+	// renewals within a second or two, not so short that a loaded machine
 	// misses them.
 	lease = 600 * time.Millisecond
 	// frozenLease is the frozen worker's lease in the rescue scene.
@@ -35,7 +35,7 @@ const (
 )
 
 func main() {
-	example.Main("job workers (SKIP LOCKED claiming, heartbeats, a rescued job's stale completion refused)", run)
+	example.Main("job workers (SKIP LOCKED claiming, lease renewals, a rescued job's stale completion refused)", run)
 }
 
 func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
@@ -66,7 +66,7 @@ func workers(ctx context.Context, env *example.Env, v *example.Verdict) error {
 			longID = id
 		}
 	}
-	env.Note("job %d is an export that takes %v, more than three times its lease: heartbeats must keep it", longID, 3*lease+lease/2)
+	env.Note("job %d is an export that takes %v, more than three times its lease TTL: renewals must keep it", longID, 3*lease+lease/2)
 
 	var (
 		mu        sync.Mutex
@@ -85,24 +85,24 @@ func workers(ctx context.Context, env *example.Env, v *example.Verdict) error {
 		}
 		handler := func(ctx context.Context, j *claim.Job) error {
 			if j.ID == longID {
-				first := j.LeaseUntil()
-				env.Logf(name, "job %d (export, fence %d): starts; lease until %s", j.ID, j.Fence, first.Format("15:04:05.000"))
+				first := j.ExpiresAt()
+				env.Logf(name, "job %d (export, fence %d): starts; lease expires at %s", j.ID, j.Fence, first.Format("15:04:05.000"))
 				select {
 				case <-time.After(3*lease + lease/2):
 				case <-ctx.Done():
 					return context.Cause(ctx)
 				}
 				mu.Lock()
-				extended, longFence = j.LeaseUntil().After(first), j.Fence
+				extended, longFence = j.ExpiresAt().After(first), j.Fence
 				mu.Unlock()
-				env.Logf(name, "job %d (export): done; the heartbeats moved its lease to %s", j.ID, j.LeaseUntil().Format("15:04:05.000"))
+				env.Logf(name, "job %d (export): done; the renewals moved its lease to expire at %s", j.ID, j.ExpiresAt().Format("15:04:05.000"))
 			} else {
 				time.Sleep(20 * time.Millisecond)
 			}
 			_, err := env.Pool.Exec(ctx, `INSERT INTO job_effects (job_id, fence, worker) VALUES ($1, $2, $3)`, j.ID, j.Fence, name)
 			return err
 		}
-		p, err := claim.NewPool(c, handler, claim.WithWorkers(2), claim.WithLease(lease), claim.WithPollInterval(20*time.Millisecond),
+		p, err := claim.NewRunner(c, handler, claim.WithWorkers(2), claim.WithTTL(lease), claim.WithPollInterval(20*time.Millisecond),
 			claim.WithResultHook(func(j *claim.Job, r claim.Result) {
 				mu.Lock()
 				outcomes[r.Outcome]++
@@ -113,7 +113,7 @@ func workers(ctx context.Context, env *example.Env, v *example.Verdict) error {
 		}
 		wg.Go(func() {
 			if err := p.Run(runCtx); err != nil {
-				env.Logf(name, "pool: %v", err)
+				env.Logf(name, "runner: %v", err)
 			}
 		})
 	}
@@ -155,7 +155,7 @@ func workers(ctx context.Context, env *example.Env, v *example.Verdict) error {
 		"every job ran once and completed, with no two workers on one job (%d completed, at most %d run per job)", completed, maxRuns)
 	v.Check(len(spread) >= 2, "the jobs were spread over %d worker processes by SKIP LOCKED claiming", len(spread))
 	v.Check(extended && longFence != 0 && firstAttempt == jobs+1,
-		"heartbeats kept the long job's lease through %v of work on a %v lease (first attempt, not rescued)", 3*lease+lease/2, lease)
+		"renewals kept the long job's lease through %v of work on a %v lease (first attempt, not rescued)", 3*lease+lease/2, lease)
 	return nil
 }
 
@@ -182,9 +182,9 @@ func rescued(ctx context.Context, env *example.Env, v *example.Verdict) error {
 	}
 	old := js[0]
 	env.Logf("worker-slow", "claims job %d: attempt %d, fence %d, lease %v", old.ID, old.Attempt, old.Fence, frozenLease)
-	env.Logf("worker-slow", "freezes: no heartbeats")
+	env.Logf("worker-slow", "freezes: no renewals")
 
-	// The rescuer (any pool's rescue loop; here called directly) returns
+	// The rescuer (any runner's rescue loop; here called directly) returns
 	// the job once its lease has expired by the database clock.
 	var rescue claim.RescueResult
 	if err := example.WaitFor(ctx, func() bool {
@@ -204,8 +204,8 @@ func rescued(ctx context.Context, env *example.Env, v *example.Verdict) error {
 	errFast := complete(ctx, env, fast, cur, "worker-fast")
 
 	env.Logf("worker-slow", "resumes and finishes its attempt")
-	errBeat := slow.Heartbeat(ctx, old)
-	env.Logf("worker-slow", "heartbeat: %v", errBeat)
+	errBeat := slow.Renew(ctx, old)
+	env.Logf("worker-slow", "renew: %v", errBeat)
 	errSlow := complete(ctx, env, slow, old, "worker-slow")
 
 	var state string
@@ -220,7 +220,7 @@ func rescued(ctx context.Context, env *example.Env, v *example.Verdict) error {
 	env.Note("read back: job %d is %s after %d attempts; %d effect row(s), by %s", id, state, attempt, effects, by)
 	v.Check(errFast == nil && state == "completed" && attempt == 2, "the rescued job was completed by its new worker on attempt 2")
 	v.Check(errors.Is(errSlow, claim.ErrLeaseLost) && errors.Is(errBeat, claim.ErrLeaseLost) && effects == 1 && by == "worker-fast",
-		"the frozen worker's heartbeat and completion were refused, and its effect rolled back with it (%d effect row)", effects)
+		"the frozen worker's renewal and completion were refused, and its effect rolled back with it (%d effect row)", effects)
 	return nil
 }
 

@@ -167,7 +167,7 @@ func runCore(t *testing.T, pool *pgxpool.Pool, worker int) {
 	}
 }
 
-// testPoolBehindBouncer runs a claim.Pool through the bouncer: every job is
+// testPoolBehindBouncer runs a claim.Runner through the bouncer: every job is
 // done once.
 func testPoolBehindBouncer(t *testing.T, pool *pgxpool.Pool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -185,7 +185,7 @@ func testPoolBehindBouncer(t *testing.T, pool *pgxpool.Pool) {
 	}
 	var done atomic.Int64
 	all := make(chan struct{})
-	p, err := claim.NewPool(cl, func(ctx context.Context, j *claim.Job) error {
+	p, err := claim.NewRunner(cl, func(ctx context.Context, j *claim.Job) error {
 		if done.Add(1) == jobs {
 			close(all)
 		}

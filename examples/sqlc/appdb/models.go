@@ -57,7 +57,7 @@ type PgfenceJob struct {
 	MaxAttempts int32
 	Fence       pgtype.Int8
 	Owner       pgtype.Text
-	LeaseUntil  pgtype.Timestamptz
+	ExpiresAt   pgtype.Timestamptz
 	LastError   pgtype.Text
 	CreatedAt   pgtype.Timestamptz
 	FinishedAt  pgtype.Timestamptz

@@ -132,7 +132,7 @@ func TestMetricsQueueStatsCached(t *testing.T) {
 	}
 }
 
-// Completions written in batches by a Pool are counted per job.
+// Completions written in batches by a Runner are counted per job.
 func TestMetricsPoolCompletions(t *testing.T) {
 	ctx := context.Background()
 	r := otelxtest.New(t)
@@ -146,7 +146,7 @@ func TestMetricsPoolCompletions(t *testing.T) {
 	var mu sync.Mutex
 	var outcomes []claim.Outcome
 	all := make(chan struct{})
-	p, err := claim.NewPool(c, func(context.Context, *claim.Job) error { return nil }, claim.WithWorkers(4),
+	p, err := claim.NewRunner(c, func(context.Context, *claim.Job) error { return nil }, claim.WithWorkers(4),
 		claim.WithResultHook(func(_ *claim.Job, res claim.Result) {
 			mu.Lock()
 			defer mu.Unlock()

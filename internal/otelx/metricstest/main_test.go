@@ -62,7 +62,7 @@ func enqueue(t *testing.T, pool *pgxpool.Pool, j claim.NewJob) int64 {
 func expire(t *testing.T, pool *pgxpool.Pool, id int64) {
 	t.Helper()
 	if _, err := pool.Exec(context.Background(),
-		`UPDATE pgfence_jobs SET lease_until = now() - interval '1 millisecond' WHERE id = $1`, id); err != nil {
+		`UPDATE pgfence_jobs SET expires_at = now() - interval '1 millisecond' WHERE id = $1`, id); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -1,0 +1,25 @@
+package claim
+
+import (
+	"context"
+	"time"
+)
+
+// The batched writes, for tests in package claim_test that need two attempts
+// of one job in the same batch, which a Runner produces only by chance.
+
+func (c *Claimer) CompleteManyForTest(ctx context.Context, jobs []*Job) ([]error, error) {
+	return c.completeMany(ctx, jobs)
+}
+
+func (c *Claimer) SettleManyForTest(ctx context.Context, jobs []*Job) ([]error, error) {
+	return c.settleMany(ctx, jobs)
+}
+
+func (c *Claimer) RenewManyForTest(ctx context.Context, jobs []*Job, ttl time.Duration) ([]*Job, error) {
+	return c.renewMany(ctx, jobs, ttl)
+}
+
+func (c *Claimer) CompleteAndClaimForTest(ctx context.Context, done []*Job, n int, ttl time.Duration) ([]error, []*Job, error) {
+	return c.completeAndClaim(ctx, done, n, ttl)
+}

@@ -1,0 +1,14 @@
+-- One vocabulary (issue 11, design decision 12): a job row's lease uses the
+-- words of package pglease's leases, which have a TTL and expire at a time by
+-- the database clock (lock_leases.expires_at). So pgfence_jobs.lease_until
+-- becomes expires_at.
+--
+-- PostgreSQL rewrites everything that refers to the column by number: the
+-- rescue index pgfence_jobs_rescue_idx (its name never mentioned the column,
+-- so it keeps it) and the CHECK that a running row has a fence and a lease.
+-- No function, trigger or view of pgfence's names the column.
+--
+-- Code and schema move together: a claim package older than this migration
+-- writes lease_until and fails on the renamed table ("column does not
+-- exist"), and this one fails on the old table at New.
+ALTER TABLE pgfence_jobs RENAME COLUMN lease_until TO expires_at;
