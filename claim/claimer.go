@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence/internal/pgerr"
 	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
@@ -194,8 +195,7 @@ func (c *Claimer) scanClaimed(rows pgx.Rows, sent time.Time, lease time.Duration
 }
 
 func (c *Claimer) explain(op string, err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42883") {
+	if pgerr.IsUndefined(err) {
 		return fmt.Errorf("claim: %s: pgfence's schema is missing from this database (run `pgfence migrate up` or migrations.Up): %w", op, err)
 	}
 	return fmt.Errorf("claim: %s: %w", op, err)

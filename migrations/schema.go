@@ -6,9 +6,9 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence/internal/pgerr"
 	"github.com/pgfence/pgfence/internal/validate"
 )
 
@@ -108,6 +108,5 @@ func (t *tracked) ensureSchema(ctx context.Context, c *pgx.Conn) error {
 // isDuplicate: a concurrent CREATE SCHEMA IF NOT EXISTS won the race
 // (PostgreSQL checks IF NOT EXISTS before the insert, not atomically).
 func isDuplicate(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "23505" || pgErr.Code == "42P06")
+	return pgerr.IsDuplicate(err)
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgfence/pgfence/internal/pgerr"
 )
 
 var (
@@ -60,15 +61,15 @@ var (
 // PostgreSQL.
 const (
 	// SQLStateStaleFence: the transaction's fence is older than the row's.
-	SQLStateStaleFence = "PF001"
+	SQLStateStaleFence = pgerr.StaleFence
 	// SQLStateNoFence: strict mode, and the transaction set no fence.
-	SQLStateNoFence = "PF002"
+	SQLStateNoFence = pgerr.NoFence
 	// SQLStateUnboundFence: pgfence.fence is set, but not by this
 	// transaction's pgfence_set_fence (either mode).
-	SQLStateUnboundFence = "PF003"
+	SQLStateUnboundFence = pgerr.UnboundFence
 	// SQLStateFenceAboveCeiling: pgfence_set_fence refused a fence above the
 	// highest pgfence's source has issued.
-	SQLStateFenceAboveCeiling = "PF004"
+	SQLStateFenceAboveCeiling = pgerr.FenceAboveCeiling
 )
 
 func invalid(format string, args ...any) error {
