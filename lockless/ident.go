@@ -2,7 +2,6 @@ package lockless
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"github.com/pgfence/pgfence/internal/pgmode"
 	"github.com/pgfence/pgfence/internal/validate"
@@ -15,12 +14,10 @@ import (
 var (
 	// ErrInvalidInput: an identifier, value or argument was refused before
 	// anything was written. The text says which and why.
-	ErrInvalidInput = errors.New("lockless: invalid input")
+	ErrInvalidInput = validate.ErrInvalidInput
 )
 
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalidInput, fmt.Sprintf(format, args...))
-}
+func invalid(format string, args ...any) error { return validate.Invalid("lockless", format, args...) }
 
 // Querier runs statements: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
 type Querier interface {

@@ -14,7 +14,7 @@ import (
 
 // ErrInvalidInput: an option was refused (for example a schema name that is
 // not a plain identifier). Nothing was run.
-var ErrInvalidInput = errors.New("pgfence migrations: invalid input")
+var ErrInvalidInput = validate.ErrInvalidInput
 
 // ErrNoSuchSchema: Down, Version or Force named a schema (WithSchema) that
 // does not exist. Only Up creates it.
@@ -50,7 +50,7 @@ func collect(opts []Option) (options, error) {
 	}
 	if o.schema != "" {
 		if err := validate.Identifier("schema", o.schema); err != nil {
-			return o, fmt.Errorf("%w: %v", ErrInvalidInput, err)
+			return o, validate.Invalid("pgfence migrations", "%v", err)
 		}
 	}
 	return o, nil
@@ -68,10 +68,10 @@ func collect(opts []Option) (options, error) {
 // instead (ALTER ROLE … SET search_path = …).
 func UseSchema(cfg *pgxpool.Config, schema string) error {
 	if cfg == nil {
-		return fmt.Errorf("%w: nil config", ErrInvalidInput)
+		return validate.Invalid("pgfence migrations", "nil config")
 	}
 	if err := validate.Identifier("schema", schema); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidInput, err)
+		return validate.Invalid("pgfence migrations", "%v", err)
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = quote(schema)
 	return nil

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgfence/pgfence/internal/pgerr"
+	"github.com/pgfence/pgfence/internal/validate"
 )
 
 var (
@@ -49,7 +50,7 @@ var (
 
 	// ErrInvalidInput: a fence, key, identifier or value was refused before
 	// anything was sent to the database. The error's text says which and why.
-	ErrInvalidInput = errors.New("pgguard: invalid input")
+	ErrInvalidInput = validate.ErrInvalidInput
 
 	// ErrConflict: Payouts.Create found the payout already recorded with a
 	// different amount or currency.
@@ -72,9 +73,7 @@ const (
 	SQLStateFenceAboveCeiling = pgerr.FenceAboveCeiling
 )
 
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalidInput, fmt.Sprintf(format, args...))
-}
+func invalid(format string, args ...any) error { return validate.Invalid("pgguard", format, args...) }
 
 // StaleFenceError reports a write refused because a newer holder has written
 // the row: each one is a paused or partitioned holder that the fence caught.

@@ -3,6 +3,7 @@ package pglease
 import (
 	"errors"
 	"fmt"
+	"github.com/pgfence/pgfence/internal/validate"
 	"time"
 )
 
@@ -23,15 +24,13 @@ var (
 
 	// ErrInvalidInput: a key, TTL or option was refused before anything was
 	// sent to the database. The error's text says which and why.
-	ErrInvalidInput = errors.New("pglease: invalid input")
+	ErrInvalidInput = validate.ErrInvalidInput
 
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("pglease: client closed")
 )
 
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalidInput, fmt.Sprintf(format, args...))
-}
+func invalid(format string, args ...any) error { return validate.Invalid("pglease", format, args...) }
 
 // WaitError is returned by Acquire when it stops waiting: its maximum wait
 // passed or its context ended while another owner held the key. It satisfies
