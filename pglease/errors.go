@@ -3,8 +3,9 @@ package pglease
 import (
 	"errors"
 	"fmt"
-	"github.com/pgfence/pgfence/internal/validate"
 	"time"
+
+	"github.com/pgfence/pgfence/internal/validate"
 )
 
 var (
