@@ -9,19 +9,17 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/pgerr"
 	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
-// Querier runs statements: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
-type Querier interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+// Querier is fencedb.DBTX, the one interface pgfence's packages run statements on.
+//
+// Deprecated: use fencedb.DBTX.
+type Querier = fencedb.DBTX
 
 // Claimer claims job rows from one table (and queue) and makes the fenced
 // writes on them. It is safe for concurrent use and holds no goroutines.
@@ -251,7 +249,7 @@ func (c *Claimer) CompleteTx(ctx context.Context, tx pgx.Tx, j *Job) error {
 	return c.complete(ctx, tx, j)
 }
 
-func (c *Claimer) complete(ctx context.Context, q Querier, j *Job) error {
+func (c *Claimer) complete(ctx context.Context, q fencedb.DBTX, j *Job) error {
 	if err := c.checkJob(j); err != nil {
 		return err
 	}

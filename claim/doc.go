@@ -71,4 +71,7 @@
 // (completed under this fence: Completed; still running under it: the
 // commit did not land, the attempt is recorded as failed; otherwise
 // LeaseLost).
+//
+// Enqueue takes a fencedb.DBTX (a pool, a connection or a pgx.Tx); Querier
+// is a deprecated alias of it.
 package claim

@@ -3,12 +3,12 @@ package lockless
 import (
 	"context"
 	"fmt"
+	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/pgmode"
 	"github.com/pgfence/pgfence/internal/validate"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 var (
@@ -19,12 +19,10 @@ var (
 
 func invalid(format string, args ...any) error { return validate.Invalid("lockless", format, args...) }
 
-// Querier runs statements: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
-type Querier interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+// Querier is fencedb.DBTX, the one interface pgfence's packages run statements on.
+//
+// Deprecated: use fencedb.DBTX.
+type Querier = fencedb.DBTX
 
 // Table names a table, optionally schema-qualified ("" Schema: found through
 // search_path).
@@ -67,7 +65,7 @@ func quoteAll(cols []string) string {
 
 // columns returns the table's columns and their types (format_type), after
 // checking that it is a table.
-func (t Table) columns(ctx context.Context, q Querier) (map[string]string, error) {
+func (t Table) columns(ctx context.Context, q fencedb.DBTX) (map[string]string, error) {
 	if q == nil {
 		return nil, invalid("nil querier")
 	}
@@ -129,7 +127,7 @@ func isInt(typ string) bool { return typ == "smallint" || typ == "integer" || ty
 // as its arbiter. Without one, every insert would fail with SQLSTATE 42P10;
 // a partial, expression or deferrable index cannot serve ON CONFLICT (cols)
 // either.
-func (t Table) uniqueOn(ctx context.Context, q Querier, cols []string) error {
+func (t Table) uniqueOn(ctx context.Context, q fencedb.DBTX, cols []string) error {
 	var ok bool
 	err := pgmode.Wrap(q).QueryRow(ctx, `
 SELECT EXISTS (

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
@@ -34,7 +35,7 @@ type Guard struct {
 // has no unique index of its own; a fence column that does not exist or is
 // not bigint NOT NULL. The schema is resolved once, here: a later change of
 // search_path does not move the Guard to another table.
-func NewGuard(ctx context.Context, db DBTX, t Table, opts ...Option) (*Guard, error) {
+func NewGuard(ctx context.Context, db fencedb.DBTX, t Table, opts ...Option) (*Guard, error) {
 	if db == nil {
 		return nil, invalid("nil DBTX")
 	}
@@ -240,7 +241,7 @@ func (g *Guard) setFence(fenceParam string) string {
 // write saw: a concurrent change that made the write fail can also have made
 // the conditions true again. Update then still reports ErrPrecondition (the
 // condition did not hold when the write ran) with a detail saying so.
-func (g *Guard) Update(ctx context.Context, db DBTX, key any, fence int64, set Values, where ...Cond) error {
+func (g *Guard) Update(ctx context.Context, db fencedb.DBTX, key any, fence int64, set Values, where ...Cond) error {
 	if err := g.checkArgs(key, fence); err != nil {
 		return err
 	}
@@ -301,7 +302,7 @@ func (g *Guard) Update(ctx context.Context, db DBTX, key any, fence int64, set V
 // an error satisfying ErrNoRow, decided in that order after the row's
 // existence: a stale holder hears it is stale whatever the row's state. Use it after your own guarded SQL changed no row, on the same
 // db (your transaction), to learn which it was.
-func (g *Guard) Check(ctx context.Context, db DBTX, key any, fence int64, where ...Cond) error {
+func (g *Guard) Check(ctx context.Context, db fencedb.DBTX, key any, fence int64, where ...Cond) error {
 	if err := g.checkArgs(key, fence); err != nil {
 		return err
 	}
@@ -374,7 +375,7 @@ func (g *Guard) Check(ctx context.Context, db DBTX, key any, fence int64, where 
 // exists, so abandon the attempt; ErrNoRow means there is no such row. Claim
 // also sets the transaction's fence, as SetFence does, and so refuses a fence
 // above the ceiling (ErrFenceAboveCeiling) as Update does.
-func (g *Guard) Claim(ctx context.Context, db DBTX, key any, fence int64, columns []string, dest ...any) error {
+func (g *Guard) Claim(ctx context.Context, db fencedb.DBTX, key any, fence int64, columns []string, dest ...any) error {
 	if err := g.checkArgs(key, fence); err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
@@ -117,7 +118,7 @@ func RunFenced(ctx context.Context, db Beginner, fence int64, fn func(tx pgx.Tx)
 // table rewrite). It does nothing when the column exists as bigint NOT NULL,
 // and refuses a column of that name with another type. t.KeyColumn is not
 // used. For a migration file of your own, see FenceColumnMigration.
-func AddFenceColumn(ctx context.Context, db DBTX, t Table) error {
+func AddFenceColumn(ctx context.Context, db fencedb.DBTX, t Table) error {
 	r, err := lookupTable(ctx, db, t)
 	if err != nil {
 		return err
@@ -181,7 +182,7 @@ func FenceColumnMigration(t Table) (up, down string, err error) {
 // which fires no row triggers. The fence column must exist as bigint NOT
 // NULL (AddFenceColumn). t.KeyColumn is not used. Classify turns the
 // trigger's errors into ErrStaleFence and ErrNoFence.
-func InstallTrigger(ctx context.Context, db DBTX, t Table, mode Mode) error {
+func InstallTrigger(ctx context.Context, db fencedb.DBTX, t Table, mode Mode) error {
 	if mode != Strict && mode != Lenient {
 		return invalid("mode must be Strict or Lenient, got %v", mode)
 	}
@@ -213,7 +214,7 @@ func InstallTrigger(ctx context.Context, db DBTX, t Table, mode Mode) error {
 // puts a partitioned table's row triggers on its partitions, present and
 // future, while an INHERITS child gets nothing from its parent's triggers,
 // though UPDATE and DELETE on the parent reach its rows.
-func (r *resolved) inheritors(ctx context.Context, db DBTX) ([]string, error) {
+func (r *resolved) inheritors(ctx context.Context, db fencedb.DBTX) ([]string, error) {
 	rows, err := pgmode.Wrap(db).Query(ctx, `
 WITH RECURSIVE d(oid) AS (
   SELECT i.inhrelid FROM pg_catalog.pg_inherits i WHERE i.inhparent = pg_catalog.to_regclass($1)
@@ -246,7 +247,7 @@ func triggerSQL(quotedTable, fenceColumn string, mode Mode) string {
 
 // RemoveTrigger takes the fencing trigger off t and off every table that
 // inherits from it, where they have one, atomically.
-func RemoveTrigger(ctx context.Context, db DBTX, t Table) error {
+func RemoveTrigger(ctx context.Context, db fencedb.DBTX, t Table) error {
 	r, err := lookupTable(ctx, db, t)
 	if err != nil {
 		return err
@@ -267,7 +268,7 @@ func RemoveTrigger(ctx context.Context, db DBTX, t Table) error {
 
 // TriggerMode reports the mode of t's fencing trigger; ok is false when t has
 // none.
-func TriggerMode(ctx context.Context, db DBTX, t Table) (mode Mode, ok bool, err error) {
+func TriggerMode(ctx context.Context, db fencedb.DBTX, t Table) (mode Mode, ok bool, err error) {
 	r, err := lookupTable(ctx, db, t)
 	if err != nil {
 		return 0, false, err
@@ -312,7 +313,7 @@ func TriggerMigration(t Table, mode Mode) (up, down string, err error) {
 // lookupTable validates t's names (the key column is not needed) and finds
 // the table in the catalog through db: the common start of the schema
 // helpers.
-func lookupTable(ctx context.Context, db DBTX, t Table) (*resolved, error) {
+func lookupTable(ctx context.Context, db fencedb.DBTX, t Table) (*resolved, error) {
 	if db == nil {
 		return nil, invalid("nil DBTX")
 	}

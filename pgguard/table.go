@@ -4,21 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/pgmode"
 	"github.com/pgfence/pgfence/internal/validate"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// DBTX is what pgguard's functions run their statements on: a
-// *pgxpool.Pool, a *pgx.Conn or a pgx.Tx. Pass the caller's transaction to
-// make a guarded write part of it. It has the method set of fencedb.DBTX.
-type DBTX interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+// DBTX is fencedb.DBTX, the one interface pgfence's packages run statements on.
+//
+// Deprecated: use fencedb.DBTX.
+type DBTX = fencedb.DBTX
 
 // DefaultFenceColumn is the fence column's name when Table.FenceColumn is
 // empty.
@@ -107,7 +103,7 @@ func (r *resolved) quoted() string { return pgx.Identifier{r.schema, r.name}.San
 
 // resolve finds t in the catalog: the table (an ordinary or partitioned
 // one) and its columns. The name is passed to to_regclass as a bound value.
-func resolve(ctx context.Context, db DBTX, t Table) (*resolved, error) {
+func resolve(ctx context.Context, db fencedb.DBTX, t Table) (*resolved, error) {
 	r := &resolved{columns: map[string]column{}}
 	var kind string
 	err := pgmode.Wrap(db).QueryRow(ctx, `
@@ -174,7 +170,7 @@ func (r *resolved) fenceColumn(name string) error {
 
 // uniqueKey checks that the key column alone carries a valid, non-partial
 // unique index, so that a key picks at most one row.
-func (r *resolved) uniqueKey(ctx context.Context, db DBTX, name string) error {
+func (r *resolved) uniqueKey(ctx context.Context, db fencedb.DBTX, name string) error {
 	c, err := r.column("key column", name)
 	if err != nil {
 		return err
