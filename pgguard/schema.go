@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/catalog"
 	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
@@ -123,7 +124,7 @@ func AddFenceColumn(ctx context.Context, db fencedb.DBTX, t Table) error {
 	if err != nil {
 		return err
 	}
-	if _, exists := r.columns[t.fenceColumn()]; exists {
+	if _, exists := r.rel.Column(t.fenceColumn()); exists {
 		return r.fenceColumn(t.fenceColumn())
 	}
 	sql := fmt.Sprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS %s bigint NOT NULL DEFAULT 0",
@@ -193,7 +194,7 @@ func InstallTrigger(ctx context.Context, db fencedb.DBTX, t Table, mode Mode) er
 	if err := r.fenceColumn(t.fenceColumn()); err != nil {
 		return err
 	}
-	children, err := r.inheritors(ctx, db)
+	children, err := inheritors(ctx, db, r)
 	if err != nil {
 		return err
 	}
@@ -210,27 +211,10 @@ func InstallTrigger(ctx context.Context, db fencedb.DBTX, t Table, mode Mode) er
 }
 
 // inheritors returns the tables that inherit from r through INHERITS, at any
-// depth, quoted, in name order. Partitions are left out: PostgreSQL itself
-// puts a partitioned table's row triggers on its partitions, present and
-// future, while an INHERITS child gets nothing from its parent's triggers,
-// though UPDATE and DELETE on the parent reach its rows.
-func (r *resolved) inheritors(ctx context.Context, db fencedb.DBTX) ([]string, error) {
-	rows, err := pgmode.Wrap(db).Query(ctx, `
-WITH RECURSIVE d(oid) AS (
-  SELECT i.inhrelid FROM pg_catalog.pg_inherits i WHERE i.inhparent = pg_catalog.to_regclass($1)
-  UNION
-  SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN d ON i.inhparent = d.oid
-)
-SELECT pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.relname)
-  FROM d
-  JOIN pg_catalog.pg_class c ON c.oid = d.oid
-  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
- WHERE NOT c.relispartition
- ORDER BY 1`, r.quoted())
-	if err != nil {
-		return nil, fmt.Errorf("pgguard: reading the tables that inherit from %s: %w", r.quoted(), err)
-	}
-	children, err := pgx.CollectRows(rows, pgx.RowTo[string])
+// depth: UPDATE and DELETE on r reach their rows, but they get nothing from
+// r's triggers, so each needs the fencing trigger of its own.
+func inheritors(ctx context.Context, db fencedb.DBTX, r *resolved) ([]string, error) {
+	children, err := catalog.Inheritors(ctx, db, r.rel)
 	if err != nil {
 		return nil, fmt.Errorf("pgguard: reading the tables that inherit from %s: %w", r.quoted(), err)
 	}
@@ -252,7 +236,7 @@ func RemoveTrigger(ctx context.Context, db fencedb.DBTX, t Table) error {
 	if err != nil {
 		return err
 	}
-	children, err := r.inheritors(ctx, db)
+	children, err := inheritors(ctx, db, r)
 	if err != nil {
 		return err
 	}
