@@ -42,17 +42,18 @@ type InsertOnce struct {
 // order; not a partial, expression or deferrable one): INSERT ... ON
 // CONFLICT would fail on every call without one.
 func NewInsertOnce(ctx context.Context, q fencedb.DBTX, spec InsertOnceSpec) (*InsertOnce, error) {
-	cols, err := spec.Table.columns(ctx, q)
+	rel, err := spec.Table.resolve(ctx, q)
 	if err != nil {
 		return nil, err
 	}
+	cols := columnTypes(rel)
 	if err := spec.Table.need(cols, "insert", spec.Columns...); err != nil {
 		return nil, err
 	}
 	if err := spec.Table.need(cols, "conflict", spec.ConflictOn...); err != nil {
 		return nil, err
 	}
-	if err := spec.Table.uniqueOn(ctx, q, spec.ConflictOn); err != nil {
+	if err := spec.Table.uniqueOn(ctx, q, rel, spec.ConflictOn); err != nil {
 		return nil, err
 	}
 	pos := map[string]int{}
