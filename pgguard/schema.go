@@ -2,7 +2,6 @@ package pgguard
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -257,21 +256,17 @@ func TriggerMode(ctx context.Context, db fencedb.DBTX, t Table) (mode Mode, ok b
 	if err != nil {
 		return 0, false, err
 	}
-	var args []byte
-	err = pgmode.Wrap(db).QueryRow(ctx, `SELECT tgargs FROM pg_catalog.pg_trigger WHERE tgrelid = pg_catalog.to_regclass($1) AND tgname = $2`,
-		r.quoted(), TriggerName).Scan(&args)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, nil
-	}
+	args, ok, err := catalog.TriggerArgs(ctx, db, r.rel, TriggerName)
 	if err != nil {
 		return 0, false, fmt.Errorf("pgguard: reading the fencing trigger of %s: %w", r.quoted(), err)
 	}
-	// tgargs: the arguments, each followed by a NUL byte.
-	switch {
-	case len(args) >= 7 && string(args[:7]) == "strict\x00":
-		return Strict, true, nil
-	case len(args) >= 8 && string(args[:8]) == "lenient\x00":
-		return Lenient, true, nil
+	if !ok {
+		return 0, false, nil
+	}
+	for _, mode := range []Mode{Strict, Lenient} {
+		if len(args) > 0 && args[0] == mode.String() {
+			return mode, true, nil
+		}
 	}
 	return 0, false, fmt.Errorf("pgguard: the trigger %s on %s has unexpected arguments %q", TriggerName, r.quoted(), args)
 }

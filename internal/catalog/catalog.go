@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -167,6 +168,24 @@ SELECT pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.reln
 		return nil, err
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// TriggerArgs returns the arguments r's trigger called name was created
+// with; ok is false when r has no trigger of that name.
+func TriggerArgs(ctx context.Context, db fencedb.DBTX, r *Relation, name string) (args []string, ok bool, err error) {
+	var raw []byte
+	err = pgmode.Wrap(db).QueryRow(ctx,
+		`SELECT tgargs FROM pg_catalog.pg_trigger WHERE tgrelid = $1 AND tgname = $2`, r.OID, name).Scan(&raw)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	// tgargs holds each argument followed by a NUL byte: the last piece of
+	// the split is the nothing after the last NUL.
+	args = strings.Split(string(raw), "\x00")
+	return args[:len(args)-1], true, nil
 }
 
 // FunctionExists reports whether signature (such as "pgfence_next_fence()")

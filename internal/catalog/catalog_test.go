@@ -213,6 +213,29 @@ CREATE TABLE part1 PARTITION OF parted FOR VALUES FROM (0) TO (10)`)
 	}
 }
 
+func TestTriggerArgs(t *testing.T) {
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	schema(t, pool, "cat_trg", `
+CREATE TABLE t (id int);
+CREATE FUNCTION noop() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END';
+CREATE TRIGGER with_args BEFORE UPDATE ON t FOR EACH ROW EXECUTE FUNCTION noop('strict', '', 'My Col');
+CREATE TRIGGER without_args BEFORE UPDATE ON t FOR EACH ROW EXECUTE FUNCTION noop()`)
+	r, err := catalog.Resolve(ctx, pool, pgx.Identifier{"cat_trg", "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string][]string{"with_args": {"strict", "", "My Col"}, "without_args": {}} {
+		args, ok, err := catalog.TriggerArgs(ctx, pool, r, name)
+		if err != nil || !ok || !reflect.DeepEqual(args, want) {
+			t.Fatalf("TriggerArgs(%s) = %q, %v, %v; want %q", name, args, ok, err, want)
+		}
+	}
+	if args, ok, err := catalog.TriggerArgs(ctx, pool, r, "missing"); err != nil || ok || args != nil {
+		t.Fatalf("TriggerArgs(missing) = %q, %v, %v", args, ok, err)
+	}
+}
+
 func TestFunctionExists(t *testing.T) {
 	pool := pgtest.Pool(t)
 	for sig, want := range map[string]bool{"pgfence_next_fence()": true, "pgfence_next_fence(int)": false, "no_such_function()": false} {
