@@ -253,19 +253,8 @@ func TestFunctionExists(t *testing.T) {
 // mode (named prepared statements), many readers at once: every statement
 // goes through pgmode, so none depends on a server session's state.
 func TestBehindPgBouncer(t *testing.T) {
-	url := pgtest.BouncerURL(t)
-	pool := pgtest.Pool(t)
-	schema(t, pool, "cat_bouncer", "CREATE TABLE t (id int PRIMARY KEY, v text); CREATE TABLE c () INHERITS (t)")
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 8
-	bounced, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bounced.Close()
+	bounced := pgtest.BouncerPool(t, func(c *pgxpool.Config) { c.MaxConns = 8 })
+	schema(t, pgtest.Pool(t), "cat_bouncer", "CREATE TABLE t (id int PRIMARY KEY, v text); CREATE TABLE c () INHERITS (t)")
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
 	for range 16 {
