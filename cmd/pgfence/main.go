@@ -311,39 +311,20 @@ func isUnreachable(err error) bool {
 	return err != nil && !errors.Is(err, context.Canceled)
 }
 
-// isMissingSchema reports "relation/function does not exist", which on
-// pgfence's own queries means the migrations never ran.
-func isMissingSchema(err error) bool {
-	return pgerr.IsUndefined(err)
-}
-
 const migrateHint = "pgfence's schema is missing from this database: run `pgfence migrate up` first"
-
-// isConflict reports an object pgfence's migrations would create that
-// already exists (a table, type, function or other object of that name).
-func isConflict(err error) bool {
-	return pgerr.IsDuplicate(err) // a type's duplicate is a unique violation in the catalog
-}
-
-// isPooledSession reports errors of a statement that relied on server-session
-// state (a named prepared statement) behind a transaction pooler: 26000
-// "prepared statement does not exist", 42P05 "already exists".
-func isPooledSession(err error) bool {
-	return pgerr.IsPreparedStatementClash(err)
-}
 
 // dbError turns a database error into an exitError with a hint.
 func dbError(where string, err error) error {
 	switch {
 	case errors.Is(err, migrations.ErrBehindPooler):
 		return fail(exitDBError, "pgfence: database %s: %v", where, err)
-	case isConflict(err):
+	case pgerr.IsDuplicate(err): // an object pgfence's migrations would create
 		return fail(exitDBError, "pgfence: database %s: %v: an object of that name already exists and is not pgfence's; "+
 			"rename or drop it (or put pgfence in a schema of its own), then run pgfence migrate up again", where, err)
-	case isPooledSession(err):
+	case pgerr.IsPreparedStatementClash(err):
 		return fail(exitDBError, "pgfence: database %s: %v: a named prepared statement met another server session, "+
 			"a transaction pooler (PgBouncer pool_mode=transaction) is in between; the schema is not missing", where, err)
-	case isMissingSchema(err):
+	case pgerr.IsUndefined(err): // on pgfence's own statements: the migrations never ran
 		return fail(exitDBError, "pgfence: database %s: %s (%v)", where, migrateHint, err)
 	case isUnreachable(err):
 		return fail(exitUnreachable, "pgfence: cannot reach the database %s: %v", where, err)

@@ -78,9 +78,10 @@ func IsUnavailable(err error) bool {
 	return strings.HasPrefix(code, "08") || strings.HasPrefix(code, "57P") || code == pgerrcode.TooManyConnections
 }
 
-// IsDuplicate reports an object that already exists: a unique violation
-// (also what a concurrent CREATE ... IF NOT EXISTS meets in the catalog) or
-// a duplicate table, schema, function or other object.
+// IsDuplicate reports an object that already exists: a duplicate table,
+// schema, function or other object, or a unique violation, which is what a
+// CREATE TYPE of a taken name and a concurrent CREATE ... IF NOT EXISTS meet
+// in the catalog.
 func IsDuplicate(err error) bool {
 	return Is(err, pgerrcode.UniqueViolation, pgerrcode.DuplicateTable, pgerrcode.DuplicateSchema,
 		pgerrcode.DuplicateFunction, pgerrcode.DuplicateObject)
