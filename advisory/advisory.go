@@ -28,12 +28,10 @@ var (
 
 	// ErrInvalidInput: a key, pool or function was refused before anything
 	// was sent to the database.
-	ErrInvalidInput = errors.New("advisory: invalid input")
+	ErrInvalidInput = validate.ErrInvalidInput
 )
 
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalidInput, fmt.Sprintf(format, args...))
-}
+func invalid(format string, args ...any) error { return validate.Invalid("advisory", format, args...) }
 
 // Key is an advisory lock key in one of PostgreSQL's two key spaces. The zero
 // Key is invalid.

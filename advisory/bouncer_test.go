@@ -23,17 +23,7 @@ import (
 // key. A call whose function overlapped another's must have failed (see
 // finish in advisory.go).
 func TestMutualExclusionBehindBouncer(t *testing.T) {
-	url := pgtest.BouncerURL(t)
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 16
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := pgtest.BouncerPool(t, func(c *pgxpool.Config) { c.MaxConns = 16 })
 	key := advisory.Int64Key(time.Now().UnixNano())
 	other := advisory.PairKey(7, 7)
 

@@ -2,13 +2,12 @@ package claim
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgfence/pgfence/internal/pgerr"
 	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
@@ -188,6 +187,5 @@ func (c *Claimer) settleMany(ctx context.Context, jobs []*Job) ([]error, error) 
 // claims to be safe to retry, although the server received and ran it. So
 // every such error is settled by reading back, which is always correct.
 func ambiguous(err error) bool {
-	var pgErr *pgconn.PgError
-	return err != nil && !errors.As(err, &pgErr)
+	return err != nil && !pgerr.FromServer(err)
 }

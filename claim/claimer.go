@@ -9,18 +9,17 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/pgerr"
 	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
-// Querier runs statements: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
-type Querier interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+// Querier is fencedb.DBTX, the one interface pgfence's packages run statements on.
+//
+// Deprecated: use fencedb.DBTX.
+type Querier = fencedb.DBTX
 
 // Claimer claims job rows from one table (and queue) and makes the fenced
 // writes on them. It is safe for concurrent use and holds no goroutines.
@@ -198,8 +197,7 @@ func (c *Claimer) scanClaimed(rows pgx.Rows, sent time.Time, ttl time.Duration) 
 }
 
 func (c *Claimer) explain(op string, err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42883") {
+	if pgerr.IsUndefined(err) {
 		return fmt.Errorf("claim: %s: pgfence's schema is missing from this database (run `pgfence migrate up` or migrations.Up): %w", op, err)
 	}
 	return fmt.Errorf("claim: %s: %w", op, err)
@@ -255,7 +253,7 @@ func (c *Claimer) CompleteTx(ctx context.Context, tx pgx.Tx, j *Job) error {
 	return c.complete(ctx, tx, j)
 }
 
-func (c *Claimer) complete(ctx context.Context, q Querier, j *Job) error {
+func (c *Claimer) complete(ctx context.Context, q fencedb.DBTX, j *Job) error {
 	if err := c.checkJob(j); err != nil {
 		return err
 	}

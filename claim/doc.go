@@ -87,4 +87,7 @@
 // through the API only, to WithMeterProvider or the global provider; the
 // instruments are documented once, in the README's "Metrics" section
 // (https://github.com/pgfence/pgfence#metrics).
+//
+// Enqueue takes a fencedb.DBTX (a pool, a connection or a pgx.Tx); Querier
+// is a deprecated alias of it.
 package claim

@@ -3,6 +3,7 @@ package claim
 import (
 	"errors"
 	"fmt"
+	"github.com/pgfence/pgfence/internal/validate"
 )
 
 var (
@@ -14,7 +15,7 @@ var (
 
 	// ErrInvalidInput: a batch size, lease, identifier or option was refused
 	// before anything was sent to the database. The text says which and why.
-	ErrInvalidInput = errors.New("claim: invalid input")
+	ErrInvalidInput = validate.ErrInvalidInput
 
 	// ErrShutdown is the cause of a job's context when Runner's shutdown grace
 	// period ended before the job's handler returned. The job is released
@@ -22,9 +23,7 @@ var (
 	ErrShutdown = errors.New("claim: worker pool shutting down")
 )
 
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalidInput, fmt.Sprintf(format, args...))
-}
+func invalid(format string, args ...any) error { return validate.Invalid("claim", format, args...) }
 
 // LeaseLostError says which write was refused. It satisfies
 // errors.Is(err, ErrLeaseLost).

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/pgfence/pgfence/internal/pgmode"
+	"github.com/pgfence/pgfence/internal/catalog"
 	"github.com/pgfence/pgfence/internal/validate"
 	"strings"
 
@@ -120,44 +120,30 @@ func (t Table) check() error {
 	return nil
 }
 
-func (t Table) ident() string {
+func (t Table) ident() string { return t.identifier().Sanitize() }
+
+func (t Table) identifier() pgx.Identifier {
 	if t.Schema != "" {
-		return pgx.Identifier{t.Schema, t.Name}.Sanitize()
+		return pgx.Identifier{t.Schema, t.Name}
 	}
-	return pgx.Identifier{t.Name}.Sanitize()
+	return pgx.Identifier{t.Name}
 }
 
 // verify checks the table and its columns against the catalog, and that
 // pgfence's fence source exists.
 func (t Table) verify(ctx context.Context, pool *pgxpool.Pool) error {
-	rows, err := pgmode.Wrap(pool).Query(ctx, `
-SELECT c.relkind::text, a.attname::text, format_type(a.atttypid, a.atttypmod),
-       to_regprocedure('pgfence_next_fence()') IS NOT NULL
-  FROM pg_class c
-  JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
- WHERE c.oid = to_regclass($1)`, t.ident())
-	if err != nil {
-		return fmt.Errorf("claim: checking table %s: %w", t.ident(), err)
-	}
-	types := map[string]string{}
-	var relkind string
-	var haveFence bool
-	for rows.Next() {
-		var name, typ string
-		if err := rows.Scan(&relkind, &name, &typ, &haveFence); err != nil {
-			rows.Close()
-			return err
-		}
-		types[name] = typ
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("claim: checking table %s: %w", t.ident(), err)
-	}
-	if len(types) == 0 {
+	rel, err := catalog.Resolve(ctx, pool, t.identifier())
+	switch {
+	case errors.Is(err, catalog.ErrNotFound):
 		return invalid("table %s does not exist (or is not visible to this role); for the ready-made table run pgfence's migrations", t.ident())
+	case err != nil:
+		return fmt.Errorf("claim: checking table %s: %w", t.ident(), err)
+	case !rel.IsTable():
+		return invalid("%s is not a table (relkind %q)", t.ident(), rel.Kind)
 	}
-	if relkind != "r" && relkind != "p" {
-		return invalid("%s is not a table (relkind %q)", t.ident(), relkind)
+	haveFence, err := catalog.FunctionExists(ctx, pool, "pgfence_next_fence()")
+	if err != nil {
+		return fmt.Errorf("claim: looking for pgfence_next_fence(): %w", err)
 	}
 	if !haveFence {
 		return errors.New("claim: function pgfence_next_fence() is missing: run pgfence's migrations (`pgfence migrate up` or migrations.Up)")
@@ -166,7 +152,7 @@ SELECT c.relkind::text, a.attname::text, format_type(a.atttypid, a.atttypmod),
 		if c.name == "" {
 			continue
 		}
-		typ, ok := types[c.name]
+		col, ok := rel.Column(c.name)
 		if !ok {
 			return invalid("table %s has no column %q (the %s column)", t.ident(), c.name, c.what)
 		}
@@ -175,12 +161,12 @@ SELECT c.relkind::text, a.attname::text, format_type(a.atttypid, a.atttypmod),
 		}
 		match := false
 		for _, want := range c.types {
-			if typ == want || strings.HasPrefix(typ, want+"(") {
+			if col.Type == want || strings.HasPrefix(col.Type, want+"(") {
 				match = true
 			}
 		}
 		if !match {
-			return invalid("column %q of %s (the %s column) is %s; want one of %s", c.name, t.ident(), c.what, typ, strings.Join(c.types, ", "))
+			return invalid("column %q of %s (the %s column) is %s; want one of %s", c.name, t.ident(), c.what, col.Type, strings.Join(c.types, ", "))
 		}
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
@@ -35,7 +36,7 @@ type Counter struct {
 
 // NewCounter checks spec against the catalog through q (the quantity column
 // must be smallint, integer or bigint) and prepares the statement.
-func NewCounter(ctx context.Context, q Querier, spec CounterSpec) (*Counter, error) {
+func NewCounter(ctx context.Context, q fencedb.DBTX, spec CounterSpec) (*Counter, error) {
 	cols, err := spec.Table.columns(ctx, q)
 	if err != nil {
 		return nil, err
@@ -57,7 +58,7 @@ SELECT (SELECT %[3]s::bigint FROM took), EXISTS (SELECT 1 FROM %[1]s WHERE %[2]s
 // in one statement, and returns how many remain. ErrInsufficient means fewer
 // than n were left and nothing was taken; ErrNotFound that no row has key.
 // n must be at least 1.
-func (c *Counter) Take(ctx context.Context, q Querier, key any, n int64) (remaining int64, err error) {
+func (c *Counter) Take(ctx context.Context, q fencedb.DBTX, key any, n int64) (remaining int64, err error) {
 	if q == nil {
 		return 0, invalid("nil querier")
 	}

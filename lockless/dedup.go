@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
@@ -40,18 +41,19 @@ type InsertOnce struct {
 // conflict columns that no unique index or constraint covers exactly (in any
 // order; not a partial, expression or deferrable one): INSERT ... ON
 // CONFLICT would fail on every call without one.
-func NewInsertOnce(ctx context.Context, q Querier, spec InsertOnceSpec) (*InsertOnce, error) {
-	cols, err := spec.Table.columns(ctx, q)
+func NewInsertOnce(ctx context.Context, q fencedb.DBTX, spec InsertOnceSpec) (*InsertOnce, error) {
+	rel, err := spec.Table.resolve(ctx, q)
 	if err != nil {
 		return nil, err
 	}
+	cols := columnTypes(rel)
 	if err := spec.Table.need(cols, "insert", spec.Columns...); err != nil {
 		return nil, err
 	}
 	if err := spec.Table.need(cols, "conflict", spec.ConflictOn...); err != nil {
 		return nil, err
 	}
-	if err := spec.Table.uniqueOn(ctx, q, spec.ConflictOn); err != nil {
+	if err := spec.Table.uniqueOn(ctx, q, rel, spec.ConflictOn); err != nil {
 		return nil, err
 	}
 	pos := map[string]int{}
@@ -95,7 +97,7 @@ func NewInsertOnce(ctx context.Context, q Querier, spec InsertOnceSpec) (*Insert
 // (read right after the insert found the conflict). A concurrent inserter of
 // the same key that has not committed yet makes Insert wait for its outcome,
 // as the unique index does; if it rolls back, this call wins.
-func (i *InsertOnce) Insert(ctx context.Context, q Querier, values []any, dest ...any) (won bool, err error) {
+func (i *InsertOnce) Insert(ctx context.Context, q fencedb.DBTX, values []any, dest ...any) (won bool, err error) {
 	if q == nil {
 		return false, invalid("nil querier")
 	}

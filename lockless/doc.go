@@ -20,8 +20,8 @@
 // over 63 bytes, invalid UTF-8, NUL or control characters, surrounding
 // spaces) with ErrInvalidInput, and quote every identifier with
 // pgx.Identifier.Sanitize; values are always bound parameters. Every method
-// takes a Querier, so it runs on a pool, a connection or inside the caller's
-// transaction.
+// takes a fencedb.DBTX, so it runs on a pool, a connection or inside the
+// caller's transaction (Querier is a deprecated alias of it).
 //
 // None of this makes an external call (a payment, an e-mail) happen once:
 // pair such calls with an idempotency key derived from the deduplicated row.

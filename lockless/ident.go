@@ -4,30 +4,28 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/pgfence/pgfence/internal/pgmode"
-	"github.com/pgfence/pgfence/internal/validate"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/catalog"
+	"github.com/pgfence/pgfence/internal/validate"
 )
 
 var (
 	// ErrInvalidInput: an identifier, value or argument was refused before
 	// anything was written. The text says which and why.
-	ErrInvalidInput = errors.New("lockless: invalid input")
+	ErrInvalidInput = validate.ErrInvalidInput
 )
 
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalidInput, fmt.Sprintf(format, args...))
-}
+func invalid(format string, args ...any) error { return validate.Invalid("lockless", format, args...) }
 
-// Querier runs statements: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
-type Querier interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+// Querier is fencedb.DBTX, the one interface pgfence's packages run statements on.
+//
+// Deprecated: use fencedb.DBTX.
+type Querier = fencedb.DBTX
 
 // Table names a table, optionally schema-qualified ("" Schema: found through
 // search_path).
@@ -51,11 +49,13 @@ func (t Table) check() error {
 	return checkIdent("table name", t.Name)
 }
 
-func (t Table) ident() string {
+func (t Table) ident() string { return t.identifier().Sanitize() }
+
+func (t Table) identifier() pgx.Identifier {
 	if t.Schema != "" {
-		return pgx.Identifier{t.Schema, t.Name}.Sanitize()
+		return pgx.Identifier{t.Schema, t.Name}
 	}
-	return pgx.Identifier{t.Name}.Sanitize()
+	return pgx.Identifier{t.Name}
 }
 
 func quote(col string) string { return pgx.Identifier{col}.Sanitize() }
@@ -68,39 +68,42 @@ func quoteAll(cols []string) string {
 	return strings.Join(q, ", ")
 }
 
-// columns returns the table's columns and their types (format_type), after
-// checking that it is a table.
-func (t Table) columns(ctx context.Context, q Querier) (map[string]string, error) {
+// resolve finds the table in the catalog through q.
+func (t Table) resolve(ctx context.Context, q fencedb.DBTX) (*catalog.Relation, error) {
 	if q == nil {
 		return nil, invalid("nil querier")
 	}
 	if err := t.check(); err != nil {
 		return nil, err
 	}
-	rows, err := pgmode.Wrap(q).Query(ctx, `
-SELECT a.attname::text, format_type(a.atttypid, a.atttypmod)
-  FROM pg_class c
-  JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
- WHERE c.oid = to_regclass($1) AND c.relkind IN ('r', 'p')`, t.ident())
-	if err != nil {
+	rel, err := catalog.Resolve(ctx, q, t.identifier())
+	switch {
+	case errors.Is(err, catalog.ErrNotFound):
+		return nil, invalid("table %s does not exist (or is not visible to this role)", t.ident())
+	case err != nil:
 		return nil, fmt.Errorf("lockless: checking table %s: %w", t.ident(), err)
+	case !rel.IsTable():
+		return nil, invalid("%s is not a table (relkind %q)", t.ident(), rel.Kind)
 	}
-	cols, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([2]string, error) {
-		var c [2]string
-		err := r.Scan(&c[0], &c[1])
-		return c, err
-	})
+	return rel, nil
+}
+
+// columns returns the table's columns and their types (format_type), after
+// checking that it is a table.
+func (t Table) columns(ctx context.Context, q fencedb.DBTX) (map[string]string, error) {
+	rel, err := t.resolve(ctx, q)
 	if err != nil {
-		return nil, fmt.Errorf("lockless: checking table %s: %w", t.ident(), err)
+		return nil, err
 	}
-	if len(cols) == 0 {
-		return nil, invalid("table %s does not exist (or is not a table visible to this role)", t.ident())
+	return columnTypes(rel), nil
+}
+
+func columnTypes(rel *catalog.Relation) map[string]string {
+	m := make(map[string]string, len(rel.Columns))
+	for _, c := range rel.Columns {
+		m[c.Name] = c.Type
 	}
-	m := make(map[string]string, len(cols))
-	for _, c := range cols {
-		m[c[0]] = c[1]
-	}
-	return m, nil
+	return m
 }
 
 // need checks that each named column is a safe identifier and exists.
@@ -132,24 +135,12 @@ func isInt(typ string) bool { return typ == "smallint" || typ == "integer" || ty
 // as its arbiter. Without one, every insert would fail with SQLSTATE 42P10;
 // a partial, expression or deferrable index cannot serve ON CONFLICT (cols)
 // either.
-func (t Table) uniqueOn(ctx context.Context, q Querier, cols []string) error {
-	var ok bool
-	err := pgmode.Wrap(q).QueryRow(ctx, `
-SELECT EXISTS (
-  SELECT 1 FROM pg_catalog.pg_index i
-   WHERE i.indrelid = pg_catalog.to_regclass($1)
-     AND i.indisunique AND i.indisvalid AND i.indimmediate
-     AND i.indpred IS NULL AND i.indexprs IS NULL
-     AND i.indnkeyatts = cardinality($2::text[])
-     AND (SELECT pg_catalog.array_agg(a.attname::text COLLATE "C" ORDER BY a.attname::text COLLATE "C")
-            FROM unnest(i.indkey) WITH ORDINALITY AS k(num, pos)
-            JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.num
-           WHERE k.pos <= i.indnkeyatts)
-       = (SELECT pg_catalog.array_agg(c COLLATE "C" ORDER BY c COLLATE "C") FROM unnest($2::text[]) AS c))`,
-		t.ident(), cols).Scan(&ok)
+func (t Table) uniqueOn(ctx context.Context, q fencedb.DBTX, rel *catalog.Relation, cols []string) error {
+	indexes, err := catalog.UniqueIndexes(ctx, q, rel)
 	if err != nil {
 		return fmt.Errorf("lockless: reading the indexes of %s: %w", t.ident(), err)
 	}
+	ok := slices.ContainsFunc(indexes, func(ix catalog.Index) bool { return ix.Immediate && ix.UniqueOn(cols...) })
 	if !ok {
 		return invalid("table %s has no unique index or constraint on exactly (%s), so INSERT ... ON CONFLICT cannot use it "+
 			"(a partial, expression or deferrable one does not count): add one, e.g. ALTER TABLE %s ADD UNIQUE (%s)",

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
@@ -58,7 +59,7 @@ type Versioned struct {
 // NewVersioned checks spec against the catalog through q (the version
 // column must be smallint, integer or bigint) and remembers the table's
 // columns, so that Update can refuse unknown ones without a round trip.
-func NewVersioned(ctx context.Context, q Querier, spec VersionedSpec) (*Versioned, error) {
+func NewVersioned(ctx context.Context, q fencedb.DBTX, spec VersionedSpec) (*Versioned, error) {
 	cols, err := spec.Table.columns(ctx, q)
 	if err != nil {
 		return nil, err
@@ -79,7 +80,7 @@ func NewVersioned(ctx context.Context, q Querier, spec VersionedSpec) (*Versione
 // means another writer got there first, or the row is gone: nothing was
 // written; read the row again and decide again. set must name at least one
 // column of the table other than the key and version columns.
-func (v *Versioned) Update(ctx context.Context, q Querier, key any, readVersion int64, set map[string]any) (newVersion int64, err error) {
+func (v *Versioned) Update(ctx context.Context, q fencedb.DBTX, key any, readVersion int64, set map[string]any) (newVersion int64, err error) {
 	if q == nil {
 		return 0, invalid("nil querier")
 	}

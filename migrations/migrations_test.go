@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/pgfence/pgfence/internal/dbenv"
 	"github.com/pgfence/pgfence/internal/pgtest"
 	"github.com/pgfence/pgfence/migrations"
@@ -163,7 +164,7 @@ func TestUpOnConflictingObject(t *testing.T) {
 	}
 	err := migrations.Up(ctx, pool)
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "42P07" || !strings.Contains(err.Error(), "lock_leases") {
+	if !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.DuplicateTable || !strings.Contains(err.Error(), "lock_leases") {
 		t.Fatalf("want 42P07 naming lock_leases, got %v", err)
 	}
 	if strings.Contains(err.Error(), "CREATE TABLE") {

@@ -6,15 +6,15 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence/internal/pgerr"
 	"github.com/pgfence/pgfence/internal/validate"
 )
 
 // ErrInvalidInput: an option was refused (for example a schema name that is
 // not a plain identifier). Nothing was run.
-var ErrInvalidInput = errors.New("pgfence migrations: invalid input")
+var ErrInvalidInput = validate.ErrInvalidInput
 
 // ErrNoSuchSchema: Down, Version or Force named a schema (WithSchema) that
 // does not exist. Only Up creates it.
@@ -50,7 +50,7 @@ func collect(opts []Option) (options, error) {
 	}
 	if o.schema != "" {
 		if err := validate.Identifier("schema", o.schema); err != nil {
-			return o, fmt.Errorf("%w: %v", ErrInvalidInput, err)
+			return o, validate.Invalid("pgfence migrations", "%v", err)
 		}
 	}
 	return o, nil
@@ -68,10 +68,10 @@ func collect(opts []Option) (options, error) {
 // instead (ALTER ROLE … SET search_path = …).
 func UseSchema(cfg *pgxpool.Config, schema string) error {
 	if cfg == nil {
-		return fmt.Errorf("%w: nil config", ErrInvalidInput)
+		return validate.Invalid("pgfence migrations", "nil config")
 	}
 	if err := validate.Identifier("schema", schema); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidInput, err)
+		return validate.Invalid("pgfence migrations", "%v", err)
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = quote(schema)
 	return nil
@@ -108,6 +108,5 @@ func (t *tracked) ensureSchema(ctx context.Context, c *pgx.Conn) error {
 // isDuplicate: a concurrent CREATE SCHEMA IF NOT EXISTS won the race
 // (PostgreSQL checks IF NOT EXISTS before the insert, not atomically).
 func isDuplicate(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "23505" || pgErr.Code == "42P06")
+	return pgerr.IsDuplicate(err)
 }

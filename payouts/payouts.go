@@ -141,8 +141,10 @@ func WithOwnFenceSource() Option {
 	}
 }
 
+// invalid refuses bad input: errors.Is(err, pgguard.ErrInvalidInput) holds
+// (one value for every package, internal/validate).
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", pgguard.ErrInvalidInput, fmt.Sprintf(format, args...))
+	return validate.Invalid("payouts", format, args...)
 }
 
 // The transitions' preconditions, and the states in which a payout is done.
@@ -166,7 +168,7 @@ type Intents struct {
 // search_path once, here, as [pgguard.NewGuard] does, while the transitions
 // name it unqualified: run them on connections with the same search_path
 // (migrations.UseSchema).
-func New(ctx context.Context, db pgguard.DBTX, opts ...Option) (*Intents, error) {
+func New(ctx context.Context, db fencedb.DBTX, opts ...Option) (*Intents, error) {
 	if db == nil {
 		return nil, invalid("nil DBTX")
 	}
@@ -221,7 +223,7 @@ func checkPayout(id string, fence int64) error {
 // idempotent: when the payout exists with the same amount and currency it
 // returns it as it is (whatever its state); with another amount or currency
 // it returns ErrConflict.
-func (p *Intents) Create(ctx context.Context, db pgguard.DBTX, id string, amountCents int64, currency string) (Payout, error) {
+func (p *Intents) Create(ctx context.Context, db fencedb.DBTX, id string, amountCents int64, currency string) (Payout, error) {
 	if db == nil {
 		return Payout{}, invalid("nil DBTX")
 	}
@@ -257,7 +259,7 @@ func (p *Intents) Create(ctx context.Context, db pgguard.DBTX, id string, amount
 
 // Get reads one payout; an error satisfying [pgguard.ErrNoRow] if there is
 // none.
-func (p *Intents) Get(ctx context.Context, db pgguard.DBTX, id string) (Payout, error) {
+func (p *Intents) Get(ctx context.Context, db fencedb.DBTX, id string) (Payout, error) {
 	if db == nil {
 		return Payout{}, invalid("nil DBTX")
 	}
@@ -277,7 +279,7 @@ func (p *Intents) Get(ctx context.Context, db pgguard.DBTX, id string) (Payout, 
 // guarded write does ([pgguard.Guard.Check]): a *pgguard.StaleFenceError (a
 // newer holder moved it; counted), [pgguard.ErrAlreadyDone] (it is Submitted
 // or Failed) or [pgguard.ErrNoRow].
-func (p *Intents) BeginSubmit(ctx context.Context, db pgguard.DBTX, id string, fence int64) (Payout, error) {
+func (p *Intents) BeginSubmit(ctx context.Context, db fencedb.DBTX, id string, fence int64) (Payout, error) {
 	if err := checkPayout(id, fence); err != nil {
 		return Payout{}, err
 	}
@@ -291,7 +293,7 @@ func (p *Intents) BeginSubmit(ctx context.Context, db pgguard.DBTX, id string, f
 // [pgguard.ErrAlreadyDone] (it is Submitted or Failed already: a repeated
 // transition), [pgguard.ErrPrecondition] (it is still Pending: BeginSubmit
 // was not called) or [pgguard.ErrNoRow].
-func (p *Intents) MarkSubmitted(ctx context.Context, db pgguard.DBTX, id string, fence int64, providerRef string) (Payout, error) {
+func (p *Intents) MarkSubmitted(ctx context.Context, db fencedb.DBTX, id string, fence int64, providerRef string) (Payout, error) {
 	if err := checkPayout(id, fence); err != nil {
 		return Payout{}, err
 	}
@@ -308,7 +310,7 @@ func (p *Intents) MarkSubmitted(ctx context.Context, db pgguard.DBTX, id string,
 // said so, or reconciliation established that it never received the payout:
 // a Submitting payout may have been paid. On zero rows: a
 // *pgguard.StaleFenceError, [pgguard.ErrAlreadyDone] or [pgguard.ErrNoRow].
-func (p *Intents) MarkFailed(ctx context.Context, db pgguard.DBTX, id string, fence int64, reason string) (Payout, error) {
+func (p *Intents) MarkFailed(ctx context.Context, db fencedb.DBTX, id string, fence int64, reason string) (Payout, error) {
 	if err := checkPayout(id, fence); err != nil {
 		return Payout{}, err
 	}
@@ -326,7 +328,7 @@ func (p *Intents) MarkFailed(ctx context.Context, db pgguard.DBTX, id string, fe
 // calling the provider). Reconcile each: take the payout's lease, ask the
 // provider by IdempotencyKey, then MarkSubmitted, MarkFailed or BeginSubmit
 // again, under the new fence. Never guess.
-func (p *Intents) Stuck(ctx context.Context, db pgguard.DBTX, olderThan time.Duration, limit int) ([]Payout, error) {
+func (p *Intents) Stuck(ctx context.Context, db fencedb.DBTX, olderThan time.Duration, limit int) ([]Payout, error) {
 	if db == nil {
 		return nil, invalid("nil DBTX")
 	}
@@ -352,7 +354,7 @@ func (p *Intents) Stuck(ctx context.Context, db pgguard.DBTX, olderThan time.Dur
 // transition runs one guarded transition (run: the UPDATE with the fence
 // predicate, the precondition from, and the transaction's fence, in one
 // statement) and, when it changes no row, lets the Guard decide why.
-func (p *Intents) transition(ctx context.Context, db pgguard.DBTX, id string, fence int64, op string, from pgguard.Cond,
+func (p *Intents) transition(ctx context.Context, db fencedb.DBTX, id string, fence int64, op string, from pgguard.Cond,
 	run func(*fencedb.Queries) (fencedb.PayoutIntent, error)) (Payout, error) {
 	if db == nil {
 		return Payout{}, invalid("nil DBTX")

@@ -29,8 +29,9 @@
 // other than an inner space are refused outright, as are fences <= 0
 // (ErrInvalidInput).
 //
-// Every function takes a DBTX (a pool, a connection or a pgx.Tx), so a
-// guarded write runs in the caller's transaction.
+// Every function takes a fencedb.DBTX (a pool, a connection or a pgx.Tx;
+// DBTX is a deprecated alias of it), so a guarded write runs in the caller's
+// transaction.
 //
 // # Zero rows is an answer
 //

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgfence/pgfence/internal/pgerr"
+	"github.com/pgfence/pgfence/internal/validate"
 )
 
 var (
@@ -48,7 +50,7 @@ var (
 
 	// ErrInvalidInput: a fence, key, identifier or value was refused before
 	// anything was sent to the database. The error's text says which and why.
-	ErrInvalidInput = errors.New("pgguard: invalid input")
+	ErrInvalidInput = validate.ErrInvalidInput
 )
 
 // SQLSTATEs raised by the fencing trigger (pgfence_enforce_fence, installed
@@ -56,20 +58,18 @@ var (
 // PostgreSQL.
 const (
 	// SQLStateStaleFence: the transaction's fence is older than the row's.
-	SQLStateStaleFence = "PF001"
+	SQLStateStaleFence = pgerr.StaleFence
 	// SQLStateNoFence: strict mode, and the transaction set no fence.
-	SQLStateNoFence = "PF002"
+	SQLStateNoFence = pgerr.NoFence
 	// SQLStateUnboundFence: pgfence.fence is set, but not by this
 	// transaction's pgfence_set_fence (either mode).
-	SQLStateUnboundFence = "PF003"
+	SQLStateUnboundFence = pgerr.UnboundFence
 	// SQLStateFenceAboveCeiling: pgfence_set_fence refused a fence above the
 	// highest pgfence's source has issued.
-	SQLStateFenceAboveCeiling = "PF004"
+	SQLStateFenceAboveCeiling = pgerr.FenceAboveCeiling
 )
 
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalidInput, fmt.Sprintf(format, args...))
-}
+func invalid(format string, args ...any) error { return validate.Invalid("pgguard", format, args...) }
 
 // StaleFenceError reports a write refused because a newer holder has written
 // the row: each one is a paused or partitioned holder that the fence caught.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
@@ -35,7 +36,7 @@ type Guard struct {
 // has no unique index of its own; a fence column that does not exist or is
 // not bigint NOT NULL. The schema is resolved once, here: a later change of
 // search_path does not move the Guard to another table.
-func NewGuard(ctx context.Context, db DBTX, t Table, opts ...GuardOption) (*Guard, error) {
+func NewGuard(ctx context.Context, db fencedb.DBTX, t Table, opts ...GuardOption) (*Guard, error) {
 	if db == nil {
 		return nil, invalid("nil DBTX")
 	}
@@ -242,7 +243,7 @@ func (g *Guard) setFence(fenceParam string) string {
 // write saw: a concurrent change that made the write fail can also have made
 // the conditions true again. Update then still reports ErrPrecondition (the
 // condition did not hold when the write ran) with a detail saying so.
-func (g *Guard) Update(ctx context.Context, db DBTX, key any, fence int64, set Values, where ...Cond) (err error) {
+func (g *Guard) Update(ctx context.Context, db fencedb.DBTX, key any, fence int64, set Values, where ...Cond) (err error) {
 	defer func() { g.met.wrote(opUpdate, err) }()
 	if err := g.checkArgs(key, fence); err != nil {
 		return err
@@ -304,7 +305,7 @@ func (g *Guard) Update(ctx context.Context, db DBTX, key any, fence int64, set V
 // an error satisfying ErrNoRow, decided in that order after the row's
 // existence: a stale holder hears it is stale whatever the row's state. Use it after your own guarded SQL changed no row, on the same
 // db (your transaction), to learn which it was.
-func (g *Guard) Check(ctx context.Context, db DBTX, key any, fence int64, where ...Cond) error {
+func (g *Guard) Check(ctx context.Context, db fencedb.DBTX, key any, fence int64, where ...Cond) error {
 	if err := g.checkArgs(key, fence); err != nil {
 		return err
 	}
@@ -377,7 +378,7 @@ func (g *Guard) Check(ctx context.Context, db DBTX, key any, fence int64, where 
 // exists, so abandon the attempt; ErrNoRow means there is no such row.
 // ClaimFirst also sets the transaction's fence, as SetFence does, and so
 // refuses a fence above the ceiling (ErrFenceAboveCeiling) as Update does.
-func (g *Guard) ClaimFirst(ctx context.Context, db DBTX, key any, fence int64, columns []string, dest ...any) (err error) {
+func (g *Guard) ClaimFirst(ctx context.Context, db fencedb.DBTX, key any, fence int64, columns []string, dest ...any) (err error) {
 	defer func() { g.met.wrote(opClaim, err) }()
 	if err := g.checkArgs(key, fence); err != nil {
 		return err
@@ -423,7 +424,7 @@ func (g *Guard) ClaimFirst(ctx context.Context, db DBTX, key any, fence int64, c
 // (claiming job rows), a different thing.
 //
 // Deprecated: use ClaimFirst; Claim will be removed in the next release.
-func (g *Guard) Claim(ctx context.Context, db DBTX, key any, fence int64, columns []string, dest ...any) error {
+func (g *Guard) Claim(ctx context.Context, db fencedb.DBTX, key any, fence int64, columns []string, dest ...any) error {
 	return g.ClaimFirst(ctx, db, key, fence, columns, dest...)
 }
 

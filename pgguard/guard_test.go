@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/pgfence/pgfence/internal/dbenv"
 	"github.com/pgfence/pgfence/internal/pgtest"
 	"github.com/pgfence/pgfence/migrations"
@@ -467,7 +468,7 @@ func TestRepeatableRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = g.Update(ctx, tx, "k", f[0], pgguard.Values{"writer": "A"})
-	if sqlState(err) != "40001" {
+	if sqlState(err) != pgerrcode.SerializationFailure {
 		t.Fatalf("stale write in an older snapshot: got %v, want SQLSTATE 40001", err)
 	}
 	tx.Rollback(ctx)

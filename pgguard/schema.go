@@ -2,12 +2,13 @@ package pgguard
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/catalog"
 	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
@@ -116,12 +117,12 @@ func RunFenced(ctx context.Context, db Beginner, fence int64, fn func(tx pgx.Tx)
 // table rewrite). It does nothing when the column exists as bigint NOT NULL,
 // and refuses a column of that name with another type. t.KeyColumn is not
 // used. For a migration file of your own, see FenceColumnMigration.
-func AddFenceColumn(ctx context.Context, db DBTX, t Table) error {
+func AddFenceColumn(ctx context.Context, db fencedb.DBTX, t Table) error {
 	r, err := lookupTable(ctx, db, t)
 	if err != nil {
 		return err
 	}
-	if _, exists := r.columns[t.fenceColumn()]; exists {
+	if _, exists := r.rel.Column(t.fenceColumn()); exists {
 		return r.fenceColumn(t.fenceColumn())
 	}
 	sql := fmt.Sprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS %s bigint NOT NULL DEFAULT 0",
@@ -180,7 +181,7 @@ func FenceColumnMigration(t Table) (up, down string, err error) {
 // which fires no row triggers. The fence column must exist as bigint NOT
 // NULL (AddFenceColumn). t.KeyColumn is not used. Classify turns the
 // trigger's errors into ErrStaleFence and ErrNoFence.
-func InstallTrigger(ctx context.Context, db DBTX, t Table, mode Mode) error {
+func InstallTrigger(ctx context.Context, db fencedb.DBTX, t Table, mode Mode) error {
 	if mode != Strict && mode != Lenient {
 		return invalid("mode must be Strict or Lenient, got %v", mode)
 	}
@@ -191,7 +192,7 @@ func InstallTrigger(ctx context.Context, db DBTX, t Table, mode Mode) error {
 	if err := r.fenceColumn(t.fenceColumn()); err != nil {
 		return err
 	}
-	children, err := r.inheritors(ctx, db)
+	children, err := inheritors(ctx, db, r)
 	if err != nil {
 		return err
 	}
@@ -208,27 +209,10 @@ func InstallTrigger(ctx context.Context, db DBTX, t Table, mode Mode) error {
 }
 
 // inheritors returns the tables that inherit from r through INHERITS, at any
-// depth, quoted, in name order. Partitions are left out: PostgreSQL itself
-// puts a partitioned table's row triggers on its partitions, present and
-// future, while an INHERITS child gets nothing from its parent's triggers,
-// though UPDATE and DELETE on the parent reach its rows.
-func (r *resolved) inheritors(ctx context.Context, db DBTX) ([]string, error) {
-	rows, err := pgmode.Wrap(db).Query(ctx, `
-WITH RECURSIVE d(oid) AS (
-  SELECT i.inhrelid FROM pg_catalog.pg_inherits i WHERE i.inhparent = pg_catalog.to_regclass($1)
-  UNION
-  SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN d ON i.inhparent = d.oid
-)
-SELECT pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.relname)
-  FROM d
-  JOIN pg_catalog.pg_class c ON c.oid = d.oid
-  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
- WHERE NOT c.relispartition
- ORDER BY 1`, r.quoted())
-	if err != nil {
-		return nil, fmt.Errorf("pgguard: reading the tables that inherit from %s: %w", r.quoted(), err)
-	}
-	children, err := pgx.CollectRows(rows, pgx.RowTo[string])
+// depth: UPDATE and DELETE on r reach their rows, but they get nothing from
+// r's triggers, so each needs the fencing trigger of its own.
+func inheritors(ctx context.Context, db fencedb.DBTX, r *resolved) ([]string, error) {
+	children, err := catalog.Inheritors(ctx, db, r.rel)
 	if err != nil {
 		return nil, fmt.Errorf("pgguard: reading the tables that inherit from %s: %w", r.quoted(), err)
 	}
@@ -245,12 +229,12 @@ func triggerSQL(quotedTable, fenceColumn string, mode Mode) string {
 
 // RemoveTrigger takes the fencing trigger off t and off every table that
 // inherits from it, where they have one, atomically.
-func RemoveTrigger(ctx context.Context, db DBTX, t Table) error {
+func RemoveTrigger(ctx context.Context, db fencedb.DBTX, t Table) error {
 	r, err := lookupTable(ctx, db, t)
 	if err != nil {
 		return err
 	}
-	children, err := r.inheritors(ctx, db)
+	children, err := inheritors(ctx, db, r)
 	if err != nil {
 		return err
 	}
@@ -266,26 +250,22 @@ func RemoveTrigger(ctx context.Context, db DBTX, t Table) error {
 
 // TriggerMode reports the mode of t's fencing trigger; ok is false when t has
 // none.
-func TriggerMode(ctx context.Context, db DBTX, t Table) (mode Mode, ok bool, err error) {
+func TriggerMode(ctx context.Context, db fencedb.DBTX, t Table) (mode Mode, ok bool, err error) {
 	r, err := lookupTable(ctx, db, t)
 	if err != nil {
 		return 0, false, err
 	}
-	var args []byte
-	err = pgmode.Wrap(db).QueryRow(ctx, `SELECT tgargs FROM pg_catalog.pg_trigger WHERE tgrelid = pg_catalog.to_regclass($1) AND tgname = $2`,
-		r.quoted(), TriggerName).Scan(&args)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, nil
-	}
+	args, ok, err := catalog.TriggerArgs(ctx, db, r.rel, TriggerName)
 	if err != nil {
 		return 0, false, fmt.Errorf("pgguard: reading the fencing trigger of %s: %w", r.quoted(), err)
 	}
-	// tgargs: the arguments, each followed by a NUL byte.
-	switch {
-	case len(args) >= 7 && string(args[:7]) == "strict\x00":
-		return Strict, true, nil
-	case len(args) >= 8 && string(args[:8]) == "lenient\x00":
-		return Lenient, true, nil
+	if !ok {
+		return 0, false, nil
+	}
+	for _, mode := range []Mode{Strict, Lenient} {
+		if len(args) > 0 && args[0] == mode.String() {
+			return mode, true, nil
+		}
 	}
 	return 0, false, fmt.Errorf("pgguard: the trigger %s on %s has unexpected arguments %q", TriggerName, r.quoted(), args)
 }
@@ -311,7 +291,7 @@ func TriggerMigration(t Table, mode Mode) (up, down string, err error) {
 // lookupTable validates t's names (the key column is not needed) and finds
 // the table in the catalog through db: the common start of the schema
 // helpers.
-func lookupTable(ctx context.Context, db DBTX, t Table) (*resolved, error) {
+func lookupTable(ctx context.Context, db fencedb.DBTX, t Table) (*resolved, error) {
 	if db == nil {
 		return nil, invalid("nil DBTX")
 	}

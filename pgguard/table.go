@@ -4,21 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/pgfence/pgfence/internal/pgmode"
-	"github.com/pgfence/pgfence/internal/validate"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/catalog"
+	"github.com/pgfence/pgfence/internal/validate"
 )
 
-// DBTX is what pgguard's functions run their statements on: a
-// *pgxpool.Pool, a *pgx.Conn or a pgx.Tx. Pass the caller's transaction to
-// make a guarded write part of it. It has the method set of fencedb.DBTX.
-type DBTX interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+// DBTX is fencedb.DBTX, the one interface pgfence's packages run statements on.
+//
+// Deprecated: use fencedb.DBTX.
+type DBTX = fencedb.DBTX
 
 // DefaultFenceColumn is the fence column's name when Table.FenceColumn is
 // empty.
@@ -88,71 +86,36 @@ func (t Table) ident() pgx.Identifier {
 	return pgx.Identifier{t.Name}
 }
 
-type column struct {
-	num     int16
-	typ     string // format_type
-	notNull bool
-}
-
 // resolved is a table found in the catalog.
 type resolved struct {
-	schema, name string
+	rel *catalog.Relation
 	// display is schema.table as quote_ident writes it, which is how the
 	// fencing trigger names it: for errors and counters, never for SQL.
 	display string
-	columns map[string]column
 }
 
-func (r *resolved) quoted() string { return pgx.Identifier{r.schema, r.name}.Sanitize() }
+func (r *resolved) quoted() string { return r.rel.Quoted() }
 
 // resolve finds t in the catalog: the table (an ordinary or partitioned
 // one) and its columns. The name is passed to to_regclass as a bound value.
-func resolve(ctx context.Context, db DBTX, t Table) (*resolved, error) {
-	r := &resolved{columns: map[string]column{}}
-	var kind string
-	err := pgmode.Wrap(db).QueryRow(ctx, `
-SELECT n.nspname::text, c.relname::text,
-       pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.relname), c.relkind::text
-  FROM pg_catalog.pg_class c
-  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
- WHERE c.oid = pg_catalog.to_regclass($1)`, t.ident().Sanitize()).Scan(&r.schema, &r.name, &r.display, &kind)
-	if errors.Is(err, pgx.ErrNoRows) {
-		if t.Schema != "" {
-			return nil, invalid("table %s does not exist", t.ident().Sanitize())
-		}
+func resolve(ctx context.Context, db fencedb.DBTX, t Table) (*resolved, error) {
+	rel, err := catalog.Resolve(ctx, db, t.ident())
+	switch {
+	case errors.Is(err, catalog.ErrNotFound) && t.Schema != "":
+		return nil, invalid("table %s does not exist", t.ident().Sanitize())
+	case errors.Is(err, catalog.ErrNotFound):
 		return nil, invalid("table %s does not exist in any schema on the search_path", t.ident().Sanitize())
-	}
-	if err != nil {
+	case err != nil:
 		return nil, fmt.Errorf("pgguard: looking up table %s: %w", t.ident().Sanitize(), err)
+	case !rel.IsTable():
+		return nil, invalid("%s is not a table (relkind %q)", t.ident().Sanitize(), rel.Kind)
 	}
-	if kind != "r" && kind != "p" {
-		return nil, invalid("%s is not a table (relkind %q)", t.ident().Sanitize(), kind)
-	}
-	rows, err := pgmode.Wrap(db).Query(ctx, `
-SELECT a.attname::text, a.attnum, pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull
-  FROM pg_catalog.pg_attribute a
- WHERE a.attrelid = pg_catalog.to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped`, r.quoted())
-	if err != nil {
-		return nil, fmt.Errorf("pgguard: reading the columns of %s: %w", r.quoted(), err)
-	}
-	for rows.Next() {
-		var name string
-		var c column
-		if err := rows.Scan(&name, &c.num, &c.typ, &c.notNull); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("pgguard: reading the columns of %s: %w", r.quoted(), err)
-		}
-		r.columns[name] = c
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("pgguard: reading the columns of %s: %w", r.quoted(), err)
-	}
-	return r, nil
+	return &resolved{rel: rel, display: rel.Display}, nil
 }
 
 // column returns the named column, or an error that names the table.
-func (r *resolved) column(what, name string) (column, error) {
-	c, ok := r.columns[name]
+func (r *resolved) column(what, name string) (catalog.Column, error) {
+	c, ok := r.rel.Column(name)
 	if !ok {
 		return c, invalid("%s %q does not exist in table %s", what, name, r.quoted())
 	}
@@ -165,32 +128,24 @@ func (r *resolved) fenceColumn(name string) error {
 	if err != nil {
 		return err
 	}
-	if c.typ != "bigint" || !c.notNull {
+	if c.Type != "bigint" || !c.NotNull {
 		return invalid("fence column %q of %s is %s%s; it must be bigint NOT NULL (see AddFenceColumn)",
-			name, r.quoted(), c.typ, map[bool]string{true: " NOT NULL", false: ""}[c.notNull])
+			name, r.quoted(), c.Type, map[bool]string{true: " NOT NULL", false: ""}[c.NotNull])
 	}
 	return nil
 }
 
 // uniqueKey checks that the key column alone carries a valid, non-partial
 // unique index, so that a key picks at most one row.
-func (r *resolved) uniqueKey(ctx context.Context, db DBTX, name string) error {
-	c, err := r.column("key column", name)
-	if err != nil {
+func (r *resolved) uniqueKey(ctx context.Context, db fencedb.DBTX, name string) error {
+	if _, err := r.column("key column", name); err != nil {
 		return err
 	}
-	var ok bool
-	err = pgmode.Wrap(db).QueryRow(ctx, `
-SELECT EXISTS (
-  SELECT 1 FROM pg_catalog.pg_index i
-   WHERE i.indrelid = pg_catalog.to_regclass($1)
-     AND i.indisunique AND i.indisvalid
-     AND i.indpred IS NULL AND i.indexprs IS NULL
-     AND i.indnkeyatts = 1 AND i.indkey[0] = $2)`, r.quoted(), c.num).Scan(&ok)
+	indexes, err := catalog.UniqueIndexes(ctx, db, r.rel)
 	if err != nil {
 		return fmt.Errorf("pgguard: reading the indexes of %s: %w", r.quoted(), err)
 	}
-	if !ok {
+	if !slices.ContainsFunc(indexes, func(ix catalog.Index) bool { return ix.UniqueOn(name) }) {
 		return invalid("key column %q of %s has no unique index or constraint of its own, so a key could match several rows", name, r.quoted())
 	}
 	return nil

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/pgerr"
 	"github.com/pgfence/pgfence/internal/pgmode"
 	"github.com/pgfence/pgfence/internal/validate"
 )
@@ -296,7 +297,7 @@ func (c *Client) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	case errors.Is(err, pgx.ErrNoRows):
 		c.stats.notAcquired.Add(1)
 		return nil, fmt.Errorf("%w: %q", ErrNotAcquired, key)
-	case isLockTimeout(err):
+	case pgerr.IsLockNotAvailable(err):
 		c.stats.notAcquired.Add(1)
 		// Another acquisition of the same key held the row past our
 		// lock_timeout: someone else is taking it.
@@ -379,8 +380,7 @@ func (c *Client) recheckLater(key, token string) {
 
 // explain adds what to do to errors a user can fix.
 func (c *Client) explain(key string, err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42883") {
+	if pgerr.IsUndefined(err) {
 		return fmt.Errorf("pglease: acquiring %q: pgfence's schema is missing from this database (run `pgfence migrate up` or migrations.Up): %w", key, err)
 	}
 	return fmt.Errorf("pglease: acquiring %q: %w", key, err)
@@ -389,28 +389,17 @@ func (c *Client) explain(key string, err error) error {
 // mayHaveExecuted reports whether err leaves the statement's effect unknown:
 // something was sent, and no answer from the server came back.
 func mayHaveExecuted(err error) bool {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
+	if pgerr.FromServer(err) {
 		return false // the server answered: the statement failed as a whole
 	}
 	return !pgconn.SafeToRetry(err)
 }
 
-func isLockTimeout(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
-}
-
 // isTransient reports errors worth retrying: network trouble and a server
 // that is starting, stopping or out of connections.
 func isTransient(err error) bool {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch pgErr.Code {
-		case "57P01", "57P02", "57P03", "53300", "40001", "40P01", "55P03":
-			return true
-		}
-		return false
+	if pgerr.FromServer(err) {
+		return pgerr.IsTransient(err)
 	}
 	var amb *AmbiguousError
 	if errors.As(err, &amb) {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/pgfence/pgfence/internal/validate"
 )
 
 var (
@@ -23,15 +25,13 @@ var (
 
 	// ErrInvalidInput: a key, TTL or option was refused before anything was
 	// sent to the database. The error's text says which and why.
-	ErrInvalidInput = errors.New("pglease: invalid input")
+	ErrInvalidInput = validate.ErrInvalidInput
 
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("pglease: client closed")
 )
 
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalidInput, fmt.Sprintf(format, args...))
-}
+func invalid(format string, args ...any) error { return validate.Invalid("pglease", format, args...) }
 
 // WaitError is returned by Acquire when it stops waiting: its maximum wait
 // passed or its context ended while another owner held the key. It satisfies

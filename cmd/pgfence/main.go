@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/internal/dsn"
+	"github.com/pgfence/pgfence/internal/pgerr"
 	"github.com/pgfence/pgfence/migrations"
 )
 
@@ -304,56 +305,26 @@ func describe(cfg *pgxpool.Config) string {
 // network failures, timeouts, and a server that is starting, stopping or
 // out of connections.
 func isUnreachable(err error) bool {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "57P") || pgErr.Code == "53300"
+	if pgerr.FromServer(err) {
+		return pgerr.IsUnavailable(err)
 	}
 	return err != nil && !errors.Is(err, context.Canceled)
 }
 
-// isMissingSchema reports "relation/function does not exist", which on
-// pgfence's own queries means the migrations never ran.
-func isMissingSchema(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42883")
-}
-
 const migrateHint = "pgfence's schema is missing from this database: run `pgfence migrate up` first"
-
-// isConflict reports an object pgfence's migrations would create that
-// already exists (a table, type, function or other object of that name).
-func isConflict(err error) bool {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return false
-	}
-	switch pgErr.Code {
-	case "42P07", "42710", "42723", "42P06", "23505": // duplicate table, object, function, schema; a type's catalog row
-		return true
-	}
-	return false
-}
-
-// isPooledSession reports errors of a statement that relied on server-session
-// state (a named prepared statement) behind a transaction pooler: 26000
-// "prepared statement does not exist", 42P05 "already exists".
-func isPooledSession(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "26000" || pgErr.Code == "42P05")
-}
 
 // dbError turns a database error into an exitError with a hint.
 func dbError(where string, err error) error {
 	switch {
 	case errors.Is(err, migrations.ErrBehindPooler):
 		return fail(exitDBError, "pgfence: database %s: %v", where, err)
-	case isConflict(err):
+	case pgerr.IsDuplicate(err): // an object pgfence's migrations would create
 		return fail(exitDBError, "pgfence: database %s: %v: an object of that name already exists and is not pgfence's; "+
 			"rename or drop it (or put pgfence in a schema of its own), then run pgfence migrate up again", where, err)
-	case isPooledSession(err):
+	case pgerr.IsPreparedStatementClash(err):
 		return fail(exitDBError, "pgfence: database %s: %v: a named prepared statement met another server session, "+
 			"a transaction pooler (PgBouncer pool_mode=transaction) is in between; the schema is not missing", where, err)
-	case isMissingSchema(err):
+	case pgerr.IsUndefined(err): // on pgfence's own statements: the migrations never ran
 		return fail(exitDBError, "pgfence: database %s: %s (%v)", where, migrateHint, err)
 	case isUnreachable(err):
 		return fail(exitUnreachable, "pgfence: cannot reach the database %s: %v", where, err)

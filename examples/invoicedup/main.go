@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -93,7 +94,7 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 	_, plainErr := env.Pool.Exec(ctx, `INSERT INTO invoices (customer_id, billing_period, created_by) VALUES ($1, $2, 'worker-5')`,
 		customers[1], period)
 	var pgErr *pgconn.PgError
-	dup := errors.As(plainErr, &pgErr) && pgErr.Code == "23505"
+	dup := errors.As(plainErr, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation
 	env.Logf("worker-5", "plain INSERT: %v", plainErr)
 
 	env.Section("read back")

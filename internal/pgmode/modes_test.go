@@ -41,20 +41,10 @@ func TestCoreInEveryQueryExecMode(t *testing.T) {
 // (QueryExecModeCacheStatement), several workers at once: leases with
 // auto-renew, guarded writes, a claim pool, dedup and advisory locks.
 func TestCoreBehindPgBouncer(t *testing.T) {
-	url := pgtest.BouncerURL(t)
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
+	pool := pgtest.BouncerPool(t, func(c *pgxpool.Config) { c.MaxConns = 16 })
+	if mode := pool.Config().ConnConfig.DefaultQueryExecMode; mode != pgx.QueryExecModeCacheStatement {
+		t.Fatalf("pgx's default changed: %v", mode)
 	}
-	if cfg.ConnConfig.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
-		t.Fatalf("pgx's default changed: %v", cfg.ConnConfig.DefaultQueryExecMode)
-	}
-	cfg.MaxConns = 16
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
 	// Four workers, each running the core several times, so that server
 	// sessions are shared between clients and statements.
 	var wg sync.WaitGroup

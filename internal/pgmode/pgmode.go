@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pgfence/pgfence/fencedb"
 )
 
 // Mode is the query exec mode of every statement pgfence sends through Wrap.
@@ -15,13 +16,9 @@ import (
 // statements), so that it is safe behind a transaction pooler.
 const Mode = pgx.QueryExecModeCacheDescribe
 
-// DBTX is what sqlc-generated code and pgfence's hand-written statements
-// run on: a pool, a connection or a transaction.
-type DBTX interface {
-	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-	QueryRow(context.Context, string, ...any) pgx.Row
-}
+// DBTX is fencedb.DBTX: what sqlc-generated code and pgfence's hand-written
+// statements run on (a pool, a connection or a transaction).
+type DBTX = fencedb.DBTX
 
 // Wrap returns db with Mode prepended to every statement's arguments. A nil
 // db stays nil, so callers' nil checks keep working; wrapping twice is

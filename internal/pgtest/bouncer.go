@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/internal/dbenv"
 )
@@ -47,6 +48,15 @@ func BouncerURL(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return bouncer.URL(cfg.Database)
+}
+
+// BouncerPool opens a pool on BouncerURL (skipping or failing the test as
+// BouncerURL does) and closes it when the test ends. Options may adjust the
+// pool's config first; pgx's default query exec mode, which relies on named
+// prepared statements, is left alone.
+func BouncerPool(t testing.TB, opts ...func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
+	return poolOn(t, BouncerURL(t), opts)
 }
 
 // stopBouncer stops the bouncer BouncerURL started, if any.

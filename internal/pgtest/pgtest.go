@@ -84,7 +84,12 @@ func ServerURL() string { return server.URL }
 // ends. Options may adjust the pool's config first.
 func Pool(t testing.TB, opts ...func(*pgxpool.Config)) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(URL())
+	return poolOn(t, URL(), opts)
+}
+
+func poolOn(t testing.TB, url string, opts []func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
 	}

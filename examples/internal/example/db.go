@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -38,7 +39,7 @@ func openOwn(ctx context.Context, serverURL string) (*own, error) {
 		return &own{cfg: cfg, where: "a fresh database", drop: drop}, nil
 	}
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "42501" { // insufficient_privilege
+	if !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.InsufficientPrivilege {
 		return nil, fmt.Errorf("creating a database of its own: %w", err)
 	}
 	return openSchema(ctx, serverURL)
