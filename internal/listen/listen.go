@@ -1,0 +1,359 @@
+package listen
+
+import (
+	"context"
+	"errors"
+	mrand "math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgfence/pgfence/internal/validate"
+)
+
+// Defaults of Config.
+const (
+	DefaultRetryMin = 50 * time.Millisecond
+	DefaultRetryMax = 5 * time.Second
+	DefaultPing     = 30 * time.Second
+)
+
+// statementTimeout bounds each LISTEN the listener sends.
+const statementTimeout = 5 * time.Second
+
+// Config tunes a Listener. Zero fields take the defaults.
+type Config struct {
+	// RetryMin and RetryMax bound the jittered exponential backoff between
+	// reconnection attempts.
+	RetryMin, RetryMax time.Duration
+	// Ping is how long a wait for a notification lasts before the listener
+	// checks its connection by repeating LISTEN.
+	Ping time.Duration
+	// OnError, if set, is told each failure of the connection and when the
+	// next attempt comes; the users log it in words of their own.
+	OnError func(err error, retryIn time.Duration)
+}
+
+// Listener owns one LISTEN connection; see the package doc. Subscribe is
+// safe for concurrent use, before and while Run runs.
+type Listener struct {
+	pool    *pgxpool.Pool
+	onError func(error, time.Duration)
+	running atomic.Bool
+
+	mu        sync.Mutex
+	retryMin  time.Duration
+	retryMax  time.Duration
+	ping      time.Duration
+	channels  map[string]*channelSubs
+	interrupt context.CancelFunc // ends the current wait; nil while not waiting
+	pid       uint32             // backend of the connection; 0 while not listening
+	listens   int64              // connections whose LISTEN succeeded
+
+	wakeups atomic.Int64
+}
+
+// channelSubs are one channel's subscribers, keyed by the payload they asked
+// for ("" for every payload).
+type channelSubs struct {
+	listened bool // LISTEN took effect on the current connection
+	subs     map[string]map[chan<- struct{}]int
+}
+
+// New returns a listener that takes its connection from pool. It does
+// nothing until Run.
+func New(pool *pgxpool.Pool, cfg Config) *Listener {
+	l := &Listener{pool: pool, onError: cfg.OnError, channels: map[string]*channelSubs{}}
+	l.SetRetry(cfg.RetryMin, cfg.RetryMax)
+	l.SetPing(cfg.Ping)
+	return l
+}
+
+// SetRetry sets the reconnection backoff bounds (zero: the default); it
+// applies from the next failure on.
+func (l *Listener) SetRetry(lo, hi time.Duration) {
+	if lo <= 0 {
+		lo = DefaultRetryMin
+	}
+	if hi <= 0 {
+		hi = DefaultRetryMax
+	}
+	l.mu.Lock()
+	l.retryMin, l.retryMax = lo, max(lo, hi)
+	l.mu.Unlock()
+}
+
+// SetPing sets the ping interval (zero: the default); it applies from the
+// next wait on.
+func (l *Listener) SetPing(d time.Duration) {
+	if d <= 0 {
+		d = DefaultPing
+	}
+	l.mu.Lock()
+	l.ping = d
+	l.mu.Unlock()
+}
+
+// Subscribe makes wake receive a wake-up (a non-blocking send; give it a
+// buffer of 1) on each notification on channel whose payload is payload, or
+// any payload when payload is "", and whenever a LISTEN on channel takes
+// effect (see the package doc). A channel not yet LISTENed is LISTENed at
+// once if Run is connected, else on connection. unsubscribe stops the
+// wake-ups; it may be called more than once.
+func (l *Listener) Subscribe(channel, payload string, wake chan<- struct{}) (unsubscribe func(), err error) {
+	if err := validate.Identifier("notification channel", channel); err != nil {
+		return nil, validate.Invalid("listen", "%v", err)
+	}
+	if wake == nil {
+		return nil, validate.Invalid("listen", "nil wake-up channel")
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	cs := l.channels[channel]
+	if cs == nil {
+		cs = &channelSubs{subs: map[string]map[chan<- struct{}]int{}}
+		l.channels[channel] = cs
+	}
+	if !cs.listened && l.interrupt != nil {
+		l.interrupt() // the run loop LISTENs it before it waits again
+	}
+	set := cs.subs[payload]
+	if set == nil {
+		set = map[chan<- struct{}]int{}
+		cs.subs[payload] = set
+	}
+	set[wake]++ // a count: the same channel may be subscribed twice
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			if set[wake]--; set[wake] == 0 {
+				delete(set, wake)
+			}
+			if len(set) == 0 { // set is still the payload's: it held wake until now
+				delete(cs.subs, payload)
+			}
+		})
+	}, nil
+}
+
+// PID is the backend pid of the listening connection, 0 while not listening.
+func (l *Listener) PID() uint32 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.pid
+}
+
+// Listens counts the connections whose LISTEN succeeded: the first one
+// plus each reconnection.
+func (l *Listener) Listens() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.listens
+}
+
+// Wakeups counts the wake-ups handed to subscribers (sends to a full
+// channel, which coalesce, do not count).
+func (l *Listener) Wakeups() int64 { return l.wakeups.Load() }
+
+// ErrRunning is returned by Run while another Run of the listener runs.
+var ErrRunning = errors.New("listen: the listener is already running")
+
+// Run keeps the listening connection until ctx ends, reconnecting after
+// each failure, then closes it and returns nil. Waiting subscribers get
+// nothing while it is down: they poll.
+func (l *Listener) Run(ctx context.Context) error {
+	if !l.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer l.running.Store(false)
+	var delay time.Duration
+	for {
+		listened, err := l.session(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		l.mu.Lock()
+		if listened || delay == 0 {
+			delay = l.retryMin
+		}
+		retryMax := l.retryMax
+		l.mu.Unlock()
+		sleep := delay/2 + time.Duration(mrand.Int64N(int64(delay/2)+1))
+		delay = min(2*delay, retryMax)
+		if l.onError != nil {
+			l.onError(err, sleep)
+		}
+		t := time.NewTimer(sleep)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// session takes a connection from the pool for good (Hijack), LISTENs, and
+// hands notifications out until the connection fails or ctx ends.
+// listened reports whether the first LISTEN succeeded.
+func (l *Listener) session(ctx context.Context) (listened bool, err error) {
+	pc, err := l.pool.Acquire(ctx)
+	if err != nil {
+		return false, err
+	}
+	conn := pc.Hijack()
+	defer l.hangUp(conn)
+	if err := l.listen(ctx, conn, l.channelNames(false), true); err != nil {
+		return false, err
+	}
+	l.mu.Lock()
+	l.pid = conn.PgConn().PID()
+	l.listens++
+	l.mu.Unlock()
+	for {
+		wctx, cancel, pending := l.waitContext(ctx)
+		if pending != nil {
+			cancel()
+			if err := l.listen(ctx, conn, pending, true); err != nil {
+				return true, err
+			}
+			continue
+		}
+		n, err := conn.WaitForNotification(wctx)
+		l.mu.Lock()
+		l.interrupt = nil
+		l.mu.Unlock()
+		cancel()
+		switch {
+		case err == nil:
+			l.deliver(n.Channel, n.Payload)
+			continue
+		case ctx.Err() != nil:
+			return true, ctx.Err()
+		case wctx.Err() != nil && !conn.IsClosed():
+			if !errors.Is(wctx.Err(), context.DeadlineExceeded) {
+				continue // interrupted: a channel to LISTEN
+			}
+			// A quiet ping interval: check the connection.
+			if err = l.listen(ctx, conn, l.channelNames(true), false); err == nil {
+				continue
+			}
+		}
+		return true, err
+	}
+}
+
+// waitContext returns the context of the next wait for a notification,
+// which the ping interval bounds and Subscribe can interrupt; or, when
+// channels were subscribed and not LISTENed yet, their names.
+func (l *Listener) waitContext(ctx context.Context) (context.Context, context.CancelFunc, []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	wctx, cancel := context.WithTimeout(ctx, l.ping)
+	var pending []string
+	for name, cs := range l.channels {
+		if !cs.listened {
+			pending = append(pending, name)
+		}
+	}
+	if pending == nil {
+		l.interrupt = cancel
+	}
+	return wctx, cancel, pending
+}
+
+// channelNames lists the channels subscribed so far (only those LISTENed
+// on this connection when listened).
+func (l *Listener) channelNames(listened bool) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	names := make([]string, 0, len(l.channels))
+	for name, cs := range l.channels {
+		if !listened || cs.listened {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// listen LISTENs on channels in one simple-protocol round trip (whatever the
+// pool's exec mode), then, with wake, wakes their subscribers: a
+// notification sent before it took effect went unheard. (The ping repeats
+// a LISTEN in effect: no wake-up.) With no channel it pings.
+func (l *Listener) listen(ctx context.Context, conn *pgx.Conn, channels []string, wake bool) error {
+	ctx, cancel := context.WithTimeout(ctx, statementTimeout)
+	defer cancel()
+	if len(channels) == 0 {
+		return conn.Ping(ctx)
+	}
+	stmts := make([]string, len(channels))
+	for i, name := range channels {
+		stmts[i] = "LISTEN " + quote(name)
+	}
+	if _, err := conn.PgConn().Exec(ctx, strings.Join(stmts, "; ")).ReadAll(); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, name := range channels {
+		cs := l.channels[name]
+		cs.listened = true
+		if !wake {
+			continue
+		}
+		for _, set := range cs.subs {
+			l.signalAll(set)
+		}
+	}
+	return nil
+}
+
+// hangUp closes the connection and marks every channel unlistened.
+func (l *Listener) hangUp(conn *pgx.Conn) {
+	l.mu.Lock()
+	l.pid = 0
+	for _, cs := range l.channels {
+		cs.listened = false
+	}
+	l.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	conn.Close(ctx)
+}
+
+// deliver wakes the subscribers of channel that asked for payload or for
+// every payload.
+func (l *Listener) deliver(channel, payload string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	cs := l.channels[channel]
+	if cs == nil {
+		return
+	}
+	l.signalAll(cs.subs[""])
+	if payload != "" {
+		l.signalAll(cs.subs[payload])
+	}
+}
+
+// signalAll never blocks: a subscriber with a wake-up pending needs no
+// second one.
+func (l *Listener) signalAll(set map[chan<- struct{}]int) {
+	for ch := range set {
+		select {
+		case ch <- struct{}{}:
+			l.wakeups.Add(1)
+		default:
+		}
+	}
+}
+
+// quote quotes every name, so that a keyword or a capital letter is taken
+// as written.
+func quote(name string) string { return pgx.Identifier{name}.Sanitize() }
