@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfence/pgfence/internal/listen"
 )
 
 // Handler does one job. Its context ends when the job's lease is lost
@@ -153,10 +155,13 @@ func WithPollInterval(d time.Duration) RunnerOption {
 }
 
 // WithListen makes the runner LISTEN on channel (on one dedicated connection
-// from the pool) and claim as soon as a notification arrives; Enqueue with the
-// same channel notifies it. Default: off, polling only. If the listening
-// connection fails, the runner keeps polling and listens again after a poll
-// interval.
+// taken from the pool for the length of Run) and claim as soon as a
+// notification arrives; Enqueue with the same channel notifies it. Default:
+// off, polling only. If the listening connection fails, the runner keeps
+// polling and listens again after a jittered backoff (50ms, doubling up to
+// 5s), then claims at once, since notifications meanwhile went unheard.
+// Behind PgBouncer in transaction pooling mode notifications do not arrive:
+// the runner then polls.
 func WithListen(channel string) RunnerOption {
 	return func(c *runnerConfig) error {
 		if err := checkIdent("notification channel", channel); err != nil {
@@ -687,52 +692,21 @@ func (p *Runner) rescueLoop(ctx context.Context, wake chan<- struct{}) {
 	}
 }
 
+// listenLoop keeps a listener (internal/listen) on the runner's channel
+// until ctx ends: each notification, and each (re)connection (notifications
+// sent meanwhile went unheard), wakes fetchLoop, which claims at once.
 func (p *Runner) listenLoop(ctx context.Context, wake chan<- struct{}) {
-	for ctx.Err() == nil {
-		err := p.listenOnce(ctx, wake)
-		if ctx.Err() != nil {
-			return
-		}
-		p.c.cfg.logger.Warn("claim: listening for notifications failed; polling meanwhile", "channel", p.cfg.listen, "err", err)
-		t := time.NewTimer(p.cfg.poll)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
+	l := listen.New(p.c.pool, listen.Config{OnError: func(err error, retryIn time.Duration) {
+		p.c.cfg.logger.Warn("claim: listening for notifications failed; polling meanwhile",
+			"channel", p.cfg.listen, "err", err, "retry_in", retryIn)
+	}})
+	unsubscribe, err := l.Subscribe(p.cfg.listen, "", wake)
+	if err != nil { // WithListen checked the channel: never
+		p.c.cfg.logger.Error("claim: cannot listen; polling only", "channel", p.cfg.listen, "err", err)
+		return
 	}
-}
-
-func (p *Runner) listenOnce(ctx context.Context, wake chan<- struct{}) error {
-	conn, err := p.c.pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	// The connection carries a LISTEN: never hand it back to the pool.
-	raw := conn.Hijack()
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		raw.Close(cctx)
-	}()
-	if _, err := raw.Exec(ctx, "LISTEN "+pgx.Identifier{p.cfg.listen}.Sanitize()); err != nil {
-		return err
-	}
-	// A notification may have been sent before LISTEN took effect.
-	select {
-	case wake <- struct{}{}:
-	default:
-	}
-	for {
-		if _, err := raw.WaitForNotification(ctx); err != nil {
-			return err
-		}
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	}
+	defer unsubscribe()
+	l.Run(ctx) // a fresh listener: never ErrRunning
 }
 
 func minTime(a, b time.Time) time.Time {

@@ -329,6 +329,66 @@ func TestPoolListenNotify(t *testing.T) {
 	}
 }
 
+// After its listening backend is killed, the runner listens again (a new
+// backend) and a notified job still runs at once: the poll interval is an
+// hour.
+func TestPoolListenReconnects(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	qn := queue("relisten")
+	channel := "pgfence test " + qn
+	c := newClaimer(t, pool, qn)
+	done := make(chan int64, 1)
+	p, err := claim.NewRunner(c, func(ctx context.Context, j *claim.Job) error {
+		done <- j.ID
+		return nil
+	}, claim.WithWorkers(1), claim.WithPollInterval(time.Hour), claim.WithListen(channel), claim.WithRescueInterval(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	runDone := make(chan error, 1)
+	go func() { runDone <- p.Run(runCtx) }()
+	defer func() { stop(); <-runDone }()
+	// The listener's backend, found by its query.
+	listener := func() int32 {
+		var pid int32
+		err := pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE query = $1 AND datname = current_database()
+			  ORDER BY backend_start DESC LIMIT 1`,
+			`LISTEN "`+channel+`"`).Scan(&pid)
+		if err != nil {
+			return 0
+		}
+		return pid
+	}
+	waitFor := func(what string, cond func() bool) {
+		deadline := time.Now().Add(5 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatal(what)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	for range 2 {
+		var old int32
+		waitFor("no listening backend", func() bool { old = listener(); return old != 0 })
+		if _, err := pool.Exec(ctx, "SELECT pg_terminate_backend($1)", old); err != nil {
+			t.Fatal(err)
+		}
+		waitFor("the runner did not listen again", func() bool { pid := listener(); return pid != 0 && pid != old })
+		id := enqueue(t, pool, claim.NewJob{Queue: qn, Notify: channel})
+		select {
+		case got := <-done:
+			if got != id {
+				t.Fatalf("ran job %d, want %d", got, id)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a notified job did not run after the reconnection; the poll interval is an hour")
+		}
+	}
+}
+
 func TestPoolBadOptions(t *testing.T) {
 	pool := pgtest.Pool(t)
 	qn := queue("opts")

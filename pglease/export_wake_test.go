@@ -8,9 +8,7 @@ func ListenerPID(c *Client) uint32 {
 	if c.wake == nil {
 		return 0
 	}
-	c.wake.mu.Lock()
-	defer c.wake.mu.Unlock()
-	return c.wake.pid
+	return c.wake.l.PID()
 }
 
 // Listens counts the successful LISTENs of c's listener: the first one plus
@@ -19,9 +17,7 @@ func Listens(c *Client) int64 {
 	if c.wake == nil {
 		return 0
 	}
-	c.wake.mu.Lock()
-	defer c.wake.mu.Unlock()
-	return c.wake.listens
+	return c.wake.l.Listens()
 }
 
 // Wakeups counts the wake-ups c's listener handed to waiters.
@@ -29,15 +25,12 @@ func Wakeups(c *Client) int64 {
 	if c.wake == nil {
 		return 0
 	}
-	return c.wake.wakeups.Load()
+	return c.wake.l.Wakeups()
 }
 
 // SetListenerRetry sets the bounds of the listener's reconnect backoff.
-// Call it before the listener starts.
-func SetListenerRetry(c *Client, min, max time.Duration) {
-	c.wake.retryMin, c.wake.retryMax = min, max
-}
+func SetListenerRetry(c *Client, min, max time.Duration) { c.wake.l.SetRetry(min, max) }
 
 // SetListenerPing sets how long c's listener waits for a notification before
-// it pings its connection. Call it before the listener starts.
-func SetListenerPing(c *Client, d time.Duration) { c.wake.ping = d }
+// it checks its connection.
+func SetListenerPing(c *Client, d time.Duration) { c.wake.l.SetPing(d) }

@@ -222,7 +222,8 @@ func TestWithoutWakePolls(t *testing.T) {
 }
 
 // terminateListener kills the listening backend, found in pg_stat_activity
-// by its pid and its query, and returns the pid.
+// by its pid and its query (the channel is quoted: internal/listen quotes
+// every channel name), and returns the pid.
 func terminateListener(t *testing.T, pool *pgxpool.Pool, c *pglease.Client) uint32 {
 	t.Helper()
 	pid := pglease.ListenerPID(c)
@@ -232,7 +233,7 @@ func terminateListener(t *testing.T, pool *pgxpool.Pool, c *pglease.Client) uint
 	var killed bool
 	err := pool.QueryRow(context.Background(),
 		`SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-		  WHERE pid = $1 AND query = 'LISTEN `+wakeChannel+`' AND datname = current_database()`,
+		  WHERE pid = $1 AND query = 'LISTEN "`+wakeChannel+`"' AND datname = current_database()`,
 		int32(pid)).Scan(&killed)
 	if err != nil || !killed {
 		t.Fatalf("terminating the listener's backend %d: %v, %v", pid, killed, err)
