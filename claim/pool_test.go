@@ -297,65 +297,65 @@ func TestPoolGracefulShutdown(t *testing.T) {
 	}
 }
 
-func TestPoolListenNotify(t *testing.T) {
-	ctx := context.Background()
-	pool := pgtest.Pool(t)
-	qn := queue("listen")
+// runListening runs a two-worker runner on queue qn that listens on channel
+// and polls once an hour, until the test ends; it returns the ids of the
+// jobs it runs.
+func runListening(t *testing.T, pool *pgxpool.Pool, qn, channel string) <-chan int64 {
+	t.Helper()
 	c := newClaimer(t, pool, qn)
 	done := make(chan int64, 1)
 	p, err := claim.NewRunner(c, func(ctx context.Context, j *claim.Job) error {
 		done <- j.ID
 		return nil
-	}, claim.WithWorkers(2), claim.WithPollInterval(time.Hour), claim.WithListen("pgfence test wake"),
-		claim.WithRescueInterval(-1))
+	}, claim.WithWorkers(2), claim.WithPollInterval(time.Hour), claim.WithListen(channel), claim.WithRescueInterval(-1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
+	runCtx, stop := context.WithCancel(context.Background())
 	runDone := make(chan error, 1)
 	go func() { runDone <- p.Run(runCtx) }()
-	defer func() { stop(); <-runDone }()
+	t.Cleanup(func() { stop(); <-runDone })
+	return done
+}
+
+// notifiedRuns enqueues a job that notifies channel and checks that the
+// runner runs it at once.
+func notifiedRuns(t *testing.T, pool *pgxpool.Pool, done <-chan int64, qn, channel string) {
+	t.Helper()
+	id := enqueue(t, pool, claim.NewJob{Queue: qn, Notify: channel})
+	select {
+	case got := <-done:
+		if got != id {
+			t.Fatalf("ran job %d, want %d", got, id)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a notified job did not run; the poll interval is an hour")
+	}
+}
+
+func TestPoolListenNotify(t *testing.T) {
+	pool := pgtest.Pool(t)
+	qn := queue("listen")
+	done := runListening(t, pool, qn, "pgfence test wake")
 	time.Sleep(200 * time.Millisecond) // let the first (empty) claim pass
 	for range 3 {
-		id := enqueue(t, pool, claim.NewJob{Queue: qn, Notify: "pgfence test wake"})
-		select {
-		case got := <-done:
-			if got != id {
-				t.Fatalf("ran job %d, want %d", got, id)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("a notified job did not run; the poll interval is an hour")
-		}
+		notifiedRuns(t, pool, done, qn, "pgfence test wake")
 	}
 }
 
 // After its listening backend is killed, the runner listens again (a new
-// backend) and a notified job still runs at once: the poll interval is an
-// hour.
+// backend) and a notified job still runs at once.
 func TestPoolListenReconnects(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	qn := queue("relisten")
 	channel := "pgfence test " + qn
-	c := newClaimer(t, pool, qn)
-	done := make(chan int64, 1)
-	p, err := claim.NewRunner(c, func(ctx context.Context, j *claim.Job) error {
-		done <- j.ID
-		return nil
-	}, claim.WithWorkers(1), claim.WithPollInterval(time.Hour), claim.WithListen(channel), claim.WithRescueInterval(-1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	runDone := make(chan error, 1)
-	go func() { runDone <- p.Run(runCtx) }()
-	defer func() { stop(); <-runDone }()
+	done := runListening(t, pool, qn, channel)
 	// The listener's backend, found by its query.
 	listener := func() int32 {
 		var pid int32
 		err := pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE query = $1 AND datname = current_database()
-			  ORDER BY backend_start DESC LIMIT 1`,
-			`LISTEN "`+channel+`"`).Scan(&pid)
+			  ORDER BY backend_start DESC LIMIT 1`, `LISTEN "`+channel+`"`).Scan(&pid)
 		if err != nil {
 			return 0
 		}
@@ -377,15 +377,7 @@ func TestPoolListenReconnects(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor("the runner did not listen again", func() bool { pid := listener(); return pid != 0 && pid != old })
-		id := enqueue(t, pool, claim.NewJob{Queue: qn, Notify: channel})
-		select {
-		case got := <-done:
-			if got != id {
-				t.Fatalf("ran job %d, want %d", got, id)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("a notified job did not run after the reconnection; the poll interval is an hour")
-		}
+		notifiedRuns(t, pool, done, qn, channel)
 	}
 }
 
