@@ -209,12 +209,14 @@ func (l *Listener) session(ctx context.Context) (listened bool, err error) {
 	}
 	conn := pc.Hijack()
 	defer l.hangUp(conn)
-	if err := l.listen(ctx, conn, l.channelNames(false), true); err != nil {
+	channels := l.channelNames(false)
+	if err := l.listen(ctx, conn, channels, false); err != nil {
 		return false, err
 	}
 	l.mu.Lock()
 	l.pid = conn.PgConn().PID()
 	l.listens++
+	l.wakeLocked(channels) // after the counters: a woken subscriber sees them
 	l.mu.Unlock()
 	for {
 		wctx, cancel, pending := l.waitContext(ctx)
@@ -285,7 +287,8 @@ func (l *Listener) channelNames(listened bool) []string {
 // listen LISTENs on channels in one simple-protocol round trip (whatever the
 // pool's exec mode), then, with wake, wakes their subscribers: a
 // notification sent before it took effect went unheard. (The ping repeats
-// a LISTEN in effect: no wake-up.) With no channel it pings.
+// a LISTEN in effect: no wake-up; a new connection wakes once its counters
+// are set.) With no channel it pings.
 func (l *Listener) listen(ctx context.Context, conn *pgx.Conn, channels []string, wake bool) error {
 	ctx, cancel := context.WithTimeout(ctx, statementTimeout)
 	defer cancel()
@@ -302,16 +305,21 @@ func (l *Listener) listen(ctx context.Context, conn *pgx.Conn, channels []string
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, name := range channels {
-		cs := l.channels[name]
-		cs.listened = true
-		if !wake {
-			continue
-		}
-		for _, set := range cs.subs {
+		l.channels[name].listened = true
+	}
+	if wake {
+		l.wakeLocked(channels)
+	}
+	return nil
+}
+
+// wakeLocked wakes every subscriber of channels.
+func (l *Listener) wakeLocked(channels []string) {
+	for _, name := range channels {
+		for _, set := range l.channels[name].subs {
 			l.signalAll(set)
 		}
 	}
-	return nil
 }
 
 // hangUp closes the connection and marks every channel unlistened.
