@@ -1,8 +1,3 @@
-// Package otelx holds what pglease, claim and pgguard share for their
-// OpenTelemetry metrics: the meter of a package, attribute sets turned into
-// measurement options once, and the observable instruments of a pgxpool.
-// It imports only the OpenTelemetry API, never the SDK: the user brings it.
-// The instruments are documented in the README's "Metrics" section.
 package otelx
 
 import (
