@@ -67,7 +67,7 @@ func (j *Job) ExpiresAt() time.Time {
 
 // Deadline is the local deadline on the monotonic clock: time just before
 // the claim or last successful renewal was sent, plus the TTL, minus a
-// tenth of it. After it, treat the lease as lost.
+// tenth of it (as pglease's default). After it, treat the lease as lost.
 func (j *Job) Deadline() time.Time {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -78,9 +78,7 @@ func (j *Job) extend(sent, expiresAt time.Time) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.expiresAt = expiresAt
-	if d := sent.Add(j.ttl - j.ttl/10); d.After(j.deadline) {
-		j.deadline = d
-	}
+	j.deadline = schedule(j.ttl).Extend(j.deadline, sent)
 }
 
 // New returns a claimer on pool. It checks the table and its columns against
@@ -174,7 +172,7 @@ func (c *Claimer) claimArgs(n int, ttl time.Duration) []any {
 // the claim was sent, the start of the jobs' local deadlines.
 func (c *Claimer) scanClaimed(rows pgx.Rows, sent time.Time, ttl time.Duration) ([]*Job, error) {
 	defer rows.Close()
-	deadline := sent.Add(ttl - ttl/10)
+	deadline := schedule(ttl).Deadline(sent)
 	var jobs []*Job
 	for rows.Next() {
 		j := &Job{ttl: ttl, deadline: deadline}

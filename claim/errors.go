@@ -3,6 +3,8 @@ package claim
 import (
 	"errors"
 	"fmt"
+
+	"github.com/pgfence/pgfence/internal/keepalive"
 	"github.com/pgfence/pgfence/internal/validate"
 )
 
@@ -33,9 +35,22 @@ type LeaseLostError struct {
 	Fence int64
 }
 
+// opLocalDeadline is LeaseLostError.Op for keepalive.LocalDeadline.
+const opLocalDeadline = "local deadline"
+
+// lostBy is the error for j's lease lost while a Runner kept it alive: at
+// its local deadline, or found gone by a renewal.
+func lostBy(cause keepalive.Cause, j *Job) error {
+	op := "renew"
+	if cause == keepalive.LocalDeadline {
+		op = opLocalDeadline
+	}
+	return &LeaseLostError{Op: op, JobID: j.ID, Fence: j.Fence}
+}
+
 func (e *LeaseLostError) Error() string {
-	if e.Op == "local deadline" {
-		return fmt.Sprintf("claim: job %d (fence %d): lease lost: local deadline passed without a successful renewal", e.JobID, e.Fence)
+	if e.Op == opLocalDeadline {
+		return fmt.Sprintf("claim: job %d (fence %d): lease lost: %s", e.JobID, e.Fence, keepalive.LocalDeadline.Reason())
 	}
 	return fmt.Sprintf("claim: %s job %d (fence %d): lease lost: the job is no longer running under this fence (rescued, claimed again or finished)", e.Op, e.JobID, e.Fence)
 }

@@ -128,8 +128,10 @@ func WithBatchSize(n int) RunnerOption {
 }
 
 // WithTTL sets each job's lease TTL. One renew statement per round extends
-// the leases of all running jobs, each between a third and a half of the
-// TTL after its last successful extension.
+// the leases of all running jobs, each a third of the TTL after its last
+// successful extension (or up to a sixth earlier, to share a round); a
+// failed renewal is retried after min(TTL/12, 250ms) until the job's local
+// deadline, as pglease does.
 // Default: 30s. Within [MinTTL, MaxTTL].
 func WithTTL(d time.Duration) RunnerOption {
 	return func(c *runnerConfig) error {

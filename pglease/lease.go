@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/keepalive"
 )
 
 // Lease is one granted lease. Its fence is the fencing token: pass it to
@@ -54,7 +55,7 @@ func (c *Client) startLease(key, token string, fence int64, expiresAt time.Time,
 	l := &Lease{
 		c: c, key: key, token: token, fence: fence, ttl: ttl, start: sent,
 		ctx: ctx, cancel: cancel,
-		deadline:  sent.Add(ttl - c.margin(ttl)),
+		deadline:  c.schedule(ttl).Deadline(sent),
 		expiresAt: expiresAt,
 	}
 	c.mu.Lock()
@@ -75,24 +76,23 @@ func (c *Client) startLease(key, token string, fence int64, expiresAt time.Time,
 	l.mu.Lock()
 	l.timer = time.AfterFunc(time.Until(l.deadline), l.deadlinePassed)
 	if c.cfg.autoRenew {
-		l.renewTimer = time.AfterFunc(c.renewEvery(ttl), l.renewDue)
+		l.renewTimer = time.AfterFunc(c.schedule(ttl).Interval(), l.renewDue)
 	}
 	l.mu.Unlock()
 	return l, nil
 }
 
-func (c *Client) margin(ttl time.Duration) time.Duration {
-	if c.cfg.safetyMargin > 0 {
-		return c.cfg.safetyMargin
-	}
-	return ttl / 10
+// schedule is how a lease of TTL ttl is kept alive: package keepalive's
+// rule, with the client's WithSafetyMargin and WithRenewInterval. Each
+// lease keeps its own two timers rather than joining a keepalive.Keeper;
+// see that package's doc for why.
+func (c *Client) schedule(ttl time.Duration) keepalive.Schedule {
+	return keepalive.Schedule{TTL: ttl, Margin: c.cfg.safetyMargin, Every: c.cfg.renewInterval}
 }
 
-func (c *Client) renewEvery(ttl time.Duration) time.Duration {
-	if c.cfg.renewInterval > 0 {
-		return c.cfg.renewInterval
-	}
-	return ttl / 3
+// lostError is the cause of l's context when it is lost with cause.
+func (l *Lease) lostError(cause keepalive.Cause) error {
+	return fmt.Errorf("%w: %q (fence %d): %s", ErrLeaseLost, l.key, l.fence, cause.Reason())
 }
 
 // Key is the lock key.
@@ -172,7 +172,7 @@ func (l *Lease) deadlinePassed() {
 		return
 	}
 	l.mu.Unlock()
-	if l.lose(fmt.Errorf("%w: %q (fence %d): local deadline passed without a successful renewal", ErrLeaseLost, l.key, l.fence)) {
+	if l.lose(l.lostError(keepalive.LocalDeadline)) {
 		l.lostAtDeadline()
 		// The server may still count it as held (a renewal may have landed
 		// unseen): give it back so the next holder need not wait out the TTL.
@@ -219,7 +219,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 		expiresAt, err = l.c.queries(ctx).Renew(ctx, fencedb.RenewParams{LockKey: l.key, Fence: l.fence, TtlMicros: l.ttl.Microseconds()})
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
-		cause := fmt.Errorf("%w: %q (fence %d): renewal found it expired or held by another owner", ErrLeaseLost, l.key, l.fence)
+		cause := l.lostError(keepalive.Gone)
 		if l.lose(cause) {
 			l.lostOnRenew(ctx)
 		}
@@ -234,9 +234,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 		return context.Cause(l.ctx)
 	}
 	l.expiresAt = expiresAt
-	if d := sent.Add(l.ttl - l.c.margin(l.ttl)); d.After(l.deadline) {
-		l.deadline = d // the running timer notices on firing
-	}
+	l.deadline = l.c.schedule(l.ttl).Extend(l.deadline, sent) // the running timer notices on firing
 	return nil
 }
 
@@ -259,8 +257,6 @@ func (l *Lease) renewDue() {
 	err := l.Renew(ctx)
 	cancel()
 
-	every := l.c.renewEvery(l.ttl)
-	next := every
 	switch {
 	case errors.Is(err, ErrLeaseLost) || l.ctx.Err() != nil:
 		return
@@ -268,8 +264,8 @@ func (l *Lease) renewDue() {
 		l.c.stats.renewFailures.Add(1)
 		l.c.met.renewFailed()
 		l.c.cfg.logger.Warn("pglease: renewal failed; retrying until the local deadline", "key", l.key, "fence", l.fence, "err", err)
-		next = min(every/4, 250*time.Millisecond)
 	}
+	next := l.c.schedule(l.ttl).Next(err == nil)
 	l.mu.Lock()
 	if !l.stopping && !l.ended {
 		l.renewTimer.Reset(next)
@@ -331,9 +327,9 @@ func (l *Lease) Release(ctx context.Context) error {
 	var result error
 	switch {
 	case taken:
-		result = fmt.Errorf("%w: %q (fence %d): another owner holds it now; their lease was left alone", ErrLeaseLost, l.key, l.fence)
+		result = fmt.Errorf("%w; their lease was left alone", l.lostError(keepalive.TakenOver))
 	case !released:
-		result = fmt.Errorf("%w: %q (fence %d) had expired before it was released", ErrLeaseLost, l.key, l.fence)
+		result = fmt.Errorf("%w before it was released", l.lostError(keepalive.Expired))
 	}
 	if result != nil {
 		if !wasEnded {

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/pgfence/pgfence/internal/keepalive"
 	"github.com/pgfence/pgfence/internal/otelx"
 )
 
@@ -42,18 +43,6 @@ const (
 	outError
 )
 
-// Why a lease was lost (attribute cause of pgfence.lease.lost).
-const (
-	causeExpired       = iota // the database found it expired, nobody else holds the key
-	causeTakenOver            // another owner holds the key now
-	causeLocalDeadline        // the local deadline passed without a successful renewal
-	causeReleaseFailed        // Release was called but did not succeed before the local deadline
-	causeUnknown              // a renewal found it gone and the check of which way failed
-	nCauses
-)
-
-var causeNames = [nCauses]string{"expired", "taken_over", "local_deadline", "release_failed", "unknown"}
-
 // metrics are a client's instruments, with every attribute set built once:
 // with the default no-op provider a measurement costs a call and nothing
 // else.
@@ -66,8 +55,8 @@ type metrics struct {
 	lostCount   metric.Int64Counter
 	renewFails  metric.Int64Counter
 
-	acq        [2][3]otelx.Attrs // op, outcome
-	lostAttrs  [nCauses]otelx.Attrs
+	acq        [2][3]otelx.Attrs                // op, outcome
+	lostAttrs  [keepalive.NumCauses]otelx.Attrs // attribute cause of pgfence.lease.lost
 	none       otelx.Attrs
 	unregister func() // the pool's observable instruments
 }
@@ -99,8 +88,8 @@ func newMetrics(mp metric.MeterProvider, pool *pgxpool.Pool) *metrics {
 			met.acq[o][r] = otelx.NewAttrs(attribute.String("op", ops[o]), attribute.String("outcome", outs[r]))
 		}
 	}
-	for i, name := range causeNames {
-		met.lostAttrs[i] = otelx.NewAttrs(attribute.String("cause", name))
+	for c := range keepalive.NumCauses {
+		met.lostAttrs[c] = otelx.NewAttrs(attribute.String("cause", c.String()))
 	}
 	met.none = otelx.NewAttrs()
 	met.unregister = otelx.PoolStats(m, pool)
@@ -135,10 +124,10 @@ func (m *metrics) leaseStarted() { m.held.Add(context.Background(), 1, m.none.Ad
 func (m *metrics) renewFailed() { m.renewFails.Add(context.Background(), 1, m.none.Add...) }
 
 // ended records the end of l, held since start; lost with cause unless
-// cause < 0 (released).
-func (m *metrics) ended(l *Lease, cause int) {
+// cause is keepalive.NotLost (released).
+func (m *metrics) ended(l *Lease, cause keepalive.Cause) {
 	ctx := context.Background()
-	if cause >= 0 {
+	if cause != keepalive.NotLost {
 		m.lostCount.Add(ctx, 1, m.lostAttrs[cause].Add...)
 	}
 	m.heldFor.Record(ctx, time.Since(l.start).Seconds(), m.none.Rec...)
@@ -149,9 +138,9 @@ func (m *metrics) ended(l *Lease, cause int) {
 // release if Release had begun, else to the deadline.
 func (l *Lease) lostAtDeadline() {
 	l.mu.Lock()
-	cause := causeLocalDeadline
+	cause := keepalive.LocalDeadline
 	if l.stopping {
-		cause = causeReleaseFailed
+		cause = keepalive.ReleaseFailed
 	}
 	l.mu.Unlock()
 	l.c.met.ended(l, cause)
@@ -162,16 +151,16 @@ func (l *Lease) lostAtDeadline() {
 // recorded, one read of the key's fence tells (as Release does).
 func (l *Lease) lostOnRenew(ctx context.Context) {
 	m := l.c.met
-	cause := causeUnknown
+	cause := keepalive.Gone // unless the check below tells which way
 	if m.lostCount.Enabled(ctx) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		current, err := l.c.queries(rctx).LeaseFence(rctx, l.key)
 		cancel()
 		switch {
 		case errors.Is(err, pgx.ErrNoRows) || (err == nil && current == l.fence):
-			cause = causeExpired // swept, or still ours but expired
+			cause = keepalive.Expired // swept, or still ours but expired
 		case err == nil:
-			cause = causeTakenOver
+			cause = keepalive.TakenOver
 		}
 	}
 	m.ended(l, cause)
@@ -182,10 +171,10 @@ func (l *Lease) lostOnRenew(ctx context.Context) {
 func (l *Lease) endedAtRelease(released, taken bool) {
 	switch {
 	case taken:
-		l.c.met.ended(l, causeTakenOver)
+		l.c.met.ended(l, keepalive.TakenOver)
 	case !released:
-		l.c.met.ended(l, causeExpired)
+		l.c.met.ended(l, keepalive.Expired)
 	default:
-		l.c.met.ended(l, -1)
+		l.c.met.ended(l, keepalive.NotLost)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/pgfence/pgfence/internal/keepalive"
 )
 
 // With a no-op provider, or the global one while the application has set
@@ -30,8 +32,8 @@ func TestMetricsNoAllocsWithoutProvider(t *testing.T) {
 			m.acquired(opWait, start, refused)
 			m.leaseStarted()
 			m.renewFailed()
-			m.ended(l, -1)
-			m.ended(l, causeExpired)
+			m.ended(l, keepalive.NotLost)
+			m.ended(l, keepalive.Expired)
 		})
 		m.close()
 		if allocs != 0 {
