@@ -107,6 +107,8 @@ func TestMutualExclusionAcrossConnections(t *testing.T) {
 					if err := tx.QueryRow(ctx, `SELECT n FROM counter`).Scan(&n); err != nil {
 						return err
 					}
+					// The sleep widens the read-modify-write window, so
+					// that without the lock updates would be lost.
 					time.Sleep(time.Millisecond)
 					_, err := tx.Exec(ctx, `UPDATE counter SET n = $1`, n+1)
 					return err
@@ -193,13 +195,8 @@ func TestReleasedWhenConnectionDrops(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&ok); err != nil || !ok {
 		t.Fatalf("terminate: %v %v", ok, err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for !tryFrom(t, pool, k) {
-		if time.Now().After(deadline) {
-			t.Fatal("lock still held after the holder's connection dropped")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually(t, 5*time.Second, "lock still held after the holder's connection dropped",
+		func() bool { return tryFrom(t, pool, k) })
 	close(release)
 	if err := <-res; err == nil {
 		t.Fatal("the holder whose connection dropped reported success")
@@ -241,23 +238,16 @@ func testWait(t *testing.T, pool *pgxpool.Pool) {
 	if took := time.Since(t0); took > 2*time.Second {
 		t.Fatalf("Do returned %v after its context ended", took)
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		var waiting int
-		pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&waiting)
-		if waiting == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d server backends still wait for the lock after the caller gave up", waiting)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually(t, 2*time.Second, "server backends still wait for the lock after the caller gave up",
+		func() bool { return waiters(t, pool) == 0 })
 
-	// A waiter that gets the lock once the holder commits.
+	// A waiter that gets the lock once the holder commits. It is seen
+	// queued in pg_locks before the holder lets go, so the wait is real.
 	got := make(chan error, 1)
 	go func() { got <- advisory.Do(ctx, pool, k, noop) }()
-	time.Sleep(100 * time.Millisecond)
+	eventually(t, 10*time.Second, "the second waiter never queued for the lock", func() bool {
+		return waiters(t, pool) == 1
+	})
 	select {
 	case err := <-got:
 		t.Fatalf("Do returned while the key was held: %v", err)
@@ -270,6 +260,17 @@ func testWait(t *testing.T, pool *pgxpool.Pool) {
 	if err := <-got; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// waiters counts the server backends queued for an advisory lock.
+func waiters(t *testing.T, pool *pgxpool.Pool) int {
+	t.Helper()
+	var n int
+	err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 func TestBadInput(t *testing.T) {
