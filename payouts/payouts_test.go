@@ -175,7 +175,6 @@ func TestIntents(t *testing.T) {
 	})
 
 	step(t, "rolled back with the caller's transaction", func(t *testing.T) {
-		// In the caller's transaction: rolled back with it.
 		if _, err := p.Create(ctx, pool, "po_4", 1, "EUR"); err != nil {
 			t.Fatal(err)
 		}
