@@ -229,13 +229,16 @@ func TestClaimingOn(t *testing.T) {
 				wg.Add(1)
 				go func() { defer wg.Done(); aErr = aWrite(key, fa) }()
 			}
+			// blocked waits until A's write queues for B's row lock, and
+			// checks that it has not finished.
 			blocked := func() {
 				done := make(chan struct{})
 				go func() { wg.Wait(); close(done) }()
+				waitLockWait(t, pool, table)
 				select {
 				case <-done:
 					t.Fatalf("A's write finished while B's transaction was open: %v", aErr)
-				case <-time.After(200 * time.Millisecond):
+				default:
 				}
 			}
 			if lands == "after claim" {
