@@ -297,43 +297,47 @@ func TestTriggerLenient(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// No fence: allowed, and the row's fence stays.
-	if _, err := pool.Exec(ctx, "UPDATE "+table+" SET balance = 11 WHERE id = 1"); err != nil {
-		t.Fatalf("lenient, no fence: %v", err)
-	}
-	if a := readAccount(t, pool, table, 1); a.balance != 11 || a.fence != newer {
-		t.Fatalf("after unfenced update: %+v", a)
-	}
-	// ... even when the statement tries to lower it.
-	if _, err := pool.Exec(ctx, "UPDATE "+table+" SET last_fence = 0 WHERE id = 1"); err != nil {
-		t.Fatal(err)
-	}
-	if a := readAccount(t, pool, table, 1); a.fence != newer {
-		t.Fatalf("unfenced update lowered the fence: %+v", a)
-	}
-	if _, err := pool.Exec(ctx, "UPDATE "+table+" SET last_fence = last_fence + 1000 WHERE id = 1"); err != nil {
-		t.Fatal(err)
-	}
-	if a := readAccount(t, pool, table, 1); a.fence != newer {
-		t.Fatalf("unfenced update raised the fence: %+v", a)
-	}
-	if _, err := pool.Exec(ctx, "DELETE FROM "+table+" WHERE id = 2"); err != nil {
-		t.Fatalf("lenient, no fence, DELETE: %v", err)
-	}
-	if a := readAccount(t, pool, table, 2); a.exists {
-		t.Fatal("row 2 not deleted")
-	}
+	step(t, "no fence: allowed, and the row's fence stays", func(t *testing.T) {
+		// No fence: allowed, and the row's fence stays.
+		if _, err := pool.Exec(ctx, "UPDATE "+table+" SET balance = 11 WHERE id = 1"); err != nil {
+			t.Fatalf("lenient, no fence: %v", err)
+		}
+		if a := readAccount(t, pool, table, 1); a.balance != 11 || a.fence != newer {
+			t.Fatalf("after unfenced update: %+v", a)
+		}
+		// ... even when the statement tries to lower it.
+		if _, err := pool.Exec(ctx, "UPDATE "+table+" SET last_fence = 0 WHERE id = 1"); err != nil {
+			t.Fatal(err)
+		}
+		if a := readAccount(t, pool, table, 1); a.fence != newer {
+			t.Fatalf("unfenced update lowered the fence: %+v", a)
+		}
+		if _, err := pool.Exec(ctx, "UPDATE "+table+" SET last_fence = last_fence + 1000 WHERE id = 1"); err != nil {
+			t.Fatal(err)
+		}
+		if a := readAccount(t, pool, table, 1); a.fence != newer {
+			t.Fatalf("unfenced update raised the fence: %+v", a)
+		}
+		if _, err := pool.Exec(ctx, "DELETE FROM "+table+" WHERE id = 2"); err != nil {
+			t.Fatalf("lenient, no fence, DELETE: %v", err)
+		}
+		if a := readAccount(t, pool, table, 2); a.exists {
+			t.Fatal("row 2 not deleted")
+		}
+	})
 
-	// A fence that is set is checked, as in strict mode.
-	if err := raw(ctx, pool, older, "UPDATE "+table+" SET balance = 666 WHERE id = 1"); !errors.Is(pgguard.Classify(err), pgguard.ErrStaleFence) {
-		t.Fatalf("lenient, stale UPDATE: %v", err)
-	}
-	if err := raw(ctx, pool, older, "DELETE FROM "+table+" WHERE id = 1"); !errors.Is(pgguard.Classify(err), pgguard.ErrStaleFence) {
-		t.Fatalf("lenient, stale DELETE: %v", err)
-	}
-	if a := readAccount(t, pool, table, 1); !a.exists || a.balance != 11 {
-		t.Fatalf("stale statements changed the row: %+v", a)
-	}
+	step(t, "a fence that is set is checked", func(t *testing.T) {
+		// A fence that is set is checked, as in strict mode.
+		if err := raw(ctx, pool, older, "UPDATE "+table+" SET balance = 666 WHERE id = 1"); !errors.Is(pgguard.Classify(err), pgguard.ErrStaleFence) {
+			t.Fatalf("lenient, stale UPDATE: %v", err)
+		}
+		if err := raw(ctx, pool, older, "DELETE FROM "+table+" WHERE id = 1"); !errors.Is(pgguard.Classify(err), pgguard.ErrStaleFence) {
+			t.Fatalf("lenient, stale DELETE: %v", err)
+		}
+		if a := readAccount(t, pool, table, 1); !a.exists || a.balance != 11 {
+			t.Fatalf("stale statements changed the row: %+v", a)
+		}
+	})
 }
 
 // TestMigrationSQL: the helpers for users' own migration files produce
@@ -355,50 +359,58 @@ func TestMigrationSQL(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("trigger up:\n%sdown:\n%s", tup, tdown)
-	for _, sql := range []string{up, tup} {
-		if _, err := pool.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
+	step(t, "up installs the column and a strict trigger", func(t *testing.T) {
+		for _, sql := range []string{up, tup} {
+			if _, err := pool.Exec(ctx, sql); err != nil {
+				t.Fatalf("%s: %v", sql, err)
+			}
 		}
-	}
-	if m, ok, err := pgguard.TriggerMode(ctx, pool, tbl); err != nil || !ok || m != pgguard.Strict {
-		t.Fatalf("TriggerMode = %v %v %v", m, ok, err)
-	}
-	if _, err := pool.Exec(ctx, `INSERT INTO "Mixed_Case$Orders" VALUES (1, 'new')`); err != nil {
-		t.Fatal(err)
-	}
-	g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: "Mixed_Case$Orders", KeyColumn: "id", FenceColumn: "Fence"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := fences(t, pool, 2)
-	if err := g.Update(ctx, pool, int64(1), f[1], pgguard.Values{"state": "paid"}, pgguard.Eq("state", "new")); err != nil {
-		t.Fatal(err)
-	}
-	// The generic (non-last_fence) path owns its column too.
-	if err := raw(ctx, pool, f[1], `UPDATE "Mixed_Case$Orders" SET "Fence" = 0`); err != nil {
-		t.Fatal(err)
-	}
-	if err := raw(ctx, pool, f[1], `UPDATE "Mixed_Case$Orders" SET "Fence" = "Fence" + 1000`); err != nil {
-		t.Fatal(err)
-	}
-	var fence int64
-	if err := pool.QueryRow(ctx, `SELECT "Fence" FROM "Mixed_Case$Orders" WHERE id = 1`).Scan(&fence); err != nil || fence != f[1] {
-		t.Fatalf("generic path: fence %d (%v), want %d", fence, err, f[1])
-	}
-	if _, err := pool.Exec(ctx, `UPDATE "Mixed_Case$Orders" SET state = 'x'`); sqlState(err) != pgguard.SQLStateNoFence {
-		t.Fatalf("strict trigger from the migration: %v", err)
-	}
-	if err := raw(ctx, pool, f[0], `UPDATE "Mixed_Case$Orders" SET state = 'x'`); !errors.Is(pgguard.Classify(err), pgguard.ErrStaleFence) {
-		t.Fatalf("stale: %v", err)
-	}
-	for _, sql := range []string{tdown, down} {
-		if _, err := pool.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
+		if m, ok, err := pgguard.TriggerMode(ctx, pool, tbl); err != nil || !ok || m != pgguard.Strict {
+			t.Fatalf("TriggerMode = %v %v %v", m, ok, err)
 		}
-	}
-	if _, err := pool.Exec(ctx, `UPDATE "Mixed_Case$Orders" SET state = 'x'`); err != nil {
-		t.Fatalf("after down: %v", err)
-	}
+	})
+
+	step(t, "guarded and raw writes on the migrated table", func(t *testing.T) {
+		if _, err := pool.Exec(ctx, `INSERT INTO "Mixed_Case$Orders" VALUES (1, 'new')`); err != nil {
+			t.Fatal(err)
+		}
+		g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: "Mixed_Case$Orders", KeyColumn: "id", FenceColumn: "Fence"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := fences(t, pool, 2)
+		if err := g.Update(ctx, pool, int64(1), f[1], pgguard.Values{"state": "paid"}, pgguard.Eq("state", "new")); err != nil {
+			t.Fatal(err)
+		}
+		// The generic (non-last_fence) path owns its column too.
+		if err := raw(ctx, pool, f[1], `UPDATE "Mixed_Case$Orders" SET "Fence" = 0`); err != nil {
+			t.Fatal(err)
+		}
+		if err := raw(ctx, pool, f[1], `UPDATE "Mixed_Case$Orders" SET "Fence" = "Fence" + 1000`); err != nil {
+			t.Fatal(err)
+		}
+		var fence int64
+		if err := pool.QueryRow(ctx, `SELECT "Fence" FROM "Mixed_Case$Orders" WHERE id = 1`).Scan(&fence); err != nil || fence != f[1] {
+			t.Fatalf("generic path: fence %d (%v), want %d", fence, err, f[1])
+		}
+		if _, err := pool.Exec(ctx, `UPDATE "Mixed_Case$Orders" SET state = 'x'`); sqlState(err) != pgguard.SQLStateNoFence {
+			t.Fatalf("strict trigger from the migration: %v", err)
+		}
+		if err := raw(ctx, pool, f[0], `UPDATE "Mixed_Case$Orders" SET state = 'x'`); !errors.Is(pgguard.Classify(err), pgguard.ErrStaleFence) {
+			t.Fatalf("stale: %v", err)
+		}
+	})
+
+	step(t, "down removes enforcement", func(t *testing.T) {
+		for _, sql := range []string{tdown, down} {
+			if _, err := pool.Exec(ctx, sql); err != nil {
+				t.Fatalf("%s: %v", sql, err)
+			}
+		}
+		if _, err := pool.Exec(ctx, `UPDATE "Mixed_Case$Orders" SET state = 'x'`); err != nil {
+			t.Fatalf("after down: %v", err)
+		}
+	})
 }
 
 // TestRunFencedCountsOnce: a stale guarded write inside RunFenced is counted
