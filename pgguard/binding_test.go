@@ -74,35 +74,38 @@ func TestFenceBoundToTransaction(t *testing.T) {
 				{"plain transaction-local", fmt.Sprintf("SELECT set_config('pgfence.fence', '%d', true)", f), false},
 				{"tx1's value in a later transaction", fmt.Sprintf("SELECT set_config('pgfence.fence', '%s', true)", bound), false},
 			} {
-				for _, sql := range []string{update, "DELETE FROM " + table + " WHERE id = 2"} {
-					if c.session {
-						if _, err := conn.Exec(ctx, c.set); err != nil {
-							t.Fatal(err)
-						}
-					}
-					err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-						if !c.session {
-							if _, err := tx.Exec(ctx, c.set); err != nil {
-								return err
+				// step: a failed case may leave its session-level value behind.
+				step(t, c.name, func(t *testing.T) {
+					for _, sql := range []string{update, "DELETE FROM " + table + " WHERE id = 2"} {
+						if c.session {
+							if _, err := conn.Exec(ctx, c.set); err != nil {
+								t.Fatal(err)
 							}
 						}
-						_, err := tx.Exec(ctx, sql)
-						return err
-					})
-					if sqlState(err) != pgguard.SQLStateUnboundFence || !errors.Is(pgguard.Classify(err), pgguard.ErrNoFence) {
-						t.Fatalf("%s, %q: got %v, want SQLSTATE PF003", c.name, sql, err)
-					}
-					if c.session {
-						// A later statement that sets nothing is refused too
-						// while the session-level value lingers.
-						if _, err := conn.Exec(ctx, sql); sqlState(err) != pgguard.SQLStateUnboundFence {
-							t.Fatalf("%s, later unfenced %q: %v", c.name, sql, err)
+						err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+							if !c.session {
+								if _, err := tx.Exec(ctx, c.set); err != nil {
+									return err
+								}
+							}
+							_, err := tx.Exec(ctx, sql)
+							return err
+						})
+						if sqlState(err) != pgguard.SQLStateUnboundFence || !errors.Is(pgguard.Classify(err), pgguard.ErrNoFence) {
+							t.Fatalf("%s, %q: got %v, want SQLSTATE PF003", c.name, sql, err)
 						}
-						if _, err := conn.Exec(ctx, "RESET pgfence.fence"); err != nil {
-							t.Fatal(err)
+						if c.session {
+							// A later statement that sets nothing is refused too
+							// while the session-level value lingers.
+							if _, err := conn.Exec(ctx, sql); sqlState(err) != pgguard.SQLStateUnboundFence {
+								t.Fatalf("%s, later unfenced %q: %v", c.name, sql, err)
+							}
+							if _, err := conn.Exec(ctx, "RESET pgfence.fence"); err != nil {
+								t.Fatal(err)
+							}
 						}
 					}
-				}
+				})
 			}
 			_, err = conn.Exec(ctx, fmt.Sprintf("SET pgfence.fence = '%d'", f))
 			if err == nil {
