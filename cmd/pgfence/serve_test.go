@@ -224,77 +224,85 @@ func TestServeMetrics(t *testing.T) {
 
 	fence := float64(l.Fence())
 	var body string
-	eventually(t, "/metrics shows the lease and the jobs", func() string {
-		_, body = s.get(t, "/metrics")
-		want := []struct {
-			name   string
-			labels []string
-			value  float64
-		}{
-			{"pgfence_serve_database_up", nil, 1},
-			{"pgfence_leases_held", nil, 2},
-			{"pgfence_leases_expiring_soon", nil, 1}, // the 3s lease; the 1-minute one is not
-			{"pgfence_lease_fence", []string{"key", "serve/metrics-key", "owner", "metrics-holder"}, fence},
-			{"pgfence_jobs", []string{"queue", "mail", "state", "available"}, 4},
-			{"pgfence_jobs", []string{"queue", "mail", "state", "completed"}, 1},
-			{"pgfence_jobs", []string{"queue", "later", "state", "available"}, 1},
+	step(t, "the leases and the jobs are shown", func(t *testing.T) {
+		eventually(t, "/metrics shows the lease and the jobs", func() string {
+			_, body = s.get(t, "/metrics")
+			want := []struct {
+				name   string
+				labels []string
+				value  float64
+			}{
+				{"pgfence_serve_database_up", nil, 1},
+				{"pgfence_leases_held", nil, 2},
+				{"pgfence_leases_expiring_soon", nil, 1}, // the 3s lease; the 1-minute one is not
+				{"pgfence_lease_fence", []string{"key", "serve/metrics-key", "owner", "metrics-holder"}, fence},
+				{"pgfence_jobs", []string{"queue", "mail", "state", "available"}, 4},
+				{"pgfence_jobs", []string{"queue", "mail", "state", "completed"}, 1},
+				{"pgfence_jobs", []string{"queue", "later", "state", "available"}, 1},
+			}
+			for _, w := range want {
+				if v, ok := metricValue(body, w.name, w.labels...); !ok || v != w.value {
+					return w.name + " " + strings.Join(w.labels, ",") + ": want " + strconv.FormatFloat(w.value, 'f', -1, 64) + "\n" + body
+				}
+			}
+			if age, ok := metricValue(body, "pgfence_jobs_oldest_runnable_age_seconds", "queue", "mail"); !ok || age < 10 || age > 60 {
+				return "oldest runnable age of mail: want 10s to 60s\n" + body
+			}
+			return ""
+		})
+		if _, ok := metricValue(body, "pgfence_jobs_oldest_runnable_age_seconds", "queue", "later"); ok {
+			t.Errorf("queue later has no runnable job, yet an oldest runnable age:\n%s", body)
 		}
-		for _, w := range want {
-			if v, ok := metricValue(body, w.name, w.labels...); !ok || v != w.value {
-				return w.name + " " + strings.Join(w.labels, ",") + ": want " + strconv.FormatFloat(w.value, 'f', -1, 64) + "\n" + body
+		if strings.Contains(body, "pgfence_stale_refusals") {
+			t.Errorf("no pgfence_stale_refusals sequence, yet the metric is there (it must be absent, not zero):\n%s", body)
+		}
+	})
+
+	step(t, "stale refusals are counted once the sequence exists", func(t *testing.T) {
+		// The sequence appears and is drawn from three times (as the trigger
+		// does on each refusal): the counter reads 3.
+		for _, stmt := range []string{
+			"CREATE SEQUENCE pgfence_stale_refusals",
+			"SELECT nextval('pgfence_stale_refusals') FROM generate_series(1, 3)",
+		} {
+			if _, err := pool.Exec(ctx, stmt); err != nil {
+				t.Fatalf("%s: %v", stmt, err)
 			}
 		}
-		if age, ok := metricValue(body, "pgfence_jobs_oldest_runnable_age_seconds", "queue", "mail"); !ok || age < 10 || age > 60 {
-			return "oldest runnable age of mail: want 10s to 60s\n" + body
-		}
-		return ""
-	})
-	if _, ok := metricValue(body, "pgfence_jobs_oldest_runnable_age_seconds", "queue", "later"); ok {
-		t.Errorf("queue later has no runnable job, yet an oldest runnable age:\n%s", body)
-	}
-	if strings.Contains(body, "pgfence_stale_refusals") {
-		t.Errorf("no pgfence_stale_refusals sequence, yet the metric is there (it must be absent, not zero):\n%s", body)
-	}
-
-	// The sequence appears and is drawn from three times (as the trigger
-	// does on each refusal): the counter reads 3.
-	for _, stmt := range []string{
-		"CREATE SEQUENCE pgfence_stale_refusals",
-		"SELECT nextval('pgfence_stale_refusals') FROM generate_series(1, 3)",
-	} {
-		if _, err := pool.Exec(ctx, stmt); err != nil {
-			t.Fatalf("%s: %v", stmt, err)
-		}
-	}
-	eventually(t, "/metrics counts 3 stale refusals", func() string {
-		_, body = s.get(t, "/metrics")
-		if v, ok := metricValue(body, "pgfence_stale_refusals_total"); !ok || v != 3 {
-			return body
-		}
-		return ""
+		eventually(t, "/metrics counts 3 stale refusals", func() string {
+			_, body = s.get(t, "/metrics")
+			if v, ok := metricValue(body, "pgfence_stale_refusals_total"); !ok || v != 3 {
+				return body
+			}
+			return ""
+		})
 	})
 
-	// The lease released: no longer held, and its series is gone.
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "/metrics drops the released lease", func() string {
-		_, body = s.get(t, "/metrics")
-		if _, ok := metricValue(body, "pgfence_lease_fence", "key", "serve/metrics-key"); ok {
-			return body
+	step(t, "a released lease's series goes away", func(t *testing.T) {
+		// The lease released: no longer held, and its series is gone.
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
 		}
-		return ""
+		eventually(t, "/metrics drops the released lease", func() string {
+			_, body = s.get(t, "/metrics")
+			if _, ok := metricValue(body, "pgfence_lease_fence", "key", "serve/metrics-key"); ok {
+				return body
+			}
+			return ""
+		})
 	})
 
-	// /api/state carries the same figures for the page.
-	_, js := s.get(t, "/api/state")
-	var st watch.State
-	if err := json.Unmarshal([]byte(js), &st); err != nil {
-		t.Fatalf("/api/state is not JSON: %v\n%s", err, js)
-	}
-	if !st.OK || st.Data == nil || !st.Data.Stale.Present || st.Data.Stale.Count != 3 || len(st.Data.Queues) != 2 {
-		t.Errorf("/api/state: %s", js)
-	}
+	step(t, "the api state carries the same figures", func(t *testing.T) {
+		// /api/state carries the same figures for the page.
+		_, js := s.get(t, "/api/state")
+		var st watch.State
+		if err := json.Unmarshal([]byte(js), &st); err != nil {
+			t.Fatalf("/api/state is not JSON: %v\n%s", err, js)
+		}
+		if !st.OK || st.Data == nil || !st.Data.Stale.Present || st.Data.Stale.Count != 3 || len(st.Data.Queues) != 2 {
+			t.Errorf("/api/state: %s", js)
+		}
+	})
 }
 
 func TestServeHealthz(t *testing.T) {
