@@ -133,53 +133,62 @@ func TestReleasedAtCommitAndRollback(t *testing.T) {
 	pool.Exec(ctx, `DROP TABLE IF EXISTS effects; CREATE TABLE effects (what text)`)
 	k := key(t, "commit-rollback")
 
-	// While held, another transaction is refused, and the function does not run.
-	release := make(chan struct{})
-	_, res := hold(t, pool, k, release)
-	ran := false
-	err := advisory.TryDo(ctx, pool, k, func(context.Context, pgx.Tx) error { ran = true; return nil })
-	if !errors.Is(err, advisory.ErrNotAcquired) || ran {
-		t.Fatalf("TryDo while held: %v, ran %v", err, ran)
-	}
-	close(release)
-	if err := <-res; err != nil {
-		t.Fatal(err)
-	}
-	if !tryFrom(t, pool, k) {
-		t.Fatal("not released at commit")
-	}
-
-	// Rollback: fn's error rolls its writes back and releases the lock.
-	boom := errors.New("boom")
-	err = advisory.TryDo(ctx, pool, k, func(ctx context.Context, tx pgx.Tx) error {
-		tx.Exec(ctx, `INSERT INTO effects VALUES ('rolled back')`)
-		return boom
+	step(t, "refused while held, released at commit", func(t *testing.T) {
+		// While held, another transaction is refused, and the function does not run.
+		release := make(chan struct{})
+		_, res := hold(t, pool, k, release)
+		ran := false
+		err := advisory.TryDo(ctx, pool, k, func(context.Context, pgx.Tx) error { ran = true; return nil })
+		if !errors.Is(err, advisory.ErrNotAcquired) || ran {
+			t.Fatalf("TryDo while held: %v, ran %v", err, ran)
+		}
+		close(release)
+		if err := <-res; err != nil {
+			t.Fatal(err)
+		}
+		if !tryFrom(t, pool, k) {
+			t.Fatal("not released at commit")
+		}
 	})
-	if !errors.Is(err, boom) {
-		t.Fatalf("got %v, want fn's error", err)
-	}
-	var n int
-	pool.QueryRow(ctx, `SELECT count(*) FROM effects`).Scan(&n)
-	if n != 0 || !tryFrom(t, pool, k) {
-		t.Fatalf("after rollback: %d effects, or lock still held", n)
-	}
 
-	// A panic in fn rolls back too.
-	func() {
-		defer func() { recover() }()
-		advisory.Do(ctx, pool, k, func(context.Context, pgx.Tx) error { panic("fn panicked") })
-	}()
-	if !tryFrom(t, pool, k) {
-		t.Fatal("not released after a panic")
-	}
-	// The two key spaces and different keys do not interfere.
-	release = make(chan struct{})
-	_, res = hold(t, pool, advisory.PairKey(1, 2), release)
-	if id, _ := k.Int64(); !tryFrom(t, pool, advisory.Int64Key(id)) || !tryFrom(t, pool, advisory.PairKey(2, 1)) || tryFrom(t, pool, advisory.PairKey(1, 2)) {
-		t.Fatal("key spaces interfere")
-	}
-	close(release)
-	<-res
+	step(t, "fn's error rolls back and releases", func(t *testing.T) {
+		// Rollback: fn's error rolls its writes back and releases the lock.
+		boom := errors.New("boom")
+		err := advisory.TryDo(ctx, pool, k, func(ctx context.Context, tx pgx.Tx) error {
+			tx.Exec(ctx, `INSERT INTO effects VALUES ('rolled back')`)
+			return boom
+		})
+		if !errors.Is(err, boom) {
+			t.Fatalf("got %v, want fn's error", err)
+		}
+		var n int
+		pool.QueryRow(ctx, `SELECT count(*) FROM effects`).Scan(&n)
+		if n != 0 || !tryFrom(t, pool, k) {
+			t.Fatalf("after rollback: %d effects, or lock still held", n)
+		}
+	})
+
+	step(t, "a panic in fn rolls back and releases", func(t *testing.T) {
+		// A panic in fn rolls back too.
+		func() {
+			defer func() { recover() }()
+			advisory.Do(ctx, pool, k, func(context.Context, pgx.Tx) error { panic("fn panicked") })
+		}()
+		if !tryFrom(t, pool, k) {
+			t.Fatal("not released after a panic")
+		}
+	})
+
+	step(t, "key spaces and keys do not interfere", func(t *testing.T) {
+		// The two key spaces and different keys do not interfere.
+		release := make(chan struct{})
+		_, res := hold(t, pool, advisory.PairKey(1, 2), release)
+		if id, _ := k.Int64(); !tryFrom(t, pool, advisory.Int64Key(id)) || !tryFrom(t, pool, advisory.PairKey(2, 1)) || tryFrom(t, pool, advisory.PairKey(1, 2)) {
+			t.Fatal("key spaces interfere")
+		}
+		close(release)
+		<-res
+	})
 }
 
 func TestReleasedWhenConnectionDrops(t *testing.T) {
