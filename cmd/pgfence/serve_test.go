@@ -332,27 +332,35 @@ func TestServeHealthz(t *testing.T) {
 	u.Host = "127.0.0.1:" + strconv.Itoa(int(proxy.Port()))
 	s := startServe(t, u.String(), "--health-timeout", "1s")
 
-	if code, body := s.get(t, "/healthz"); code != 200 || body != "ok\n" {
-		t.Fatalf("/healthz with the database up: %d %q", code, body)
-	}
-	proxy.Close() // the database is now unreachable
-	start := time.Now()
-	code, body := s.get(t, "/healthz")
-	if code != http.StatusServiceUnavailable || !strings.HasPrefix(body, "unavailable: database ") {
-		t.Fatalf("/healthz with the database unreachable: %d %q", code, body)
-	}
-	if took := time.Since(start); took > 5*time.Second {
-		t.Errorf("/healthz took %v with a 1s --health-timeout", took)
-	}
-	eventually(t, "/metrics reports the database down", func() string {
-		_, m := s.get(t, "/metrics")
-		if v, ok := metricValue(m, "pgfence_serve_database_up"); !ok || v != 0 {
-			return m
+	step(t, "healthy while the database is up", func(t *testing.T) {
+		if code, body := s.get(t, "/healthz"); code != 200 || body != "ok\n" {
+			t.Fatalf("/healthz with the database up: %d %q", code, body)
 		}
-		if strings.Contains(m, "pgfence_leases_held") {
-			return "figures of a failed read must be absent:\n" + m
+	})
+
+	step(t, "unavailable within the timeout once the database is unreachable", func(t *testing.T) {
+		proxy.Close() // the database is now unreachable
+		start := time.Now()
+		code, body := s.get(t, "/healthz")
+		if code != http.StatusServiceUnavailable || !strings.HasPrefix(body, "unavailable: database ") {
+			t.Fatalf("/healthz with the database unreachable: %d %q", code, body)
 		}
-		return ""
+		if took := time.Since(start); took > 5*time.Second {
+			t.Errorf("/healthz took %v with a 1s --health-timeout", took)
+		}
+	})
+
+	step(t, "metrics report the database down", func(t *testing.T) {
+		eventually(t, "/metrics reports the database down", func() string {
+			_, m := s.get(t, "/metrics")
+			if v, ok := metricValue(m, "pgfence_serve_database_up"); !ok || v != 0 {
+				return m
+			}
+			if strings.Contains(m, "pgfence_leases_held") {
+				return "figures of a failed read must be absent:\n" + m
+			}
+			return ""
+		})
 	})
 }
 
@@ -360,56 +368,63 @@ func TestServeReadOnlyAndLoopback(t *testing.T) {
 	t.Parallel()
 	db, _ := serveDatabase(t)
 	s := startServe(t, db)
-	for _, path := range []string{"/", "/api/state", "/metrics", "/healthz"} {
-		if code, _ := s.get(t, path); code != 200 {
-			t.Errorf("GET %s: %d", path, code)
-		}
-		for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch} {
-			if code, _ := s.do(t, m, path); code != http.StatusMethodNotAllowed {
-				t.Errorf("%s %s: want 405, got %d", m, path, code)
+	t.Run("read-only endpoints", func(t *testing.T) {
+		for _, path := range []string{"/", "/api/state", "/metrics", "/healthz"} {
+			if code, _ := s.get(t, path); code != 200 {
+				t.Errorf("GET %s: %d", path, code)
+			}
+			for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch} {
+				if code, _ := s.do(t, m, path); code != http.StatusMethodNotAllowed {
+					t.Errorf("%s %s: want 405, got %d", m, path, code)
+				}
 			}
 		}
-	}
-	if code, _ := s.get(t, "/nope"); code != http.StatusNotFound {
-		t.Errorf("GET /nope: want 404, got %d", code)
-	}
-	// A page elsewhere that rebinds its DNS name to 127.0.0.1 must not read
-	// the figures: a foreign Host is refused.
-	req, _ := http.NewRequest(http.MethodGet, s.base+"/api/state", nil)
-	req.Host = "attacker.example:9187"
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusForbidden {
-		t.Errorf("Host attacker.example: want 403, got %d", resp.StatusCode)
-	}
-	if !strings.HasPrefix(s.base, "http://127.0.0.1:") {
-		t.Errorf("serve listens on %s", s.base)
-	}
-
-	// The default address is loopback, and a non-loopback one is refused
-	// without --allow-remote (exit 80, before any connection is made).
-	if !strings.Contains(serveUsage, "127.0.0.1:9187") {
-		t.Error("the usage does not show the default address")
-	}
-	r := pgfence(t, nil, "serve", "-h")
-	wantCode(t, r, 0)
-	if !strings.Contains(r.stderr+r.stdout, `-listen string`) || !strings.Contains(r.stderr+r.stdout, `(default "127.0.0.1:9187")`) {
-		t.Errorf("serve -h does not show the loopback default:\n%s", r)
-	}
-	for _, listen := range []string{"0.0.0.0:0", ":0", "[::]:0"} {
-		r := pgfence(t, nil, "serve", "--database-url", db, "--listen", listen)
-		wantCode(t, r, exitUsage)
-		if !strings.Contains(r.stderr, "--allow-remote") {
-			t.Errorf("--listen %s: the refusal does not name --allow-remote:\n%s", listen, r)
+		if code, _ := s.get(t, "/nope"); code != http.StatusNotFound {
+			t.Errorf("GET /nope: want 404, got %d", code)
 		}
-	}
-	remote := startServe(t, db, "--listen", "0.0.0.0:0", "--allow-remote")
-	if !strings.Contains(remote.stderr.String(), "WARNING") {
-		t.Errorf("--allow-remote on 0.0.0.0 printed no warning:\n%s", remote.stderr)
-	}
+	})
+
+	t.Run("a foreign Host is refused", func(t *testing.T) {
+		// A page elsewhere that rebinds its DNS name to 127.0.0.1 must not read
+		// the figures: a foreign Host is refused.
+		req, _ := http.NewRequest(http.MethodGet, s.base+"/api/state", nil)
+		req.Host = "attacker.example:9187"
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("Host attacker.example: want 403, got %d", resp.StatusCode)
+		}
+		if !strings.HasPrefix(s.base, "http://127.0.0.1:") {
+			t.Errorf("serve listens on %s", s.base)
+		}
+	})
+
+	t.Run("loopback by default, remote only with --allow-remote", func(t *testing.T) {
+		// The default address is loopback, and a non-loopback one is refused
+		// without --allow-remote (exit 80, before any connection is made).
+		if !strings.Contains(serveUsage, "127.0.0.1:9187") {
+			t.Error("the usage does not show the default address")
+		}
+		r := pgfence(t, nil, "serve", "-h")
+		wantCode(t, r, 0)
+		if !strings.Contains(r.stderr+r.stdout, `-listen string`) || !strings.Contains(r.stderr+r.stdout, `(default "127.0.0.1:9187")`) {
+			t.Errorf("serve -h does not show the loopback default:\n%s", r)
+		}
+		for _, listen := range []string{"0.0.0.0:0", ":0", "[::]:0"} {
+			r := pgfence(t, nil, "serve", "--database-url", db, "--listen", listen)
+			wantCode(t, r, exitUsage)
+			if !strings.Contains(r.stderr, "--allow-remote") {
+				t.Errorf("--listen %s: the refusal does not name --allow-remote:\n%s", listen, r)
+			}
+		}
+		remote := startServe(t, db, "--listen", "0.0.0.0:0", "--allow-remote")
+		if !strings.Contains(remote.stderr.String(), "WARNING") {
+			t.Errorf("--allow-remote on 0.0.0.0 printed no warning:\n%s", remote.stderr)
+		}
+	})
 }
 
 func TestServeNoPassword(t *testing.T) {
