@@ -107,6 +107,8 @@ func TestMutualExclusionAcrossConnections(t *testing.T) {
 					if err := tx.QueryRow(ctx, `SELECT n FROM counter`).Scan(&n); err != nil {
 						return err
 					}
+					// The sleep widens the read-modify-write window, so
+					// that without the lock updates would be lost.
 					time.Sleep(time.Millisecond)
 					_, err := tx.Exec(ctx, `UPDATE counter SET n = $1`, n+1)
 					return err
@@ -131,53 +133,62 @@ func TestReleasedAtCommitAndRollback(t *testing.T) {
 	pool.Exec(ctx, `DROP TABLE IF EXISTS effects; CREATE TABLE effects (what text)`)
 	k := key(t, "commit-rollback")
 
-	// While held, another transaction is refused, and the function does not run.
-	release := make(chan struct{})
-	_, res := hold(t, pool, k, release)
-	ran := false
-	err := advisory.TryDo(ctx, pool, k, func(context.Context, pgx.Tx) error { ran = true; return nil })
-	if !errors.Is(err, advisory.ErrNotAcquired) || ran {
-		t.Fatalf("TryDo while held: %v, ran %v", err, ran)
-	}
-	close(release)
-	if err := <-res; err != nil {
-		t.Fatal(err)
-	}
-	if !tryFrom(t, pool, k) {
-		t.Fatal("not released at commit")
-	}
-
-	// Rollback: fn's error rolls its writes back and releases the lock.
-	boom := errors.New("boom")
-	err = advisory.TryDo(ctx, pool, k, func(ctx context.Context, tx pgx.Tx) error {
-		tx.Exec(ctx, `INSERT INTO effects VALUES ('rolled back')`)
-		return boom
+	step(t, "refused while held, released at commit", func(t *testing.T) {
+		// While held, another transaction is refused, and the function does not run.
+		release := make(chan struct{})
+		_, res := hold(t, pool, k, release)
+		ran := false
+		err := advisory.TryDo(ctx, pool, k, func(context.Context, pgx.Tx) error { ran = true; return nil })
+		if !errors.Is(err, advisory.ErrNotAcquired) || ran {
+			t.Fatalf("TryDo while held: %v, ran %v", err, ran)
+		}
+		close(release)
+		if err := <-res; err != nil {
+			t.Fatal(err)
+		}
+		if !tryFrom(t, pool, k) {
+			t.Fatal("not released at commit")
+		}
 	})
-	if !errors.Is(err, boom) {
-		t.Fatalf("got %v, want fn's error", err)
-	}
-	var n int
-	pool.QueryRow(ctx, `SELECT count(*) FROM effects`).Scan(&n)
-	if n != 0 || !tryFrom(t, pool, k) {
-		t.Fatalf("after rollback: %d effects, or lock still held", n)
-	}
 
-	// A panic in fn rolls back too.
-	func() {
-		defer func() { recover() }()
-		advisory.Do(ctx, pool, k, func(context.Context, pgx.Tx) error { panic("fn panicked") })
-	}()
-	if !tryFrom(t, pool, k) {
-		t.Fatal("not released after a panic")
-	}
-	// The two key spaces and different keys do not interfere.
-	release = make(chan struct{})
-	_, res = hold(t, pool, advisory.PairKey(1, 2), release)
-	if id, _ := k.Int64(); !tryFrom(t, pool, advisory.Int64Key(id)) || !tryFrom(t, pool, advisory.PairKey(2, 1)) || tryFrom(t, pool, advisory.PairKey(1, 2)) {
-		t.Fatal("key spaces interfere")
-	}
-	close(release)
-	<-res
+	step(t, "fn's error rolls back and releases", func(t *testing.T) {
+		// Rollback: fn's error rolls its writes back and releases the lock.
+		boom := errors.New("boom")
+		err := advisory.TryDo(ctx, pool, k, func(ctx context.Context, tx pgx.Tx) error {
+			tx.Exec(ctx, `INSERT INTO effects VALUES ('rolled back')`)
+			return boom
+		})
+		if !errors.Is(err, boom) {
+			t.Fatalf("got %v, want fn's error", err)
+		}
+		var n int
+		pool.QueryRow(ctx, `SELECT count(*) FROM effects`).Scan(&n)
+		if n != 0 || !tryFrom(t, pool, k) {
+			t.Fatalf("after rollback: %d effects, or lock still held", n)
+		}
+	})
+
+	step(t, "a panic in fn rolls back and releases", func(t *testing.T) {
+		// A panic in fn rolls back too.
+		func() {
+			defer func() { recover() }()
+			advisory.Do(ctx, pool, k, func(context.Context, pgx.Tx) error { panic("fn panicked") })
+		}()
+		if !tryFrom(t, pool, k) {
+			t.Fatal("not released after a panic")
+		}
+	})
+
+	step(t, "key spaces and keys do not interfere", func(t *testing.T) {
+		// The two key spaces and different keys do not interfere.
+		release := make(chan struct{})
+		_, res := hold(t, pool, advisory.PairKey(1, 2), release)
+		if id, _ := k.Int64(); !tryFrom(t, pool, advisory.Int64Key(id)) || !tryFrom(t, pool, advisory.PairKey(2, 1)) || tryFrom(t, pool, advisory.PairKey(1, 2)) {
+			t.Fatal("key spaces interfere")
+		}
+		close(release)
+		<-res
+	})
 }
 
 func TestReleasedWhenConnectionDrops(t *testing.T) {
@@ -193,13 +204,8 @@ func TestReleasedWhenConnectionDrops(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&ok); err != nil || !ok {
 		t.Fatalf("terminate: %v %v", ok, err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for !tryFrom(t, pool, k) {
-		if time.Now().After(deadline) {
-			t.Fatal("lock still held after the holder's connection dropped")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually(t, 5*time.Second, "lock still held after the holder's connection dropped",
+		func() bool { return tryFrom(t, pool, k) })
 	close(release)
 	if err := <-res; err == nil {
 		t.Fatal("the holder whose connection dropped reported success")
@@ -241,23 +247,16 @@ func testWait(t *testing.T, pool *pgxpool.Pool) {
 	if took := time.Since(t0); took > 2*time.Second {
 		t.Fatalf("Do returned %v after its context ended", took)
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		var waiting int
-		pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&waiting)
-		if waiting == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d server backends still wait for the lock after the caller gave up", waiting)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually(t, 2*time.Second, "server backends still wait for the lock after the caller gave up",
+		func() bool { return waiters(t, pool) == 0 })
 
-	// A waiter that gets the lock once the holder commits.
+	// A waiter that gets the lock once the holder commits. It is seen
+	// queued in pg_locks before the holder lets go, so the wait is real.
 	got := make(chan error, 1)
 	go func() { got <- advisory.Do(ctx, pool, k, noop) }()
-	time.Sleep(100 * time.Millisecond)
+	eventually(t, 10*time.Second, "the second waiter never queued for the lock", func() bool {
+		return waiters(t, pool) == 1
+	})
 	select {
 	case err := <-got:
 		t.Fatalf("Do returned while the key was held: %v", err)
@@ -270,6 +269,17 @@ func testWait(t *testing.T, pool *pgxpool.Pool) {
 	if err := <-got; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// waiters counts the server backends queued for an advisory lock.
+func waiters(t *testing.T, pool *pgxpool.Pool) int {
+	t.Helper()
+	var n int
+	err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 func TestBadInput(t *testing.T) {

@@ -42,6 +42,8 @@ func TestMutualExclusionBehindBouncer(t *testing.T) {
 			if err := tx.QueryRow(ctx, "SELECT $1::bigint + 1", s.start.UnixNano()).Scan(&n); err != nil {
 				return err
 			}
+			// The sleep keeps fn inside long enough that an overlap,
+			// if the lock failed, would show in the spans.
 			time.Sleep(time.Millisecond)
 			return nil
 		})

@@ -62,13 +62,8 @@ func TestSessionLockReleasedWhenConnectionDrops(t *testing.T) {
 		t.Fatal("lock not visible in pg_locks")
 	}
 	pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid)
-	deadline := time.Now().Add(5 * time.Second)
-	for !tryFrom(t, pool, k) {
-		if time.Now().After(deadline) {
-			t.Fatal("still held after the session's connection dropped")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually(t, 5*time.Second, "still held after the session's connection dropped",
+		func() bool { return tryFrom(t, pool, k) })
 	if held, err := s.Held(ctx); held || err == nil {
 		t.Fatalf("Held after the drop: %v, %v; want false with an error", held, err)
 	}

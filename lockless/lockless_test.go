@@ -162,54 +162,59 @@ func TestOptimisticConcurrency(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 16 writers each add 1 ten times by read-modify-write, retrying on
-	// conflict: no update is lost.
-	const writers, adds = 16, 10
-	var conflicts atomic.Int32
-	var wg sync.WaitGroup
-	for range writers {
-		wg.Go(func() {
-			for range adds {
-				for {
-					var bal, ver int64
-					if err := pool.QueryRow(ctx, `SELECT balance, version FROM accounts WHERE account_id = 1`).Scan(&bal, &ver); err != nil {
-						t.Error(err)
-						return
+	var ver int64 // the row's version after the writers
+	step(t, "16 writers by read-modify-write lose no update", func(t *testing.T) {
+		// 16 writers each add 1 ten times by read-modify-write, retrying on
+		// conflict: no update is lost.
+		const writers, adds = 16, 10
+		var conflicts atomic.Int32
+		var wg sync.WaitGroup
+		for range writers {
+			wg.Go(func() {
+				for range adds {
+					for {
+						var bal, ver int64
+						if err := pool.QueryRow(ctx, `SELECT balance, version FROM accounts WHERE account_id = 1`).Scan(&bal, &ver); err != nil {
+							t.Error(err)
+							return
+						}
+						_, err := acct.Update(ctx, pool, 1, ver, map[string]any{"balance": bal + 1})
+						if err == nil {
+							break
+						}
+						var ce *lockless.ConflictError
+						if !errors.As(err, &ce) || ce.Current <= ver {
+							t.Error(err)
+							return
+						}
+						conflicts.Add(1)
 					}
-					_, err := acct.Update(ctx, pool, 1, ver, map[string]any{"balance": bal + 1})
-					if err == nil {
-						break
-					}
-					var ce *lockless.ConflictError
-					if !errors.As(err, &ce) || ce.Current <= ver {
-						t.Error(err)
-						return
-					}
-					conflicts.Add(1)
 				}
-			}
-		})
-	}
-	wg.Wait()
-	var bal, ver int64
-	pool.QueryRow(ctx, `SELECT balance, version FROM accounts WHERE account_id = 1`).Scan(&bal, &ver)
-	if bal != writers*adds || ver != writers*adds {
-		t.Fatalf("balance %d version %d, want %d each", bal, ver, writers*adds)
-	}
-	t.Logf("%d conflicts detected and retried", conflicts.Load())
+			})
+		}
+		wg.Wait()
+		var bal int64
+		pool.QueryRow(ctx, `SELECT balance, version FROM accounts WHERE account_id = 1`).Scan(&bal, &ver)
+		if bal != writers*adds || ver != writers*adds {
+			t.Fatalf("balance %d version %d, want %d each", bal, ver, writers*adds)
+		}
+		t.Logf("%d conflicts detected and retried", conflicts.Load())
+	})
 
-	// A stale version is refused with the current one, and nothing changes.
-	_, err = acct.Update(ctx, pool, 1, 3, map[string]any{"balance": -1, "note": "stale"})
-	var ce *lockless.ConflictError
-	if !errors.Is(err, lockless.ErrConflict) || !errors.As(err, &ce) || ce.Expected != 3 || ce.Current != ver {
-		t.Fatalf("stale update: %v", err)
-	}
-	if v, err := acct.Update(ctx, pool, 1, ver, map[string]any{"note": "fresh"}); err != nil || v != ver+1 {
-		t.Fatalf("fresh update: %d %v", v, err)
-	}
-	if _, err := acct.Update(ctx, pool, 2, 0, map[string]any{"note": "x"}); !errors.As(err, &ce) || ce.Current != -1 {
-		t.Fatalf("missing row: %v", err)
-	}
+	step(t, "a stale version is refused, a fresh one accepted", func(t *testing.T) {
+		// A stale version is refused with the current one, and nothing changes.
+		_, err := acct.Update(ctx, pool, 1, 3, map[string]any{"balance": -1, "note": "stale"})
+		var ce *lockless.ConflictError
+		if !errors.Is(err, lockless.ErrConflict) || !errors.As(err, &ce) || ce.Expected != 3 || ce.Current != ver {
+			t.Fatalf("stale update: %v", err)
+		}
+		if v, err := acct.Update(ctx, pool, 1, ver, map[string]any{"note": "fresh"}); err != nil || v != ver+1 {
+			t.Fatalf("fresh update: %d %v", v, err)
+		}
+		if _, err := acct.Update(ctx, pool, 2, 0, map[string]any{"note": "x"}); !errors.As(err, &ce) || ce.Current != -1 {
+			t.Fatalf("missing row: %v", err)
+		}
+	})
 }
 
 func TestBadIdentifiersAndInput(t *testing.T) {

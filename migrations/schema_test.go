@@ -40,181 +40,200 @@ func TestSchemasSideBySide(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	base := bareDatabase(t)
-	if err := migrations.Up(ctx, base); err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range []string{"alpha", "Beta Fences"} {
-		if err := migrations.Up(ctx, base, migrations.WithSchema(s)); err != nil {
-			t.Fatalf("Up(%q): %v", s, err)
+	step(t, "Up into the default layout and two schemas, twice", func(t *testing.T) {
+		if err := migrations.Up(ctx, base); err != nil {
+			t.Fatal(err)
 		}
-		if err := migrations.Up(ctx, base, migrations.WithSchema(s)); err != nil {
-			t.Fatalf("second Up(%q): %v", s, err)
+		for _, s := range []string{"alpha", "Beta Fences"} {
+			if err := migrations.Up(ctx, base, migrations.WithSchema(s)); err != nil {
+				t.Fatalf("Up(%q): %v", s, err)
+			}
+			if err := migrations.Up(ctx, base, migrations.WithSchema(s)); err != nil {
+				t.Fatalf("second Up(%q): %v", s, err)
+			}
 		}
-	}
-	latest, err := migrations.Latest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Every object lives in its schema, the version table included.
-	for _, s := range []string{"public", "alpha", "Beta Fences"} {
-		var n int
-		err := base.QueryRow(ctx, `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-			WHERE n.nspname = $1 AND c.relname IN ('lock_leases', 'payout_intents', 'pgfence_jobs',
-			'pgfence_abandoned_tokens', 'pgfence_fence_seq', 'pgfence_stale_refusals', 'pgfence_schema_migrations')`, s).Scan(&n)
-		if err != nil || n != 7 {
-			t.Fatalf("schema %q has %d of pgfence's 7 relations (err %v)", s, n, err)
+	})
+
+	step(t, "every object lives in its schema", func(t *testing.T) {
+		latest, err := migrations.Latest()
+		if err != nil {
+			t.Fatal(err)
 		}
-		opts := []migrations.Option{migrations.WithSchema(s)}
-		if s == "public" {
-			opts = nil
+		// Every object lives in its schema, the version table included.
+		for _, s := range []string{"public", "alpha", "Beta Fences"} {
+			var n int
+			err := base.QueryRow(ctx, `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+				WHERE n.nspname = $1 AND c.relname IN ('lock_leases', 'payout_intents', 'pgfence_jobs',
+				'pgfence_abandoned_tokens', 'pgfence_fence_seq', 'pgfence_stale_refusals', 'pgfence_schema_migrations')`, s).Scan(&n)
+			if err != nil || n != 7 {
+				t.Fatalf("schema %q has %d of pgfence's 7 relations (err %v)", s, n, err)
+			}
+			opts := []migrations.Option{migrations.WithSchema(s)}
+			if s == "public" {
+				opts = nil
+			}
+			if v, dirty, err := migrations.Version(ctx, base, opts...); err != nil || dirty || v != latest {
+				t.Fatalf("Version(%q) = %d %v %v, want %d", s, v, dirty, err, latest)
+			}
 		}
-		if v, dirty, err := migrations.Version(ctx, base, opts...); err != nil || dirty || v != latest {
-			t.Fatalf("Version(%q) = %d %v %v, want %d", s, v, dirty, err, latest)
-		}
-	}
+	})
 
 	def, a, b := schemaPool(t, base, ""), schemaPool(t, base, "alpha"), schemaPool(t, base, "Beta Fences")
-
-	// A lease in alpha is invisible in Beta Fences and in the default layout.
+	// alpha's client, used by the lease and the guarded-write steps.
 	ca, err := pglease.New(a, pglease.WithoutAutoRenew())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ca.Close()
-	la, err := ca.TryAcquire(ctx, "shared-key", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fences := map[string][]int64{"alpha": {la.Fence()}}
-	for name, pool := range map[string]*pgxpool.Pool{"default": def, "Beta Fences": b} {
-		c, err := pglease.New(pool, pglease.WithoutAutoRenew())
+	// The fences each layout handed out so far, newest last.
+	fences := map[string][]int64{}
+
+	step(t, "a lease in one schema is invisible in the others", func(t *testing.T) {
+		// A lease in alpha is invisible in Beta Fences and in the default layout.
+		la, err := ca.TryAcquire(ctx, "shared-key", time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
-		if _, ok, err := c.Holder(ctx, "shared-key"); err != nil || ok {
-			t.Fatalf("%s sees alpha's lease: ok=%v err=%v", name, ok, err)
-		}
-		l, err := c.TryAcquire(ctx, "shared-key", time.Minute)
-		if err != nil {
-			t.Fatalf("%s: the key is held in alpha only, acquire: %v", name, err)
-		}
-		fences[name] = append(fences[name], l.Fence())
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := la.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// Fences keep rising per schema, whatever the others draw.
-	for round := 0; round < 3; round++ {
-		for name, pool := range map[string]*pgxpool.Pool{"default": def, "alpha": a, "Beta Fences": b} {
+		fences["alpha"] = []int64{la.Fence()}
+		for name, pool := range map[string]*pgxpool.Pool{"default": def, "Beta Fences": b} {
 			c, err := pglease.New(pool, pglease.WithoutAutoRenew())
 			if err != nil {
 				t.Fatal(err)
 			}
+			defer c.Close()
+			if _, ok, err := c.Holder(ctx, "shared-key"); err != nil || ok {
+				t.Fatalf("%s sees alpha's lease: ok=%v err=%v", name, ok, err)
+			}
 			l, err := c.TryAcquire(ctx, "shared-key", time.Minute)
 			if err != nil {
-				t.Fatalf("%s round %d: %v", name, round, err)
+				t.Fatalf("%s: the key is held in alpha only, acquire: %v", name, err)
 			}
-			prev := fences[name]
-			if f := l.Fence(); f <= prev[len(prev)-1] {
-				t.Fatalf("%s: fence %d after %d", name, f, prev[len(prev)-1])
+			fences[name] = append(fences[name], l.Fence())
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
 			}
-			fences[name] = append(prev, l.Fence())
-			l.Release(ctx)
-			c.Close()
 		}
-	}
-
-	// A guarded write and the trigger in alpha, on a table of alpha's.
-	if _, err := a.Exec(ctx, `CREATE TABLE invoices (id text PRIMARY KEY, status text NOT NULL, last_fence bigint NOT NULL DEFAULT 0)`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Exec(ctx, `INSERT INTO invoices (id, status) VALUES ('inv-1', 'PENDING')`); err != nil {
-		t.Fatal(err)
-	}
-	tbl := pgguard.Table{Name: "invoices", KeyColumn: "id"}
-	if err := pgguard.InstallTrigger(ctx, a, tbl, pgguard.Strict); err != nil {
-		t.Fatal(err)
-	}
-	g, err := pgguard.NewGuard(ctx, a, tbl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	older, err := ca.TryAcquire(ctx, "inv-1", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	older.Release(ctx)
-	newer, err := ca.TryAcquire(ctx, "inv-1", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer newer.Release(ctx)
-	if err := g.Update(ctx, a, "inv-1", newer.Fence(), pgguard.Values{"status": "SENT"}); err != nil {
-		t.Fatalf("guarded write with the newest fence: %v", err)
-	}
-	err = g.Update(ctx, a, "inv-1", older.Fence(), pgguard.Values{"status": "AGAIN"})
-	if !errors.Is(err, pgguard.ErrStaleFence) {
-		t.Fatalf("guarded write with an older fence: %v, want ErrStaleFence", err)
-	}
-	// The trigger refuses a plain UPDATE under the older fence too.
-	err = pgguard.RunFenced(ctx, a, older.Fence(), func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `UPDATE invoices SET status = 'RAW' WHERE id = 'inv-1'`)
-		return err
+		if err := la.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
 	})
-	if !errors.Is(pgguard.Classify(err), pgguard.ErrStaleFence) {
-		t.Fatalf("trigger under an older fence: %v, want ErrStaleFence", err)
-	}
 
-	// A claimer on Beta Fences' jobs table: alpha's queue stays untouched.
-	if _, err := claim.Enqueue(ctx, b, claim.NewJob{Queue: "mail", Kind: "k"}); err != nil {
-		t.Fatal(err)
-	}
-	claimA, err := claim.New(ctx, a, claim.WithQueue("mail"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if jobs, err := claimA.Claim(ctx, 10, time.Minute); err != nil || len(jobs) != 0 {
-		t.Fatalf("alpha claimed %d of Beta Fences' jobs (err %v)", len(jobs), err)
-	}
-	claimB, err := claim.New(ctx, b, claim.WithQueue("mail"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	jobs, err := claimB.Claim(ctx, 10, time.Minute)
-	if err != nil || len(jobs) != 1 {
-		t.Fatalf("Beta Fences claimed %d jobs (err %v), want 1", len(jobs), err)
-	}
-	if err := claimB.Complete(ctx, jobs[0]); err != nil {
-		t.Fatal(err)
-	}
+	step(t, "fences rise per schema", func(t *testing.T) {
+		// Fences keep rising per schema, whatever the others draw.
+		for round := 0; round < 3; round++ {
+			for name, pool := range map[string]*pgxpool.Pool{"default": def, "alpha": a, "Beta Fences": b} {
+				c, err := pglease.New(pool, pglease.WithoutAutoRenew())
+				if err != nil {
+					t.Fatal(err)
+				}
+				l, err := c.TryAcquire(ctx, "shared-key", time.Minute)
+				if err != nil {
+					t.Fatalf("%s round %d: %v", name, round, err)
+				}
+				prev := fences[name]
+				if f := l.Fence(); f <= prev[len(prev)-1] {
+					t.Fatalf("%s: fence %d after %d", name, f, prev[len(prev)-1])
+				}
+				fences[name] = append(prev, l.Fence())
+				l.Release(ctx)
+				c.Close()
+			}
+		}
+	})
 
-	// Reverting Beta Fences leaves alpha and the default layout intact.
-	if err := migrations.Down(ctx, base, migrations.WithSchema("Beta Fences")); err != nil {
-		t.Fatal(err)
-	}
-	if v, _, err := migrations.Version(ctx, base, migrations.WithSchema("Beta Fences")); err != nil || v != 0 {
-		t.Fatalf("Version after Down = %d %v, want 0", v, err)
-	}
-	for name, pool := range map[string]*pgxpool.Pool{"default": def, "alpha": a} {
-		c, err := pglease.New(pool, pglease.WithoutAutoRenew())
+	step(t, "guarded writes and the trigger in alpha", func(t *testing.T) {
+		// A guarded write and the trigger in alpha, on a table of alpha's.
+		if _, err := a.Exec(ctx, `CREATE TABLE invoices (id text PRIMARY KEY, status text NOT NULL, last_fence bigint NOT NULL DEFAULT 0)`); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Exec(ctx, `INSERT INTO invoices (id, status) VALUES ('inv-1', 'PENDING')`); err != nil {
+			t.Fatal(err)
+		}
+		tbl := pgguard.Table{Name: "invoices", KeyColumn: "id"}
+		if err := pgguard.InstallTrigger(ctx, a, tbl, pgguard.Strict); err != nil {
+			t.Fatal(err)
+		}
+		g, err := pgguard.NewGuard(ctx, a, tbl)
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := c.TryAcquire(ctx, "after-down", time.Minute)
+		older, err := ca.TryAcquire(ctx, "inv-1", time.Minute)
 		if err != nil {
-			t.Fatalf("%s after Beta Fences' Down: %v", name, err)
+			t.Fatal(err)
 		}
-		prev := fences[name]
-		if l.Fence() <= prev[len(prev)-1] {
-			t.Fatalf("%s: fence %d after %d", name, l.Fence(), prev[len(prev)-1])
+		older.Release(ctx)
+		newer, err := ca.TryAcquire(ctx, "inv-1", time.Minute)
+		if err != nil {
+			t.Fatal(err)
 		}
-		l.Release(ctx)
-		c.Close()
-	}
+		defer newer.Release(ctx)
+		if err := g.Update(ctx, a, "inv-1", newer.Fence(), pgguard.Values{"status": "SENT"}); err != nil {
+			t.Fatalf("guarded write with the newest fence: %v", err)
+		}
+		err = g.Update(ctx, a, "inv-1", older.Fence(), pgguard.Values{"status": "AGAIN"})
+		if !errors.Is(err, pgguard.ErrStaleFence) {
+			t.Fatalf("guarded write with an older fence: %v, want ErrStaleFence", err)
+		}
+		// The trigger refuses a plain UPDATE under the older fence too.
+		err = pgguard.RunFenced(ctx, a, older.Fence(), func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `UPDATE invoices SET status = 'RAW' WHERE id = 'inv-1'`)
+			return err
+		})
+		if !errors.Is(pgguard.Classify(err), pgguard.ErrStaleFence) {
+			t.Fatalf("trigger under an older fence: %v, want ErrStaleFence", err)
+		}
+	})
+
+	step(t, "claims stay in their schema", func(t *testing.T) {
+		// A claimer on Beta Fences' jobs table: alpha's queue stays untouched.
+		if _, err := claim.Enqueue(ctx, b, claim.NewJob{Queue: "mail", Kind: "k"}); err != nil {
+			t.Fatal(err)
+		}
+		claimA, err := claim.New(ctx, a, claim.WithQueue("mail"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if jobs, err := claimA.Claim(ctx, 10, time.Minute); err != nil || len(jobs) != 0 {
+			t.Fatalf("alpha claimed %d of Beta Fences' jobs (err %v)", len(jobs), err)
+		}
+		claimB, err := claim.New(ctx, b, claim.WithQueue("mail"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs, err := claimB.Claim(ctx, 10, time.Minute)
+		if err != nil || len(jobs) != 1 {
+			t.Fatalf("Beta Fences claimed %d jobs (err %v), want 1", len(jobs), err)
+		}
+		if err := claimB.Complete(ctx, jobs[0]); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	step(t, "Down of one schema leaves the others working", func(t *testing.T) {
+		// Reverting Beta Fences leaves alpha and the default layout intact.
+		if err := migrations.Down(ctx, base, migrations.WithSchema("Beta Fences")); err != nil {
+			t.Fatal(err)
+		}
+		if v, _, err := migrations.Version(ctx, base, migrations.WithSchema("Beta Fences")); err != nil || v != 0 {
+			t.Fatalf("Version after Down = %d %v, want 0", v, err)
+		}
+		for name, pool := range map[string]*pgxpool.Pool{"default": def, "alpha": a} {
+			c, err := pglease.New(pool, pglease.WithoutAutoRenew())
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := c.TryAcquire(ctx, "after-down", time.Minute)
+			if err != nil {
+				t.Fatalf("%s after Beta Fences' Down: %v", name, err)
+			}
+			prev := fences[name]
+			if l.Fence() <= prev[len(prev)-1] {
+				t.Fatalf("%s: fence %d after %d", name, l.Fence(), prev[len(prev)-1])
+			}
+			l.Release(ctx)
+			c.Close()
+		}
+	})
 }
 
 func TestSchemaInput(t *testing.T) {

@@ -74,35 +74,38 @@ func TestFenceBoundToTransaction(t *testing.T) {
 				{"plain transaction-local", fmt.Sprintf("SELECT set_config('pgfence.fence', '%d', true)", f), false},
 				{"tx1's value in a later transaction", fmt.Sprintf("SELECT set_config('pgfence.fence', '%s', true)", bound), false},
 			} {
-				for _, sql := range []string{update, "DELETE FROM " + table + " WHERE id = 2"} {
-					if c.session {
-						if _, err := conn.Exec(ctx, c.set); err != nil {
-							t.Fatal(err)
-						}
-					}
-					err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-						if !c.session {
-							if _, err := tx.Exec(ctx, c.set); err != nil {
-								return err
+				// step: a failed case may leave its session-level value behind.
+				step(t, c.name, func(t *testing.T) {
+					for _, sql := range []string{update, "DELETE FROM " + table + " WHERE id = 2"} {
+						if c.session {
+							if _, err := conn.Exec(ctx, c.set); err != nil {
+								t.Fatal(err)
 							}
 						}
-						_, err := tx.Exec(ctx, sql)
-						return err
-					})
-					if sqlState(err) != pgguard.SQLStateUnboundFence || !errors.Is(pgguard.Classify(err), pgguard.ErrNoFence) {
-						t.Fatalf("%s, %q: got %v, want SQLSTATE PF003", c.name, sql, err)
-					}
-					if c.session {
-						// A later statement that sets nothing is refused too
-						// while the session-level value lingers.
-						if _, err := conn.Exec(ctx, sql); sqlState(err) != pgguard.SQLStateUnboundFence {
-							t.Fatalf("%s, later unfenced %q: %v", c.name, sql, err)
+						err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+							if !c.session {
+								if _, err := tx.Exec(ctx, c.set); err != nil {
+									return err
+								}
+							}
+							_, err := tx.Exec(ctx, sql)
+							return err
+						})
+						if sqlState(err) != pgguard.SQLStateUnboundFence || !errors.Is(pgguard.Classify(err), pgguard.ErrNoFence) {
+							t.Fatalf("%s, %q: got %v, want SQLSTATE PF003", c.name, sql, err)
 						}
-						if _, err := conn.Exec(ctx, "RESET pgfence.fence"); err != nil {
-							t.Fatal(err)
+						if c.session {
+							// A later statement that sets nothing is refused too
+							// while the session-level value lingers.
+							if _, err := conn.Exec(ctx, sql); sqlState(err) != pgguard.SQLStateUnboundFence {
+								t.Fatalf("%s, later unfenced %q: %v", c.name, sql, err)
+							}
+							if _, err := conn.Exec(ctx, "RESET pgfence.fence"); err != nil {
+								t.Fatal(err)
+							}
 						}
 					}
-				}
+				})
 			}
 			_, err = conn.Exec(ctx, fmt.Sprintf("SET pgfence.fence = '%d'", f))
 			if err == nil {
@@ -204,57 +207,64 @@ func TestFenceCeiling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	refused := map[string]func(fence int64) error{
-		"SetFence": func(fence int64) error {
-			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return pgguard.SetFence(ctx, tx, fence) })
-		},
-		"RunFenced": func(fence int64) error {
-			return pgguard.RunFenced(ctx, pool, fence, func(tx pgx.Tx) error {
-				_, err := tx.Exec(ctx, "UPDATE "+table+" SET writer = 'run' WHERE job_id = 'k'")
-				return err
-			})
-		},
-		"Guard.Update":     func(fence int64) error { return g.Update(ctx, pool, "k", fence, pgguard.Values{"writer": "update"}) },
-		"Guard.ClaimFirst": func(fence int64) error { return g.ClaimFirst(ctx, pool, "k", fence, nil) },
-		"Guard.Check":      func(fence int64) error { return g.Check(ctx, pool, "k", fence) },
-	}
-	for name, f := range refused {
-		for _, fence := range []int64{madeUp, ceiling + 1} {
-			err := f(fence)
-			if !errors.Is(err, pgguard.ErrFenceAboveCeiling) {
-				t.Errorf("%s(%d): got %v, want ErrFenceAboveCeiling", name, fence, err)
-			} else if fence == madeUp {
-				t.Logf("%s: %v", name, err)
+	step(t, "a fence above the ceiling is refused everywhere, nothing written", func(t *testing.T) {
+		refused := map[string]func(fence int64) error{
+			"SetFence": func(fence int64) error {
+				return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return pgguard.SetFence(ctx, tx, fence) })
+			},
+			"RunFenced": func(fence int64) error {
+				return pgguard.RunFenced(ctx, pool, fence, func(tx pgx.Tx) error {
+					_, err := tx.Exec(ctx, "UPDATE "+table+" SET writer = 'run' WHERE job_id = 'k'")
+					return err
+				})
+			},
+			"Guard.Update":     func(fence int64) error { return g.Update(ctx, pool, "k", fence, pgguard.Values{"writer": "update"}) },
+			"Guard.ClaimFirst": func(fence int64) error { return g.ClaimFirst(ctx, pool, "k", fence, nil) },
+			"Guard.Check":      func(fence int64) error { return g.Check(ctx, pool, "k", fence) },
+		}
+		for name, f := range refused {
+			for _, fence := range []int64{madeUp, ceiling + 1} {
+				err := f(fence)
+				if !errors.Is(err, pgguard.ErrFenceAboveCeiling) {
+					t.Errorf("%s(%d): got %v, want ErrFenceAboveCeiling", name, fence, err)
+				} else if fence == madeUp {
+					t.Logf("%s: %v", name, err)
+				}
 			}
 		}
-	}
-	if r := readRow(t, pool, table, "k"); r.Fence != 0 || r.Writer != "" {
-		t.Fatalf("a refused fence was written: %+v", r)
-	}
-	// The highest issued fence itself is fine.
-	if err := g.Update(ctx, pool, "k", issued, pgguard.Values{"writer": "issued"}); err != nil {
-		t.Fatalf("issued fence: %v", err)
-	}
+		if r := readRow(t, pool, table, "k"); r.Fence != 0 || r.Writer != "" {
+			t.Fatalf("a refused fence was written: %+v", r)
+		}
+	})
 
-	// Fences from a source of one's own: no ceiling.
-	own := pgguard.WithOwnFenceSource()
-	og, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"}, own)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := og.Update(ctx, pool, "k", madeUp, pgguard.Values{"writer": "own"}); err != nil {
-		t.Fatalf("WithOwnFenceSource Update: %v", err)
-	}
-	err = pgguard.RunFenced(ctx, pool, madeUp, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, "UPDATE "+table+" SET amount = 1 WHERE job_id = 'k'")
-		return err
-	}, own)
-	if err != nil {
-		t.Fatalf("WithOwnFenceSource RunFenced: %v", err)
-	}
-	if r := readRow(t, pool, table, "k"); r.Fence != madeUp || r.Writer != "own" {
-		t.Fatalf("own source: %+v", r)
-	}
+	step(t, "the highest issued fence is accepted", func(t *testing.T) {
+		// The highest issued fence itself is fine.
+		if err := g.Update(ctx, pool, "k", issued, pgguard.Values{"writer": "issued"}); err != nil {
+			t.Fatalf("issued fence: %v", err)
+		}
+	})
+
+	step(t, "WithOwnFenceSource: no ceiling", func(t *testing.T) {
+		// Fences from a source of one's own: no ceiling.
+		own := pgguard.WithOwnFenceSource()
+		og, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"}, own)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := og.Update(ctx, pool, "k", madeUp, pgguard.Values{"writer": "own"}); err != nil {
+			t.Fatalf("WithOwnFenceSource Update: %v", err)
+		}
+		err = pgguard.RunFenced(ctx, pool, madeUp, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "UPDATE "+table+" SET amount = 1 WHERE job_id = 'k'")
+			return err
+		}, own)
+		if err != nil {
+			t.Fatalf("WithOwnFenceSource RunFenced: %v", err)
+		}
+		if r := readRow(t, pool, table, "k"); r.Fence != madeUp || r.Writer != "own" {
+			t.Fatalf("own source: %+v", r)
+		}
+	})
 }
 
 // TestSetFenceNeedsOnlyUsage: a role that may draw fences (USAGE on the
@@ -330,47 +340,58 @@ func TestTriggerCoversInheritance(t *testing.T) {
 	}
 	f := fences(t, pool, 2)
 	older, newer := f[0], f[1]
-	// A fenced write through the parent stamps every row, the children's too.
-	if err := raw(ctx, pool, newer, "UPDATE "+parent+" SET balance = 1"); err != nil {
-		t.Fatal(err)
-	}
-	for _, tbl := range []string{parent, child, grandchild} {
-		var n int
-		if err := pool.QueryRow(ctx, "SELECT count(*) FROM ONLY "+tbl+" WHERE last_fence = $1", newer).Scan(&n); err != nil || n != 1 {
-			t.Fatalf("%s: %d rows stamped (%v), want 1", tbl, n, err)
+	step(t, "a fenced write through the parent stamps every level", func(t *testing.T) {
+		// A fenced write through the parent stamps every row, the children's too.
+		if err := raw(ctx, pool, newer, "UPDATE "+parent+" SET balance = 1"); err != nil {
+			t.Fatal(err)
 		}
-	}
-	// Stale and unfenced writes are refused on every level, through the
-	// parent or not.
-	for _, tbl := range []string{parent, child, grandchild} {
-		if err := raw(ctx, pool, older, "UPDATE "+tbl+" SET balance = 666"); !errors.Is(pgguard.Classify(err), pgguard.ErrStaleFence) {
-			t.Fatalf("stale UPDATE of %s: %v", tbl, err)
+		for _, tbl := range []string{parent, child, grandchild} {
+			var n int
+			if err := pool.QueryRow(ctx, "SELECT count(*) FROM ONLY "+tbl+" WHERE last_fence = $1", newer).Scan(&n); err != nil || n != 1 {
+				t.Fatalf("%s: %d rows stamped (%v), want 1", tbl, n, err)
+			}
 		}
-		if _, err := pool.Exec(ctx, "DELETE FROM ONLY "+tbl); sqlState(err) != pgguard.SQLStateNoFence {
-			t.Fatalf("unfenced DELETE of %s: %v", tbl, err)
+	})
+
+	step(t, "stale and unfenced writes are refused on every level", func(t *testing.T) {
+		// Stale and unfenced writes are refused on every level, through the
+		// parent or not.
+		for _, tbl := range []string{parent, child, grandchild} {
+			if err := raw(ctx, pool, older, "UPDATE "+tbl+" SET balance = 666"); !errors.Is(pgguard.Classify(err), pgguard.ErrStaleFence) {
+				t.Fatalf("stale UPDATE of %s: %v", tbl, err)
+			}
+			if _, err := pool.Exec(ctx, "DELETE FROM ONLY "+tbl); sqlState(err) != pgguard.SQLStateNoFence {
+				t.Fatalf("unfenced DELETE of %s: %v", tbl, err)
+			}
 		}
-	}
-	// A child created later is not covered, until InstallTrigger runs again.
-	if _, err := pool.Exec(ctx, "CREATE TABLE "+later+" () INHERITS ("+parent+"); INSERT INTO "+later+" (id, last_fence) VALUES (4, 0)"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, "UPDATE "+later+" SET balance = 5"); err != nil {
-		t.Fatalf("the later child was covered before InstallTrigger ran again: %v", err)
-	}
-	if err := pgguard.InstallTrigger(ctx, pool, pgguard.Table{Name: parent}, pgguard.Strict); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, "UPDATE "+later+" SET balance = 6"); sqlState(err) != pgguard.SQLStateNoFence {
-		t.Fatalf("later child after InstallTrigger ran again: %v", err)
-	}
-	if err := pgguard.RemoveTrigger(ctx, pool, pgguard.Table{Name: parent}); err != nil {
-		t.Fatal(err)
-	}
-	var left int
-	if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_trigger WHERE tgname = $1 AND tgrelid::regclass::text IN ($2, $3, $4, $5)",
-		pgguard.TriggerName, parent, child, grandchild, later).Scan(&left); err != nil || left != 0 {
-		t.Fatalf("triggers left after RemoveTrigger: %d (%v)", left, err)
-	}
+	})
+
+	step(t, "a later child is covered once InstallTrigger runs again", func(t *testing.T) {
+		// A child created later is not covered, until InstallTrigger runs again.
+		if _, err := pool.Exec(ctx, "CREATE TABLE "+later+" () INHERITS ("+parent+"); INSERT INTO "+later+" (id, last_fence) VALUES (4, 0)"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, "UPDATE "+later+" SET balance = 5"); err != nil {
+			t.Fatalf("the later child was covered before InstallTrigger ran again: %v", err)
+		}
+		if err := pgguard.InstallTrigger(ctx, pool, pgguard.Table{Name: parent}, pgguard.Strict); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, "UPDATE "+later+" SET balance = 6"); sqlState(err) != pgguard.SQLStateNoFence {
+			t.Fatalf("later child after InstallTrigger ran again: %v", err)
+		}
+	})
+
+	step(t, "RemoveTrigger takes it off every level", func(t *testing.T) {
+		if err := pgguard.RemoveTrigger(ctx, pool, pgguard.Table{Name: parent}); err != nil {
+			t.Fatal(err)
+		}
+		var left int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_trigger WHERE tgname = $1 AND tgrelid::regclass::text IN ($2, $3, $4, $5)",
+			pgguard.TriggerName, parent, child, grandchild, later).Scan(&left); err != nil || left != 0 {
+			t.Fatalf("triggers left after RemoveTrigger: %d (%v)", left, err)
+		}
+	})
 }
 
 // TestStaleRefusalsAreCounted: every stale write the trigger refuses bumps

@@ -59,7 +59,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	time.Sleep(100 * time.Millisecond) // A pauses; its lease expires.
+	time.Sleep(100 * time.Millisecond) // A pauses past its 50ms TTL: its lease expires, by the database clock.
 
 	b, err := workerB.TryAcquire(ctx, "invoice:inv_72", 30*time.Second)
 	if err != nil {

@@ -42,79 +42,89 @@ func TestLessOrEqual(t *testing.T) {
 	f := fences(t, pool, 2)
 	older, newer := f[0], f[1]
 
-	// One holder, one token, two writes: "<=" lets the second through.
-	if err := g.Update(ctx, pool, "inv_72", older, pgguard.Values{"status": "SENT", "writer": "A"}, pgguard.Eq("status", "PENDING")); err != nil {
-		t.Fatalf("first write: %v", err)
-	}
-	if err := g.Update(ctx, pool, "inv_72", older, pgguard.Values{"amount": 100}); err != nil {
-		t.Fatalf("second write with the same fence: %v", err)
-	}
-	if r := readRow(t, pool, table, "inv_72"); r.Status != "SENT" || r.Writer != "A" || r.Amount == nil || *r.Amount != 100 || r.Fence != older {
-		t.Fatalf("row after A's writes: %+v", r)
-	}
-
-	// A newer token is accepted and locks the older one out.
-	if err := g.Update(ctx, pool, "inv_72", newer, pgguard.Values{"writer": "B"}); err != nil {
-		t.Fatalf("newer fence: %v", err)
-	}
-	err = g.Update(ctx, pool, "inv_72", older, pgguard.Values{"writer": "A-late"})
-	var se *pgguard.StaleFenceError
-	if !errors.Is(err, pgguard.ErrStaleFence) || !errors.As(err, &se) {
-		t.Fatalf("older fence after newer: got %v, want ErrStaleFence", err)
-	}
-	if se.Presented != older || se.Current != newer || se.Key != "inv_72" || se.Table != "public."+table {
-		t.Errorf("stale error = %+v", se)
-	}
-	if errors.Is(err, pgguard.ErrPrecondition) || errors.Is(err, pgguard.ErrNoRow) {
-		t.Errorf("stale error matches other outcomes: %v", err)
-	}
-
-	// SENT -> SENT by the current holder: the fence is fine, the
-	// precondition stops it.
-	err = g.Update(ctx, pool, "inv_72", newer, pgguard.Values{"status": "SENT", "writer": "B-again"}, pgguard.Eq("status", "PENDING"))
-	if !errors.Is(err, pgguard.ErrPrecondition) || errors.Is(err, pgguard.ErrStaleFence) || errors.Is(err, pgguard.ErrAlreadyDone) {
-		t.Fatalf("repeated transition: got %v, want ErrPrecondition only", err)
-	}
-	// Stale and precondition both fail: stale wins.
-	err = g.Update(ctx, pool, "inv_72", older, pgguard.Values{"status": "SENT"}, pgguard.Eq("status", "PENDING"))
-	if !errors.Is(err, pgguard.ErrStaleFence) {
-		t.Fatalf("stale and wrong state: got %v, want ErrStaleFence", err)
-	}
-	if r := readRow(t, pool, table, "inv_72"); r.Writer != "B" || r.Fence != newer {
-		t.Fatalf("refused writes changed the row: %+v", r)
-	}
-
-	// No such row.
-	if err := g.Update(ctx, pool, "inv_404", newer, pgguard.Values{"writer": "B"}); !errors.Is(err, pgguard.ErrNoRow) {
-		t.Fatalf("missing row: got %v, want ErrNoRow", err)
-	}
-
-	// Other preconditions.
-	for _, c := range []struct {
-		cond pgguard.Cond
-		ok   bool
-	}{
-		{pgguard.In("status", "PENDING", "SENT"), true},
-		{pgguard.In("status", "PENDING"), false},
-		{pgguard.Ne("writer", "B"), false},
-		{pgguard.Ne("writer", "A"), true},
-		{pgguard.NotNull("amount"), true},
-		{pgguard.IsNull("amount"), false},
-		{pgguard.Eq("amount", nil), false},
-		{pgguard.Eq("amount", 100), true},
-	} {
-		err := g.Check(ctx, pool, "inv_72", newer, c.cond)
-		if c.ok != (err == nil) || (err != nil && !errors.Is(err, pgguard.ErrPrecondition)) {
-			t.Errorf("Check(%v) = %v, want ok=%v", c.cond, err, c.ok)
+	step(t, "one holder writes twice with one fence", func(t *testing.T) {
+		// One holder, one token, two writes: "<=" lets the second through.
+		if err := g.Update(ctx, pool, "inv_72", older, pgguard.Values{"status": "SENT", "writer": "A"}, pgguard.Eq("status", "PENDING")); err != nil {
+			t.Fatalf("first write: %v", err)
 		}
-	}
+		if err := g.Update(ctx, pool, "inv_72", older, pgguard.Values{"amount": 100}); err != nil {
+			t.Fatalf("second write with the same fence: %v", err)
+		}
+		if r := readRow(t, pool, table, "inv_72"); r.Status != "SENT" || r.Writer != "A" || r.Amount == nil || *r.Amount != 100 || r.Fence != older {
+			t.Fatalf("row after A's writes: %+v", r)
+		}
+	})
 
-	if counter.Total() != 2 || counter.ByTable()["public."+table] != 2 || len(hooked) != 2 {
-		t.Errorf("counted %d (%v), hooked %d; want 2", counter.Total(), counter.ByTable(), len(hooked))
-	}
-	if last := counter.Last(); last == nil || last.Presented != older || last.Key != "inv_72" {
-		t.Errorf("last stale write = %+v", last)
-	}
+	step(t, "a newer fence locks the older out", func(t *testing.T) {
+		// A newer token is accepted and locks the older one out.
+		if err := g.Update(ctx, pool, "inv_72", newer, pgguard.Values{"writer": "B"}); err != nil {
+			t.Fatalf("newer fence: %v", err)
+		}
+		err := g.Update(ctx, pool, "inv_72", older, pgguard.Values{"writer": "A-late"})
+		var se *pgguard.StaleFenceError
+		if !errors.Is(err, pgguard.ErrStaleFence) || !errors.As(err, &se) {
+			t.Fatalf("older fence after newer: got %v, want ErrStaleFence", err)
+		}
+		if se.Presented != older || se.Current != newer || se.Key != "inv_72" || se.Table != "public."+table {
+			t.Errorf("stale error = %+v", se)
+		}
+		if errors.Is(err, pgguard.ErrPrecondition) || errors.Is(err, pgguard.ErrNoRow) {
+			t.Errorf("stale error matches other outcomes: %v", err)
+		}
+	})
+
+	step(t, "a repeated transition is stopped by the precondition", func(t *testing.T) {
+		// SENT -> SENT by the current holder: the fence is fine, the
+		// precondition stops it.
+		err := g.Update(ctx, pool, "inv_72", newer, pgguard.Values{"status": "SENT", "writer": "B-again"}, pgguard.Eq("status", "PENDING"))
+		if !errors.Is(err, pgguard.ErrPrecondition) || errors.Is(err, pgguard.ErrStaleFence) || errors.Is(err, pgguard.ErrAlreadyDone) {
+			t.Fatalf("repeated transition: got %v, want ErrPrecondition only", err)
+		}
+		// Stale and precondition both fail: stale wins.
+		err = g.Update(ctx, pool, "inv_72", older, pgguard.Values{"status": "SENT"}, pgguard.Eq("status", "PENDING"))
+		if !errors.Is(err, pgguard.ErrStaleFence) {
+			t.Fatalf("stale and wrong state: got %v, want ErrStaleFence", err)
+		}
+		if r := readRow(t, pool, table, "inv_72"); r.Writer != "B" || r.Fence != newer {
+			t.Fatalf("refused writes changed the row: %+v", r)
+		}
+	})
+
+	step(t, "no such row", func(t *testing.T) {
+		if err := g.Update(ctx, pool, "inv_404", newer, pgguard.Values{"writer": "B"}); !errors.Is(err, pgguard.ErrNoRow) {
+			t.Fatalf("missing row: got %v, want ErrNoRow", err)
+		}
+	})
+
+	step(t, "other preconditions", func(t *testing.T) {
+		for _, c := range []struct {
+			cond pgguard.Cond
+			ok   bool
+		}{
+			{pgguard.In("status", "PENDING", "SENT"), true},
+			{pgguard.In("status", "PENDING"), false},
+			{pgguard.Ne("writer", "B"), false},
+			{pgguard.Ne("writer", "A"), true},
+			{pgguard.NotNull("amount"), true},
+			{pgguard.IsNull("amount"), false},
+			{pgguard.Eq("amount", nil), false},
+			{pgguard.Eq("amount", 100), true},
+		} {
+			err := g.Check(ctx, pool, "inv_72", newer, c.cond)
+			if c.ok != (err == nil) || (err != nil && !errors.Is(err, pgguard.ErrPrecondition)) {
+				t.Errorf("Check(%v) = %v, want ok=%v", c.cond, err, c.ok)
+			}
+		}
+	})
+
+	step(t, "stale writes are counted and hooked", func(t *testing.T) {
+		if counter.Total() != 2 || counter.ByTable()["public."+table] != 2 || len(hooked) != 2 {
+			t.Errorf("counted %d (%v), hooked %d; want 2", counter.Total(), counter.ByTable(), len(hooked))
+		}
+		if last := counter.Last(); last == nil || last.Presented != older || last.Key != "inv_72" {
+			t.Errorf("last stale write = %+v", last)
+		}
+	})
 }
 
 // leaseFences returns the fences of two successive leases on key: A's, which
@@ -229,13 +239,16 @@ func TestClaimingOn(t *testing.T) {
 				wg.Add(1)
 				go func() { defer wg.Done(); aErr = aWrite(key, fa) }()
 			}
+			// blocked waits until A's write queues for B's row lock, and
+			// checks that it has not finished.
 			blocked := func() {
 				done := make(chan struct{})
 				go func() { wg.Wait(); close(done) }()
+				waitLockWait(t, pool, table)
 				select {
 				case <-done:
 					t.Fatalf("A's write finished while B's transaction was open: %v", aErr)
-				case <-time.After(200 * time.Millisecond):
+				default:
 				}
 			}
 			if lands == "after claim" {

@@ -165,6 +165,8 @@ func TestTimelineProcesses(t *testing.T) {
 					// acts on it the moment it runs again.
 					a.send("%s %s %s A", aKind, table, key)
 
+					// A random pause before B starts: the timings are what
+					// this test varies.
 					time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
 					b.send("acquire invoice:%s 5000 1", key)
 					fb := b.fence(10 * time.Second)
@@ -176,6 +178,9 @@ func TestTimelineProcesses(t *testing.T) {
 					if l := b.recv(10 * time.Second); l != "ok" {
 						t.Fatalf("B's %s: %s", bKind, l)
 					}
+					// A stays frozen for a drawn interval, past its 1s TTL
+					// by the database clock: the freeze is the event under
+					// test, no signal can stand for it.
 					freeze := 1500*time.Millisecond + time.Duration(rng.IntN(1000))*time.Millisecond
 					time.Sleep(time.Until(stopped.Add(freeze)))
 					freeze = time.Since(stopped)

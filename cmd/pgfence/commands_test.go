@@ -30,57 +30,68 @@ func TestListShow(t *testing.T) {
 	g.Release(context.Background())
 
 	db := pgtest.URL()
-	r := pgfence(t, nil, "list", "--database-url", db)
-	wantCode(t, r, 0)
-	for _, want := range []string{held, "test-holder", "held,", gone, "gone-owner", "expired"} {
-		if !strings.Contains(r.stdout, want) {
-			t.Fatalf("list lacks %q: %s", want, r)
-		}
-	}
-
-	r = pgfence(t, nil, "list", "--json", "--held", "--database-url", db)
-	wantCode(t, r, 0)
-	var leases []leaseJSON
-	if err := json.Unmarshal([]byte(r.stdout), &leases); err != nil {
-		t.Fatalf("list --json: %v\n%s", err, r)
-	}
-	found := false
-	for _, x := range leases {
-		if !x.Held {
-			t.Fatalf("--held listed an expired lease: %+v", x)
-		}
-		if x.Key == held {
-			found = true
-			if x.Fence != l.Fence() || x.Owner != "test-holder" || x.RemainingSeconds <= 20 || x.RemainingSeconds > 30 {
-				t.Fatalf("list --json: %+v (fence want %d)", x, l.Fence())
+	t.Run("list shows held and expired leases", func(t *testing.T) {
+		r := pgfence(t, nil, "list", "--database-url", db)
+		wantCode(t, r, 0)
+		for _, want := range []string{held, "test-holder", "held,", gone, "gone-owner", "expired"} {
+			if !strings.Contains(r.stdout, want) {
+				t.Fatalf("list lacks %q: %s", want, r)
 			}
 		}
-	}
-	if !found {
-		t.Fatalf("list --json --held lacks %s:\n%s", held, r.stdout)
-	}
+	})
 
-	r = pgfence(t, nil, "show", held, "--database-url", db)
-	wantCode(t, r, 0)
-	for _, want := range []string{"test-holder", "held,", "left", "database clock"} {
-		if !strings.Contains(r.stdout, want) {
-			t.Fatalf("show lacks %q: %s", want, r)
+	t.Run("list --json --held", func(t *testing.T) {
+		r := pgfence(t, nil, "list", "--json", "--held", "--database-url", db)
+		wantCode(t, r, 0)
+		var leases []leaseJSON
+		if err := json.Unmarshal([]byte(r.stdout), &leases); err != nil {
+			t.Fatalf("list --json: %v\n%s", err, r)
 		}
-	}
-	r = pgfence(t, nil, "show", "--json", "--database-url", db, gone)
-	wantCode(t, r, 0)
-	var one leaseJSON
-	if err := json.Unmarshal([]byte(r.stdout), &one); err != nil || one.Held || one.Owner != "gone-owner" || one.RemainingSeconds != 0 {
-		t.Fatalf("show --json of a released lease: %+v %v\n%s", one, err, r)
-	}
+		found := false
+		for _, x := range leases {
+			if !x.Held {
+				t.Fatalf("--held listed an expired lease: %+v", x)
+			}
+			if x.Key == held {
+				found = true
+				if x.Fence != l.Fence() || x.Owner != "test-holder" || x.RemainingSeconds <= 20 || x.RemainingSeconds > 30 {
+					t.Fatalf("list --json: %+v (fence want %d)", x, l.Fence())
+				}
+			}
+		}
+		if !found {
+			t.Fatalf("list --json --held lacks %s:\n%s", held, r.stdout)
+		}
+	})
 
-	wantCode(t, pgfence(t, nil, "show", "--database-url", db, randomName("never:")), exitFailed)
-	wantCode(t, pgfence(t, nil, "show", "--database-url", db), exitUsage)
-	r = pgfence(t, nil, "list", "--database-url", emptyDatabase(t))
-	wantCode(t, r, exitDBError)
-	if !strings.Contains(r.stderr, "run `pgfence migrate up`") {
-		t.Fatalf("no hint to migrate: %s", r)
-	}
+	t.Run("show a held lease", func(t *testing.T) {
+		r := pgfence(t, nil, "show", held, "--database-url", db)
+		wantCode(t, r, 0)
+		for _, want := range []string{"test-holder", "held,", "left", "database clock"} {
+			if !strings.Contains(r.stdout, want) {
+				t.Fatalf("show lacks %q: %s", want, r)
+			}
+		}
+	})
+
+	t.Run("show --json of a released lease", func(t *testing.T) {
+		r := pgfence(t, nil, "show", "--json", "--database-url", db, gone)
+		wantCode(t, r, 0)
+		var one leaseJSON
+		if err := json.Unmarshal([]byte(r.stdout), &one); err != nil || one.Held || one.Owner != "gone-owner" || one.RemainingSeconds != 0 {
+			t.Fatalf("show --json of a released lease: %+v %v\n%s", one, err, r)
+		}
+	})
+
+	t.Run("errors", func(t *testing.T) {
+		wantCode(t, pgfence(t, nil, "show", "--database-url", db, randomName("never:")), exitFailed)
+		wantCode(t, pgfence(t, nil, "show", "--database-url", db), exitUsage)
+		r := pgfence(t, nil, "list", "--database-url", emptyDatabase(t))
+		wantCode(t, r, exitDBError)
+		if !strings.Contains(r.stderr, "run `pgfence migrate up`") {
+			t.Fatalf("no hint to migrate: %s", r)
+		}
+	})
 }
 
 func TestNoLeasesSaysWhatItFound(t *testing.T) {

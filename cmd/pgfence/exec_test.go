@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/pgtest"
 	"github.com/pgfence/pgfence/pglease"
@@ -328,9 +330,13 @@ func TestExecInterruptedWhileWaiting(t *testing.T) {
 	key := randomName("interrupt:")
 	holdKey(t, key)
 	log := filepath.Join(t.TempDir(), "log")
-	a, aErr := startExec(t, []string{"LOG=" + log}, "exec", "--database-url", pgtest.URL(), "--key", key, "--wait", "30s",
+	// PGAPPNAME names the exec's sessions, so the test can see in
+	// pg_stat_activity when it has tried the held key.
+	app := randomName("interrupt-")
+	a, aErr := startExec(t, []string{"LOG=" + log, "PGAPPNAME=" + app}, "exec", "--database-url", pgtest.URL(), "--key", key, "--wait", "30s",
 		"--", "sh", "-c", `echo ran >> "$LOG"`)
-	time.Sleep(500 * time.Millisecond)
+	pool := pgtest.Pool(t)
+	waitFor(t, "exec to try the held key", func() bool { return triedAcquire(t, pool, app) })
 	start := time.Now()
 	a.Process.Signal(syscall.SIGINT)
 	if code := waitExit(t, a); code != 130 {
@@ -342,4 +348,17 @@ func TestExecInterruptedWhileWaiting(t *testing.T) {
 	if fileHas(log, "ran") {
 		t.Fatal("the command ran")
 	}
+}
+
+// triedAcquire reports whether a session named app has run an acquisition
+// (the INSERT INTO lock_leases of pglease's Acquire query).
+func triedAcquire(t *testing.T, pool *pgxpool.Pool, app string) bool {
+	t.Helper()
+	var n int
+	err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+		WHERE application_name = $1 AND query LIKE '%INSERT INTO lock_leases%'`, app).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n > 0
 }

@@ -88,7 +88,7 @@ func TestServePageInBrowser(t *testing.T) {
 
 	// waitPage polls the page (not the server) until the lease row reads
 	// as want says.
-	waitPage := func(what string, want func(row string) bool) string {
+	waitPage := func(t *testing.T, what string, want func(row string) bool) string {
 		t.Helper()
 		var row string
 		eventually(t, "the page shows "+what, func() string {
@@ -104,7 +104,10 @@ func TestServePageInBrowser(t *testing.T) {
 		})
 		return row
 	}
-	waitPage("no lease yet", func(row string) bool { return row == "" })
+
+	step(t, "no lease yet", func(t *testing.T) {
+		waitPage(t, "no lease yet", func(row string) bool { return row == "" })
+	})
 
 	c, err := pglease.New(pool, pglease.WithOwner("page-holder"))
 	if err != nil {
@@ -115,29 +118,36 @@ func TestServePageInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prefix := fmt.Sprintf("page-holder|%d|", l.Fence())
-	row := waitPage("the lease with holder and fence", func(row string) bool {
-		return len(row) > len(prefix) && row[:len(prefix)] == prefix
+
+	step(t, "a new lease shows with holder and fence", func(t *testing.T) {
+		prefix := fmt.Sprintf("page-holder|%d|", l.Fence())
+		row := waitPage(t, "the lease with holder and fence", func(row string) bool {
+			return len(row) > len(prefix) && row[:len(prefix)] == prefix
+		})
+		t.Logf("the page shows %q", row)
 	})
-	t.Logf("the page shows %q", row)
 
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	waitPage("the lease gone", func(row string) bool { return row == "" })
+	step(t, "a released lease goes away", func(t *testing.T) {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitPage(t, "the lease gone", func(row string) bool { return row == "" })
+	})
 
-	loadedAtAfter, err := chromedp.Run(browser, chromedp.Evaluate[float64](`window.pgfenceLoadedAt`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	updates, err := chromedp.Run(browser, chromedp.Evaluate[float64](`window.pgfenceUpdates`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if loadedAtAfter != loadedAt {
-		t.Errorf("the page was reloaded: loaded at %v, then at %v", loadedAt, loadedAtAfter)
-	}
-	if updates < 2 {
-		t.Errorf("the page updated itself %v times", updates)
-	}
+	step(t, "the page updated itself without reloading", func(t *testing.T) {
+		loadedAtAfter, err := chromedp.Run(browser, chromedp.Evaluate[float64](`window.pgfenceLoadedAt`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		updates, err := chromedp.Run(browser, chromedp.Evaluate[float64](`window.pgfenceUpdates`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if loadedAtAfter != loadedAt {
+			t.Errorf("the page was reloaded: loaded at %v, then at %v", loadedAt, loadedAtAfter)
+		}
+		if updates < 2 {
+			t.Errorf("the page updated itself %v times", updates)
+		}
+	})
 }

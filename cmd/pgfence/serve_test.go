@@ -224,77 +224,85 @@ func TestServeMetrics(t *testing.T) {
 
 	fence := float64(l.Fence())
 	var body string
-	eventually(t, "/metrics shows the lease and the jobs", func() string {
-		_, body = s.get(t, "/metrics")
-		want := []struct {
-			name   string
-			labels []string
-			value  float64
-		}{
-			{"pgfence_serve_database_up", nil, 1},
-			{"pgfence_leases_held", nil, 2},
-			{"pgfence_leases_expiring_soon", nil, 1}, // the 3s lease; the 1-minute one is not
-			{"pgfence_lease_fence", []string{"key", "serve/metrics-key", "owner", "metrics-holder"}, fence},
-			{"pgfence_jobs", []string{"queue", "mail", "state", "available"}, 4},
-			{"pgfence_jobs", []string{"queue", "mail", "state", "completed"}, 1},
-			{"pgfence_jobs", []string{"queue", "later", "state", "available"}, 1},
+	step(t, "the leases and the jobs are shown", func(t *testing.T) {
+		eventually(t, "/metrics shows the lease and the jobs", func() string {
+			_, body = s.get(t, "/metrics")
+			want := []struct {
+				name   string
+				labels []string
+				value  float64
+			}{
+				{"pgfence_serve_database_up", nil, 1},
+				{"pgfence_leases_held", nil, 2},
+				{"pgfence_leases_expiring_soon", nil, 1}, // the 3s lease; the 1-minute one is not
+				{"pgfence_lease_fence", []string{"key", "serve/metrics-key", "owner", "metrics-holder"}, fence},
+				{"pgfence_jobs", []string{"queue", "mail", "state", "available"}, 4},
+				{"pgfence_jobs", []string{"queue", "mail", "state", "completed"}, 1},
+				{"pgfence_jobs", []string{"queue", "later", "state", "available"}, 1},
+			}
+			for _, w := range want {
+				if v, ok := metricValue(body, w.name, w.labels...); !ok || v != w.value {
+					return w.name + " " + strings.Join(w.labels, ",") + ": want " + strconv.FormatFloat(w.value, 'f', -1, 64) + "\n" + body
+				}
+			}
+			if age, ok := metricValue(body, "pgfence_jobs_oldest_runnable_age_seconds", "queue", "mail"); !ok || age < 10 || age > 60 {
+				return "oldest runnable age of mail: want 10s to 60s\n" + body
+			}
+			return ""
+		})
+		if _, ok := metricValue(body, "pgfence_jobs_oldest_runnable_age_seconds", "queue", "later"); ok {
+			t.Errorf("queue later has no runnable job, yet an oldest runnable age:\n%s", body)
 		}
-		for _, w := range want {
-			if v, ok := metricValue(body, w.name, w.labels...); !ok || v != w.value {
-				return w.name + " " + strings.Join(w.labels, ",") + ": want " + strconv.FormatFloat(w.value, 'f', -1, 64) + "\n" + body
+		if strings.Contains(body, "pgfence_stale_refusals") {
+			t.Errorf("no pgfence_stale_refusals sequence, yet the metric is there (it must be absent, not zero):\n%s", body)
+		}
+	})
+
+	step(t, "stale refusals are counted once the sequence exists", func(t *testing.T) {
+		// The sequence appears and is drawn from three times (as the trigger
+		// does on each refusal): the counter reads 3.
+		for _, stmt := range []string{
+			"CREATE SEQUENCE pgfence_stale_refusals",
+			"SELECT nextval('pgfence_stale_refusals') FROM generate_series(1, 3)",
+		} {
+			if _, err := pool.Exec(ctx, stmt); err != nil {
+				t.Fatalf("%s: %v", stmt, err)
 			}
 		}
-		if age, ok := metricValue(body, "pgfence_jobs_oldest_runnable_age_seconds", "queue", "mail"); !ok || age < 10 || age > 60 {
-			return "oldest runnable age of mail: want 10s to 60s\n" + body
-		}
-		return ""
-	})
-	if _, ok := metricValue(body, "pgfence_jobs_oldest_runnable_age_seconds", "queue", "later"); ok {
-		t.Errorf("queue later has no runnable job, yet an oldest runnable age:\n%s", body)
-	}
-	if strings.Contains(body, "pgfence_stale_refusals") {
-		t.Errorf("no pgfence_stale_refusals sequence, yet the metric is there (it must be absent, not zero):\n%s", body)
-	}
-
-	// The sequence appears and is drawn from three times (as the trigger
-	// does on each refusal): the counter reads 3.
-	for _, stmt := range []string{
-		"CREATE SEQUENCE pgfence_stale_refusals",
-		"SELECT nextval('pgfence_stale_refusals') FROM generate_series(1, 3)",
-	} {
-		if _, err := pool.Exec(ctx, stmt); err != nil {
-			t.Fatalf("%s: %v", stmt, err)
-		}
-	}
-	eventually(t, "/metrics counts 3 stale refusals", func() string {
-		_, body = s.get(t, "/metrics")
-		if v, ok := metricValue(body, "pgfence_stale_refusals_total"); !ok || v != 3 {
-			return body
-		}
-		return ""
+		eventually(t, "/metrics counts 3 stale refusals", func() string {
+			_, body = s.get(t, "/metrics")
+			if v, ok := metricValue(body, "pgfence_stale_refusals_total"); !ok || v != 3 {
+				return body
+			}
+			return ""
+		})
 	})
 
-	// The lease released: no longer held, and its series is gone.
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "/metrics drops the released lease", func() string {
-		_, body = s.get(t, "/metrics")
-		if _, ok := metricValue(body, "pgfence_lease_fence", "key", "serve/metrics-key"); ok {
-			return body
+	step(t, "a released lease's series goes away", func(t *testing.T) {
+		// The lease released: no longer held, and its series is gone.
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
 		}
-		return ""
+		eventually(t, "/metrics drops the released lease", func() string {
+			_, body = s.get(t, "/metrics")
+			if _, ok := metricValue(body, "pgfence_lease_fence", "key", "serve/metrics-key"); ok {
+				return body
+			}
+			return ""
+		})
 	})
 
-	// /api/state carries the same figures for the page.
-	_, js := s.get(t, "/api/state")
-	var st watch.State
-	if err := json.Unmarshal([]byte(js), &st); err != nil {
-		t.Fatalf("/api/state is not JSON: %v\n%s", err, js)
-	}
-	if !st.OK || st.Data == nil || !st.Data.Stale.Present || st.Data.Stale.Count != 3 || len(st.Data.Queues) != 2 {
-		t.Errorf("/api/state: %s", js)
-	}
+	step(t, "the api state carries the same figures", func(t *testing.T) {
+		// /api/state carries the same figures for the page.
+		_, js := s.get(t, "/api/state")
+		var st watch.State
+		if err := json.Unmarshal([]byte(js), &st); err != nil {
+			t.Fatalf("/api/state is not JSON: %v\n%s", err, js)
+		}
+		if !st.OK || st.Data == nil || !st.Data.Stale.Present || st.Data.Stale.Count != 3 || len(st.Data.Queues) != 2 {
+			t.Errorf("/api/state: %s", js)
+		}
+	})
 }
 
 func TestServeHealthz(t *testing.T) {
@@ -324,27 +332,35 @@ func TestServeHealthz(t *testing.T) {
 	u.Host = "127.0.0.1:" + strconv.Itoa(int(proxy.Port()))
 	s := startServe(t, u.String(), "--health-timeout", "1s")
 
-	if code, body := s.get(t, "/healthz"); code != 200 || body != "ok\n" {
-		t.Fatalf("/healthz with the database up: %d %q", code, body)
-	}
-	proxy.Close() // the database is now unreachable
-	start := time.Now()
-	code, body := s.get(t, "/healthz")
-	if code != http.StatusServiceUnavailable || !strings.HasPrefix(body, "unavailable: database ") {
-		t.Fatalf("/healthz with the database unreachable: %d %q", code, body)
-	}
-	if took := time.Since(start); took > 5*time.Second {
-		t.Errorf("/healthz took %v with a 1s --health-timeout", took)
-	}
-	eventually(t, "/metrics reports the database down", func() string {
-		_, m := s.get(t, "/metrics")
-		if v, ok := metricValue(m, "pgfence_serve_database_up"); !ok || v != 0 {
-			return m
+	step(t, "healthy while the database is up", func(t *testing.T) {
+		if code, body := s.get(t, "/healthz"); code != 200 || body != "ok\n" {
+			t.Fatalf("/healthz with the database up: %d %q", code, body)
 		}
-		if strings.Contains(m, "pgfence_leases_held") {
-			return "figures of a failed read must be absent:\n" + m
+	})
+
+	step(t, "unavailable within the timeout once the database is unreachable", func(t *testing.T) {
+		proxy.Close() // the database is now unreachable
+		start := time.Now()
+		code, body := s.get(t, "/healthz")
+		if code != http.StatusServiceUnavailable || !strings.HasPrefix(body, "unavailable: database ") {
+			t.Fatalf("/healthz with the database unreachable: %d %q", code, body)
 		}
-		return ""
+		if took := time.Since(start); took > 5*time.Second {
+			t.Errorf("/healthz took %v with a 1s --health-timeout", took)
+		}
+	})
+
+	step(t, "metrics report the database down", func(t *testing.T) {
+		eventually(t, "/metrics reports the database down", func() string {
+			_, m := s.get(t, "/metrics")
+			if v, ok := metricValue(m, "pgfence_serve_database_up"); !ok || v != 0 {
+				return m
+			}
+			if strings.Contains(m, "pgfence_leases_held") {
+				return "figures of a failed read must be absent:\n" + m
+			}
+			return ""
+		})
 	})
 }
 
@@ -352,56 +368,63 @@ func TestServeReadOnlyAndLoopback(t *testing.T) {
 	t.Parallel()
 	db, _ := serveDatabase(t)
 	s := startServe(t, db)
-	for _, path := range []string{"/", "/api/state", "/metrics", "/healthz"} {
-		if code, _ := s.get(t, path); code != 200 {
-			t.Errorf("GET %s: %d", path, code)
-		}
-		for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch} {
-			if code, _ := s.do(t, m, path); code != http.StatusMethodNotAllowed {
-				t.Errorf("%s %s: want 405, got %d", m, path, code)
+	t.Run("read-only endpoints", func(t *testing.T) {
+		for _, path := range []string{"/", "/api/state", "/metrics", "/healthz"} {
+			if code, _ := s.get(t, path); code != 200 {
+				t.Errorf("GET %s: %d", path, code)
+			}
+			for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch} {
+				if code, _ := s.do(t, m, path); code != http.StatusMethodNotAllowed {
+					t.Errorf("%s %s: want 405, got %d", m, path, code)
+				}
 			}
 		}
-	}
-	if code, _ := s.get(t, "/nope"); code != http.StatusNotFound {
-		t.Errorf("GET /nope: want 404, got %d", code)
-	}
-	// A page elsewhere that rebinds its DNS name to 127.0.0.1 must not read
-	// the figures: a foreign Host is refused.
-	req, _ := http.NewRequest(http.MethodGet, s.base+"/api/state", nil)
-	req.Host = "attacker.example:9187"
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusForbidden {
-		t.Errorf("Host attacker.example: want 403, got %d", resp.StatusCode)
-	}
-	if !strings.HasPrefix(s.base, "http://127.0.0.1:") {
-		t.Errorf("serve listens on %s", s.base)
-	}
-
-	// The default address is loopback, and a non-loopback one is refused
-	// without --allow-remote (exit 80, before any connection is made).
-	if !strings.Contains(serveUsage, "127.0.0.1:9187") {
-		t.Error("the usage does not show the default address")
-	}
-	r := pgfence(t, nil, "serve", "-h")
-	wantCode(t, r, 0)
-	if !strings.Contains(r.stderr+r.stdout, `-listen string`) || !strings.Contains(r.stderr+r.stdout, `(default "127.0.0.1:9187")`) {
-		t.Errorf("serve -h does not show the loopback default:\n%s", r)
-	}
-	for _, listen := range []string{"0.0.0.0:0", ":0", "[::]:0"} {
-		r := pgfence(t, nil, "serve", "--database-url", db, "--listen", listen)
-		wantCode(t, r, exitUsage)
-		if !strings.Contains(r.stderr, "--allow-remote") {
-			t.Errorf("--listen %s: the refusal does not name --allow-remote:\n%s", listen, r)
+		if code, _ := s.get(t, "/nope"); code != http.StatusNotFound {
+			t.Errorf("GET /nope: want 404, got %d", code)
 		}
-	}
-	remote := startServe(t, db, "--listen", "0.0.0.0:0", "--allow-remote")
-	if !strings.Contains(remote.stderr.String(), "WARNING") {
-		t.Errorf("--allow-remote on 0.0.0.0 printed no warning:\n%s", remote.stderr)
-	}
+	})
+
+	t.Run("a foreign Host is refused", func(t *testing.T) {
+		// A page elsewhere that rebinds its DNS name to 127.0.0.1 must not read
+		// the figures: a foreign Host is refused.
+		req, _ := http.NewRequest(http.MethodGet, s.base+"/api/state", nil)
+		req.Host = "attacker.example:9187"
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("Host attacker.example: want 403, got %d", resp.StatusCode)
+		}
+		if !strings.HasPrefix(s.base, "http://127.0.0.1:") {
+			t.Errorf("serve listens on %s", s.base)
+		}
+	})
+
+	t.Run("loopback by default, remote only with --allow-remote", func(t *testing.T) {
+		// The default address is loopback, and a non-loopback one is refused
+		// without --allow-remote (exit 80, before any connection is made).
+		if !strings.Contains(serveUsage, "127.0.0.1:9187") {
+			t.Error("the usage does not show the default address")
+		}
+		r := pgfence(t, nil, "serve", "-h")
+		wantCode(t, r, 0)
+		if !strings.Contains(r.stderr+r.stdout, `-listen string`) || !strings.Contains(r.stderr+r.stdout, `(default "127.0.0.1:9187")`) {
+			t.Errorf("serve -h does not show the loopback default:\n%s", r)
+		}
+		for _, listen := range []string{"0.0.0.0:0", ":0", "[::]:0"} {
+			r := pgfence(t, nil, "serve", "--database-url", db, "--listen", listen)
+			wantCode(t, r, exitUsage)
+			if !strings.Contains(r.stderr, "--allow-remote") {
+				t.Errorf("--listen %s: the refusal does not name --allow-remote:\n%s", listen, r)
+			}
+		}
+		remote := startServe(t, db, "--listen", "0.0.0.0:0", "--allow-remote")
+		if !strings.Contains(remote.stderr.String(), "WARNING") {
+			t.Errorf("--allow-remote on 0.0.0.0 printed no warning:\n%s", remote.stderr)
+		}
+	})
 }
 
 func TestServeNoPassword(t *testing.T) {
