@@ -133,7 +133,7 @@ func TestReleasedAtCommitAndRollback(t *testing.T) {
 	pool.Exec(ctx, `DROP TABLE IF EXISTS effects; CREATE TABLE effects (what text)`)
 	k := key(t, "commit-rollback")
 
-	step(t, "refused while held, released at commit", func(t *testing.T) {
+	pgtest.Step(t, "refused while held, released at commit", func(t *testing.T) {
 		// While held, another transaction is refused, and the function does not run.
 		release := make(chan struct{})
 		_, res := hold(t, pool, k, release)
@@ -151,7 +151,7 @@ func TestReleasedAtCommitAndRollback(t *testing.T) {
 		}
 	})
 
-	step(t, "fn's error rolls back and releases", func(t *testing.T) {
+	pgtest.Step(t, "fn's error rolls back and releases", func(t *testing.T) {
 		// Rollback: fn's error rolls its writes back and releases the lock.
 		boom := errors.New("boom")
 		err := advisory.TryDo(ctx, pool, k, func(ctx context.Context, tx pgx.Tx) error {
@@ -168,7 +168,7 @@ func TestReleasedAtCommitAndRollback(t *testing.T) {
 		}
 	})
 
-	step(t, "a panic in fn rolls back and releases", func(t *testing.T) {
+	pgtest.Step(t, "a panic in fn rolls back and releases", func(t *testing.T) {
 		// A panic in fn rolls back too.
 		func() {
 			defer func() { recover() }()
@@ -179,7 +179,7 @@ func TestReleasedAtCommitAndRollback(t *testing.T) {
 		}
 	})
 
-	step(t, "key spaces and keys do not interfere", func(t *testing.T) {
+	pgtest.Step(t, "key spaces and keys do not interfere", func(t *testing.T) {
 		// The two key spaces and different keys do not interfere.
 		release := make(chan struct{})
 		_, res := hold(t, pool, advisory.PairKey(1, 2), release)

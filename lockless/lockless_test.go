@@ -163,7 +163,7 @@ func TestOptimisticConcurrency(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ver int64 // the row's version after the writers
-	step(t, "16 writers by read-modify-write lose no update", func(t *testing.T) {
+	pgtest.Step(t, "16 writers by read-modify-write lose no update", func(t *testing.T) {
 		// 16 writers each add 1 ten times by read-modify-write, retrying on
 		// conflict: no update is lost.
 		const writers, adds = 16, 10
@@ -201,7 +201,7 @@ func TestOptimisticConcurrency(t *testing.T) {
 		t.Logf("%d conflicts detected and retried", conflicts.Load())
 	})
 
-	step(t, "a stale version is refused, a fresh one accepted", func(t *testing.T) {
+	pgtest.Step(t, "a stale version is refused, a fresh one accepted", func(t *testing.T) {
 		// A stale version is refused with the current one, and nothing changes.
 		_, err := acct.Update(ctx, pool, 1, 3, map[string]any{"balance": -1, "note": "stale"})
 		var ce *lockless.ConflictError

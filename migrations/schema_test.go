@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/claim"
+	"github.com/pgfence/pgfence/internal/pgtest"
 	"github.com/pgfence/pgfence/migrations"
 	"github.com/pgfence/pgfence/pgguard"
 	"github.com/pgfence/pgfence/pglease"
@@ -40,7 +41,7 @@ func TestSchemasSideBySide(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	base := bareDatabase(t)
-	step(t, "Up into the default layout and two schemas, twice", func(t *testing.T) {
+	pgtest.Step(t, "Up into the default layout and two schemas, twice", func(t *testing.T) {
 		if err := migrations.Up(ctx, base); err != nil {
 			t.Fatal(err)
 		}
@@ -54,7 +55,7 @@ func TestSchemasSideBySide(t *testing.T) {
 		}
 	})
 
-	step(t, "every object lives in its schema", func(t *testing.T) {
+	pgtest.Step(t, "every object lives in its schema", func(t *testing.T) {
 		latest, err := migrations.Latest()
 		if err != nil {
 			t.Fatal(err)
@@ -88,7 +89,7 @@ func TestSchemasSideBySide(t *testing.T) {
 	// The fences each layout handed out so far, newest last.
 	fences := map[string][]int64{}
 
-	step(t, "a lease in one schema is invisible in the others", func(t *testing.T) {
+	pgtest.Step(t, "a lease in one schema is invisible in the others", func(t *testing.T) {
 		// A lease in alpha is invisible in Beta Fences and in the default layout.
 		la, err := ca.TryAcquire(ctx, "shared-key", time.Minute)
 		if err != nil {
@@ -118,7 +119,7 @@ func TestSchemasSideBySide(t *testing.T) {
 		}
 	})
 
-	step(t, "fences rise per schema", func(t *testing.T) {
+	pgtest.Step(t, "fences rise per schema", func(t *testing.T) {
 		// Fences keep rising per schema, whatever the others draw.
 		for round := 0; round < 3; round++ {
 			for name, pool := range map[string]*pgxpool.Pool{"default": def, "alpha": a, "Beta Fences": b} {
@@ -141,7 +142,7 @@ func TestSchemasSideBySide(t *testing.T) {
 		}
 	})
 
-	step(t, "guarded writes and the trigger in alpha", func(t *testing.T) {
+	pgtest.Step(t, "guarded writes and the trigger in alpha", func(t *testing.T) {
 		// A guarded write and the trigger in alpha, on a table of alpha's.
 		if _, err := a.Exec(ctx, `CREATE TABLE invoices (id text PRIMARY KEY, status text NOT NULL, last_fence bigint NOT NULL DEFAULT 0)`); err != nil {
 			t.Fatal(err)
@@ -184,7 +185,7 @@ func TestSchemasSideBySide(t *testing.T) {
 		}
 	})
 
-	step(t, "claims stay in their schema", func(t *testing.T) {
+	pgtest.Step(t, "claims stay in their schema", func(t *testing.T) {
 		// A claimer on Beta Fences' jobs table: alpha's queue stays untouched.
 		if _, err := claim.Enqueue(ctx, b, claim.NewJob{Queue: "mail", Kind: "k"}); err != nil {
 			t.Fatal(err)
@@ -209,7 +210,7 @@ func TestSchemasSideBySide(t *testing.T) {
 		}
 	})
 
-	step(t, "Down of one schema leaves the others working", func(t *testing.T) {
+	pgtest.Step(t, "Down of one schema leaves the others working", func(t *testing.T) {
 		// Reverting Beta Fences leaves alpha and the default layout intact.
 		if err := migrations.Down(ctx, base, migrations.WithSchema("Beta Fences")); err != nil {
 			t.Fatal(err)

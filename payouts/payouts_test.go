@@ -37,7 +37,7 @@ func TestIntents(t *testing.T) {
 	f := fences(t, pool, 4)
 	fa, fb, fr, fRec := f[0], f[1], f[2], f[3]
 
-	step(t, "Create is idempotent, one key per payout", func(t *testing.T) {
+	pgtest.Step(t, "Create is idempotent, one key per payout", func(t *testing.T) {
 		created, err := p.Create(ctx, pool, "po_1", 12_500, "EUR")
 		if err != nil {
 			t.Fatal(err)
@@ -60,7 +60,7 @@ func TestIntents(t *testing.T) {
 		}
 	})
 
-	step(t, "a stale holder's late answer is refused", func(t *testing.T) {
+	pgtest.Step(t, "a stale holder's late answer is refused", func(t *testing.T) {
 		// A: intent first, then the provider call.
 		a, err := p.BeginSubmit(ctx, pool, "po_1", fa)
 		if err != nil {
@@ -101,7 +101,7 @@ func TestIntents(t *testing.T) {
 		}
 	})
 
-	step(t, "a repeated transition is already done, not stale", func(t *testing.T) {
+	pgtest.Step(t, "a repeated transition is already done, not stale", func(t *testing.T) {
 		// SUBMITTED -> SUBMITTED: already done, not stale.
 		_, err := p.MarkSubmitted(ctx, pool, "po_1", fb, "prov_123")
 		if !errors.Is(err, pgguard.ErrAlreadyDone) || !errors.Is(err, pgguard.ErrPrecondition) || errors.Is(err, pgguard.ErrStaleFence) {
@@ -118,7 +118,7 @@ func TestIntents(t *testing.T) {
 		}
 	})
 
-	step(t, "a transition from the wrong state", func(t *testing.T) {
+	pgtest.Step(t, "a transition from the wrong state", func(t *testing.T) {
 		// MarkSubmitted on a PENDING payout: wrong state, not done.
 		if _, err := p.Create(ctx, pool, "po_2", 100, "USD"); err != nil {
 			t.Fatal(err)
@@ -134,7 +134,7 @@ func TestIntents(t *testing.T) {
 		}
 	})
 
-	step(t, "missing payouts", func(t *testing.T) {
+	pgtest.Step(t, "missing payouts", func(t *testing.T) {
 		if _, err := p.BeginSubmit(ctx, pool, "po_404", fr); !errors.Is(err, pgguard.ErrNoRow) {
 			t.Fatalf("BeginSubmit of a missing payout: %v", err)
 		}
@@ -143,7 +143,7 @@ func TestIntents(t *testing.T) {
 		}
 	})
 
-	step(t, "reconciliation finds the stuck payout", func(t *testing.T) {
+	pgtest.Step(t, "reconciliation finds the stuck payout", func(t *testing.T) {
 		// Reconciliation: po_3 is left in SUBMITTING by a holder that crashed.
 		if _, err := p.Create(ctx, pool, "po_3", 700, "GBP"); err != nil {
 			t.Fatal(err)
@@ -174,7 +174,7 @@ func TestIntents(t *testing.T) {
 		}
 	})
 
-	step(t, "rolled back with the caller's transaction", func(t *testing.T) {
+	pgtest.Step(t, "rolled back with the caller's transaction", func(t *testing.T) {
 		if _, err := p.Create(ctx, pool, "po_4", 1, "EUR"); err != nil {
 			t.Fatal(err)
 		}
@@ -189,7 +189,7 @@ func TestIntents(t *testing.T) {
 		}
 	})
 
-	step(t, "bad input", func(t *testing.T) {
+	pgtest.Step(t, "bad input", func(t *testing.T) {
 		for name, err := range map[string]error{
 			"empty id":     func() error { _, err := p.Create(ctx, pool, "", 1, "EUR"); return err }(),
 			"zero amount":  func() error { _, err := p.Create(ctx, pool, "x", 0, "EUR"); return err }(),

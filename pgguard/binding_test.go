@@ -75,7 +75,7 @@ func TestFenceBoundToTransaction(t *testing.T) {
 				{"tx1's value in a later transaction", fmt.Sprintf("SELECT set_config('pgfence.fence', '%s', true)", bound), false},
 			} {
 				// step: a failed case may leave its session-level value behind.
-				step(t, c.name, func(t *testing.T) {
+				pgtest.Step(t, c.name, func(t *testing.T) {
 					for _, sql := range []string{update, "DELETE FROM " + table + " WHERE id = 2"} {
 						if c.session {
 							if _, err := conn.Exec(ctx, c.set); err != nil {
@@ -207,7 +207,7 @@ func TestFenceCeiling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	step(t, "a fence above the ceiling is refused everywhere, nothing written", func(t *testing.T) {
+	pgtest.Step(t, "a fence above the ceiling is refused everywhere, nothing written", func(t *testing.T) {
 		refused := map[string]func(fence int64) error{
 			"SetFence": func(fence int64) error {
 				return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return pgguard.SetFence(ctx, tx, fence) })
@@ -237,14 +237,14 @@ func TestFenceCeiling(t *testing.T) {
 		}
 	})
 
-	step(t, "the highest issued fence is accepted", func(t *testing.T) {
+	pgtest.Step(t, "the highest issued fence is accepted", func(t *testing.T) {
 		// The highest issued fence itself is fine.
 		if err := g.Update(ctx, pool, "k", issued, pgguard.Values{"writer": "issued"}); err != nil {
 			t.Fatalf("issued fence: %v", err)
 		}
 	})
 
-	step(t, "WithOwnFenceSource: no ceiling", func(t *testing.T) {
+	pgtest.Step(t, "WithOwnFenceSource: no ceiling", func(t *testing.T) {
 		// Fences from a source of one's own: no ceiling.
 		own := pgguard.WithOwnFenceSource()
 		og, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"}, own)
@@ -340,7 +340,7 @@ func TestTriggerCoversInheritance(t *testing.T) {
 	}
 	f := fences(t, pool, 2)
 	older, newer := f[0], f[1]
-	step(t, "a fenced write through the parent stamps every level", func(t *testing.T) {
+	pgtest.Step(t, "a fenced write through the parent stamps every level", func(t *testing.T) {
 		// A fenced write through the parent stamps every row, the children's too.
 		if err := raw(ctx, pool, newer, "UPDATE "+parent+" SET balance = 1"); err != nil {
 			t.Fatal(err)
@@ -353,7 +353,7 @@ func TestTriggerCoversInheritance(t *testing.T) {
 		}
 	})
 
-	step(t, "stale and unfenced writes are refused on every level", func(t *testing.T) {
+	pgtest.Step(t, "stale and unfenced writes are refused on every level", func(t *testing.T) {
 		// Stale and unfenced writes are refused on every level, through the
 		// parent or not.
 		for _, tbl := range []string{parent, child, grandchild} {
@@ -366,7 +366,7 @@ func TestTriggerCoversInheritance(t *testing.T) {
 		}
 	})
 
-	step(t, "a later child is covered once InstallTrigger runs again", func(t *testing.T) {
+	pgtest.Step(t, "a later child is covered once InstallTrigger runs again", func(t *testing.T) {
 		// A child created later is not covered, until InstallTrigger runs again.
 		if _, err := pool.Exec(ctx, "CREATE TABLE "+later+" () INHERITS ("+parent+"); INSERT INTO "+later+" (id, last_fence) VALUES (4, 0)"); err != nil {
 			t.Fatal(err)
@@ -382,7 +382,7 @@ func TestTriggerCoversInheritance(t *testing.T) {
 		}
 	})
 
-	step(t, "RemoveTrigger takes it off every level", func(t *testing.T) {
+	pgtest.Step(t, "RemoveTrigger takes it off every level", func(t *testing.T) {
 		if err := pgguard.RemoveTrigger(ctx, pool, pgguard.Table{Name: parent}); err != nil {
 			t.Fatal(err)
 		}

@@ -42,7 +42,7 @@ func TestLessOrEqual(t *testing.T) {
 	f := fences(t, pool, 2)
 	older, newer := f[0], f[1]
 
-	step(t, "one holder writes twice with one fence", func(t *testing.T) {
+	pgtest.Step(t, "one holder writes twice with one fence", func(t *testing.T) {
 		// One holder, one token, two writes: "<=" lets the second through.
 		if err := g.Update(ctx, pool, "inv_72", older, pgguard.Values{"status": "SENT", "writer": "A"}, pgguard.Eq("status", "PENDING")); err != nil {
 			t.Fatalf("first write: %v", err)
@@ -55,7 +55,7 @@ func TestLessOrEqual(t *testing.T) {
 		}
 	})
 
-	step(t, "a newer fence locks the older out", func(t *testing.T) {
+	pgtest.Step(t, "a newer fence locks the older out", func(t *testing.T) {
 		// A newer token is accepted and locks the older one out.
 		if err := g.Update(ctx, pool, "inv_72", newer, pgguard.Values{"writer": "B"}); err != nil {
 			t.Fatalf("newer fence: %v", err)
@@ -73,7 +73,7 @@ func TestLessOrEqual(t *testing.T) {
 		}
 	})
 
-	step(t, "a repeated transition is stopped by the precondition", func(t *testing.T) {
+	pgtest.Step(t, "a repeated transition is stopped by the precondition", func(t *testing.T) {
 		// SENT -> SENT by the current holder: the fence is fine, the
 		// precondition stops it.
 		err := g.Update(ctx, pool, "inv_72", newer, pgguard.Values{"status": "SENT", "writer": "B-again"}, pgguard.Eq("status", "PENDING"))
@@ -90,13 +90,13 @@ func TestLessOrEqual(t *testing.T) {
 		}
 	})
 
-	step(t, "no such row", func(t *testing.T) {
+	pgtest.Step(t, "no such row", func(t *testing.T) {
 		if err := g.Update(ctx, pool, "inv_404", newer, pgguard.Values{"writer": "B"}); !errors.Is(err, pgguard.ErrNoRow) {
 			t.Fatalf("missing row: got %v, want ErrNoRow", err)
 		}
 	})
 
-	step(t, "other preconditions", func(t *testing.T) {
+	pgtest.Step(t, "other preconditions", func(t *testing.T) {
 		for _, c := range []struct {
 			cond pgguard.Cond
 			ok   bool
@@ -117,7 +117,7 @@ func TestLessOrEqual(t *testing.T) {
 		}
 	})
 
-	step(t, "stale writes are counted and hooked", func(t *testing.T) {
+	pgtest.Step(t, "stale writes are counted and hooked", func(t *testing.T) {
 		if counter.Total() != 2 || counter.ByTable()["public."+table] != 2 || len(hooked) != 2 {
 			t.Errorf("counted %d (%v), hooked %d; want 2", counter.Total(), counter.ByTable(), len(hooked))
 		}

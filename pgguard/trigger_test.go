@@ -76,7 +76,7 @@ func TestTriggerStrict(t *testing.T) {
 	pool := pgtest.Pool(t)
 	table := accountsTable(t, pool, 3)
 	tbl := pgguard.Table{Name: table}
-	step(t, "install: the fence column twice, then the trigger", func(t *testing.T) {
+	pgtest.Step(t, "install: the fence column twice, then the trigger", func(t *testing.T) {
 		if err := pgguard.AddFenceColumn(ctx, pool, tbl); err != nil {
 			t.Fatal(err)
 		}
@@ -99,13 +99,13 @@ func TestTriggerStrict(t *testing.T) {
 	// Counts the stale refusals seen through Observe and RunFenced.
 	counter := new(pgguard.Counter)
 
-	step(t, "INSERT is not checked", func(t *testing.T) {
+	pgtest.Step(t, "INSERT is not checked", func(t *testing.T) {
 		if _, err := pool.Exec(ctx, "INSERT INTO "+table+" (id) VALUES (4)"); err != nil {
 			t.Fatalf("unfenced INSERT: %v", err)
 		}
 	})
 
-	step(t, "a fenced UPDATE stamps its fence", func(t *testing.T) {
+	pgtest.Step(t, "a fenced UPDATE stamps its fence", func(t *testing.T) {
 		// A fenced UPDATE stamps its fence on the row.
 		if err := raw(ctx, pool, older, "UPDATE "+table+" SET balance = 10 WHERE id = 1"); err != nil {
 			t.Fatal(err)
@@ -118,7 +118,7 @@ func TestTriggerStrict(t *testing.T) {
 		}
 	})
 
-	step(t, "a stale hand-written UPDATE is refused and classified", func(t *testing.T) {
+	pgtest.Step(t, "a stale hand-written UPDATE is refused and classified", func(t *testing.T) {
 		// The stale holder's hand-written UPDATE, which forgot the predicate.
 		err := raw(ctx, pool, older, "UPDATE "+table+" SET balance = 666 WHERE id = 1")
 		if sqlState(err) != pgguard.SQLStateStaleFence {
@@ -138,7 +138,7 @@ func TestTriggerStrict(t *testing.T) {
 		t.Logf("trigger's message: %v", se.Err)
 	})
 
-	step(t, "a stale DELETE or whole-table UPDATE is refused", func(t *testing.T) {
+	pgtest.Step(t, "a stale DELETE or whole-table UPDATE is refused", func(t *testing.T) {
 		// ... and its DELETE.
 		err := raw(ctx, pool, older, "DELETE FROM "+table+" WHERE id = 1")
 		if !errors.Is(pgguard.Classify(err), pgguard.ErrStaleFence) {
@@ -158,7 +158,7 @@ func TestTriggerStrict(t *testing.T) {
 		}
 	})
 
-	step(t, "RunFenced classifies and counts", func(t *testing.T) {
+	pgtest.Step(t, "RunFenced classifies and counts", func(t *testing.T) {
 		err := pgguard.RunFenced(ctx, pool, older, func(tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, "DELETE FROM "+table+" WHERE id = 1")
 			return err
@@ -172,7 +172,7 @@ func TestTriggerStrict(t *testing.T) {
 		}
 	})
 
-	step(t, "strict: a statement without a fence is refused", func(t *testing.T) {
+	pgtest.Step(t, "strict: a statement without a fence is refused", func(t *testing.T) {
 		// Strict: no fence set, refused.
 		for _, sql := range []string{"UPDATE " + table + " SET balance = 1 WHERE id = 2", "DELETE FROM " + table + " WHERE id = 2"} {
 			_, err := pool.Exec(ctx, sql)
@@ -198,7 +198,7 @@ func TestTriggerStrict(t *testing.T) {
 		}
 	})
 
-	step(t, "no UPDATE lowers a fence or raises it past its own", func(t *testing.T) {
+	pgtest.Step(t, "no UPDATE lowers a fence or raises it past its own", func(t *testing.T) {
 		// No UPDATE lowers a row's fence, even one that tries.
 		if err := raw(ctx, pool, newer, "UPDATE "+table+" SET last_fence = 0, balance = 21 WHERE id = 1"); err != nil {
 			t.Fatal(err)
@@ -216,7 +216,7 @@ func TestTriggerStrict(t *testing.T) {
 		}
 	})
 
-	step(t, "an operator override locks out every holder", func(t *testing.T) {
+	pgtest.Step(t, "an operator override locks out every holder", func(t *testing.T) {
 		// An operator's override: a fresh fence, which locks out every holder.
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, "SELECT pgfence_set_fence(pgfence_next_fence())"); err != nil {
@@ -236,7 +236,7 @@ func TestTriggerStrict(t *testing.T) {
 		}
 	})
 
-	step(t, "guarded writes and claims work on a strict table", func(t *testing.T) {
+	pgtest.Step(t, "guarded writes and claims work on a strict table", func(t *testing.T) {
 		// Guarded writes and claims work on a strict table: they carry their
 		// fence into the trigger in the same statement.
 		g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "id"})
@@ -260,7 +260,7 @@ func TestTriggerStrict(t *testing.T) {
 		}
 	})
 
-	step(t, "removing the trigger removes enforcement", func(t *testing.T) {
+	pgtest.Step(t, "removing the trigger removes enforcement", func(t *testing.T) {
 		if err := pgguard.RemoveTrigger(ctx, pool, tbl); err != nil {
 			t.Fatal(err)
 		}
@@ -297,7 +297,7 @@ func TestTriggerLenient(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	step(t, "no fence: allowed, and the row's fence stays", func(t *testing.T) {
+	pgtest.Step(t, "no fence: allowed, and the row's fence stays", func(t *testing.T) {
 		// No fence: allowed, and the row's fence stays.
 		if _, err := pool.Exec(ctx, "UPDATE "+table+" SET balance = 11 WHERE id = 1"); err != nil {
 			t.Fatalf("lenient, no fence: %v", err)
@@ -326,7 +326,7 @@ func TestTriggerLenient(t *testing.T) {
 		}
 	})
 
-	step(t, "a fence that is set is checked", func(t *testing.T) {
+	pgtest.Step(t, "a fence that is set is checked", func(t *testing.T) {
 		// A fence that is set is checked, as in strict mode.
 		if err := raw(ctx, pool, older, "UPDATE "+table+" SET balance = 666 WHERE id = 1"); !errors.Is(pgguard.Classify(err), pgguard.ErrStaleFence) {
 			t.Fatalf("lenient, stale UPDATE: %v", err)
@@ -359,7 +359,7 @@ func TestMigrationSQL(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("trigger up:\n%sdown:\n%s", tup, tdown)
-	step(t, "up installs the column and a strict trigger", func(t *testing.T) {
+	pgtest.Step(t, "up installs the column and a strict trigger", func(t *testing.T) {
 		for _, sql := range []string{up, tup} {
 			if _, err := pool.Exec(ctx, sql); err != nil {
 				t.Fatalf("%s: %v", sql, err)
@@ -370,7 +370,7 @@ func TestMigrationSQL(t *testing.T) {
 		}
 	})
 
-	step(t, "guarded and raw writes on the migrated table", func(t *testing.T) {
+	pgtest.Step(t, "guarded and raw writes on the migrated table", func(t *testing.T) {
 		if _, err := pool.Exec(ctx, `INSERT INTO "Mixed_Case$Orders" VALUES (1, 'new')`); err != nil {
 			t.Fatal(err)
 		}
@@ -401,7 +401,7 @@ func TestMigrationSQL(t *testing.T) {
 		}
 	})
 
-	step(t, "down removes enforcement", func(t *testing.T) {
+	pgtest.Step(t, "down removes enforcement", func(t *testing.T) {
 		for _, sql := range []string{tdown, down} {
 			if _, err := pool.Exec(ctx, sql); err != nil {
 				t.Fatalf("%s: %v", sql, err)

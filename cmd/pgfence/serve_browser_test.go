@@ -10,6 +10,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/pgfence/pgfence/internal/pgtest"
 	"github.com/pgfence/pgfence/pglease"
 )
 
@@ -105,7 +106,7 @@ func TestServePageInBrowser(t *testing.T) {
 		return row
 	}
 
-	step(t, "no lease yet", func(t *testing.T) {
+	pgtest.Step(t, "no lease yet", func(t *testing.T) {
 		waitPage(t, "no lease yet", func(row string) bool { return row == "" })
 	})
 
@@ -119,7 +120,7 @@ func TestServePageInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	step(t, "a new lease shows with holder and fence", func(t *testing.T) {
+	pgtest.Step(t, "a new lease shows with holder and fence", func(t *testing.T) {
 		prefix := fmt.Sprintf("page-holder|%d|", l.Fence())
 		row := waitPage(t, "the lease with holder and fence", func(row string) bool {
 			return len(row) > len(prefix) && row[:len(prefix)] == prefix
@@ -127,14 +128,14 @@ func TestServePageInBrowser(t *testing.T) {
 		t.Logf("the page shows %q", row)
 	})
 
-	step(t, "a released lease goes away", func(t *testing.T) {
+	pgtest.Step(t, "a released lease goes away", func(t *testing.T) {
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
 		waitPage(t, "the lease gone", func(row string) bool { return row == "" })
 	})
 
-	step(t, "the page updated itself without reloading", func(t *testing.T) {
+	pgtest.Step(t, "the page updated itself without reloading", func(t *testing.T) {
 		loadedAtAfter, err := chromedp.Run(browser, chromedp.Evaluate[float64](`window.pgfenceLoadedAt`))
 		if err != nil {
 			t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/internal/faultproxy"
+	"github.com/pgfence/pgfence/internal/pgtest"
 	"github.com/pgfence/pgfence/internal/watch"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -224,7 +225,7 @@ func TestServeMetrics(t *testing.T) {
 
 	fence := float64(l.Fence())
 	var body string
-	step(t, "the leases and the jobs are shown", func(t *testing.T) {
+	pgtest.Step(t, "the leases and the jobs are shown", func(t *testing.T) {
 		eventually(t, "/metrics shows the lease and the jobs", func() string {
 			_, body = s.get(t, "/metrics")
 			want := []struct {
@@ -258,7 +259,7 @@ func TestServeMetrics(t *testing.T) {
 		}
 	})
 
-	step(t, "stale refusals are counted once the sequence exists", func(t *testing.T) {
+	pgtest.Step(t, "stale refusals are counted once the sequence exists", func(t *testing.T) {
 		// The sequence appears and is drawn from three times (as the trigger
 		// does on each refusal): the counter reads 3.
 		for _, stmt := range []string{
@@ -278,7 +279,7 @@ func TestServeMetrics(t *testing.T) {
 		})
 	})
 
-	step(t, "a released lease's series goes away", func(t *testing.T) {
+	pgtest.Step(t, "a released lease's series goes away", func(t *testing.T) {
 		// The lease released: no longer held, and its series is gone.
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -292,7 +293,7 @@ func TestServeMetrics(t *testing.T) {
 		})
 	})
 
-	step(t, "the api state carries the same figures", func(t *testing.T) {
+	pgtest.Step(t, "the api state carries the same figures", func(t *testing.T) {
 		// /api/state carries the same figures for the page.
 		_, js := s.get(t, "/api/state")
 		var st watch.State
@@ -332,13 +333,13 @@ func TestServeHealthz(t *testing.T) {
 	u.Host = "127.0.0.1:" + strconv.Itoa(int(proxy.Port()))
 	s := startServe(t, u.String(), "--health-timeout", "1s")
 
-	step(t, "healthy while the database is up", func(t *testing.T) {
+	pgtest.Step(t, "healthy while the database is up", func(t *testing.T) {
 		if code, body := s.get(t, "/healthz"); code != 200 || body != "ok\n" {
 			t.Fatalf("/healthz with the database up: %d %q", code, body)
 		}
 	})
 
-	step(t, "unavailable within the timeout once the database is unreachable", func(t *testing.T) {
+	pgtest.Step(t, "unavailable within the timeout once the database is unreachable", func(t *testing.T) {
 		proxy.Close() // the database is now unreachable
 		start := time.Now()
 		code, body := s.get(t, "/healthz")
@@ -350,7 +351,7 @@ func TestServeHealthz(t *testing.T) {
 		}
 	})
 
-	step(t, "metrics report the database down", func(t *testing.T) {
+	pgtest.Step(t, "metrics report the database down", func(t *testing.T) {
 		eventually(t, "/metrics reports the database down", func() string {
 			_, m := s.get(t, "/metrics")
 			if v, ok := metricValue(m, "pgfence_serve_database_up"); !ok || v != 0 {

@@ -103,3 +103,13 @@ func poolOn(t testing.TB, url string, opts []func(*pgxpool.Config)) *pgxpool.Poo
 	t.Cleanup(pool.Close)
 	return pool
 }
+
+// Step runs fn as the named subtest of a story test, and stops the story
+// when it fails: later steps build on the state this one leaves. Parts of a
+// test that do not depend on each other use t.Run, so every failure shows.
+func Step(t *testing.T, name string, fn func(t *testing.T)) {
+	t.Helper()
+	if !t.Run(name, fn) {
+		t.FailNow()
+	}
+}
