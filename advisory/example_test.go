@@ -4,35 +4,32 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/advisory"
-	"github.com/pgfence/pgfence/internal/pgtest"
 )
-
-// examplePool stands for your own pool: pgxpool.New(ctx, databaseURL).
-func examplePool() *pgxpool.Pool {
-	pool, err := pgxpool.New(context.Background(), pgtest.URL())
-	if err != nil {
-		panic(err)
-	}
-	return pool
-}
 
 // Scheduled work: every instance tries each tick; the one that gets the key
 // does the work, the others skip. The work's writes commit with the lock.
 func ExampleTryDo() {
 	ctx := context.Background()
-	pool := examplePool()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer pool.Close()
-	pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS report_runs (day date PRIMARY KEY)`)
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS report_runs (day date PRIMARY KEY)`); err != nil {
+		log.Fatal(err)
+	}
 
 	key, err := advisory.StringKey("report:daily")
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
 	err = advisory.TryDo(ctx, pool, key, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO report_runs VALUES ('2026-11-30') ON CONFLICT DO NOTHING`)
@@ -51,12 +48,15 @@ func ExampleTryDo() {
 
 // Work that must happen: wait for the key, but not forever.
 func ExampleDo() {
-	pool := examplePool()
-	defer pool.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
 
-	err := advisory.Do(ctx, pool, advisory.PairKey(42, 7), func(ctx context.Context, tx pgx.Tx) error {
+	err = advisory.Do(ctx, pool, advisory.PairKey(42, 7), func(ctx context.Context, tx pgx.Tx) error {
 		var n int
 		return tx.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()`).Scan(&n)
 	})
@@ -66,12 +66,21 @@ func ExampleDo() {
 
 // The same key from SQL, for scripts that must exclude the Go workers.
 func ExampleKeySQL() {
-	pool := examplePool()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer pool.Close()
-	k, _ := advisory.StringKey("invoice:72")
-	fromGo, _ := k.Int64()
+	k, err := advisory.StringKey("invoice:72")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fromGo, _ := k.Int64() // ok is always true for a StringKey
 	var fromSQL int64
-	pool.QueryRow(context.Background(), `SELECT `+advisory.KeySQL, "invoice:72").Scan(&fromSQL)
+	if err := pool.QueryRow(ctx, `SELECT `+advisory.KeySQL, "invoice:72").Scan(&fromSQL); err != nil {
+		log.Fatal(err)
+	}
 	fmt.Println(fromGo == fromSQL)
 	// Output: true
 }

@@ -8,4 +8,4 @@ import (
 
 // TestMain gives the package a fresh, migrated database and checks for
 // leaked goroutines (pgtest.Main).
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgtest.MainWithURL(m) }

@@ -3,11 +3,12 @@ package payouts_test
 import (
 	"context"
 	"fmt"
+	"log"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgfence/pgfence/internal/pgtest"
 	"github.com/pgfence/pgfence/payouts"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -17,25 +18,27 @@ import (
 // and reconciliation of what is left in SUBMITTING.
 func Example() {
 	ctx := context.Background()
-	// pgtest.URL: the test database; in your code, your own pool on a
-	// database where pgfence's migrations ran.
-	pool, err := pgxpool.New(ctx, pgtest.URL())
+	// A database where pgfence's migrations ran.
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
 	defer pool.Close()
 	if _, err := pool.Exec(ctx, "DELETE FROM payout_intents WHERE payout_id = 'po_example'"); err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
 	intents, err := payouts.New(ctx, pool)
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
-	leases, _ := pglease.New(pool)
+	leases, err := pglease.New(pool)
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer leases.Close()
 
 	if _, err := intents.Create(ctx, pool, "po_example", 12_500, "EUR"); err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
 	err = leases.TryDo(ctx, "payout:po_example", 30*time.Second, func(ctx context.Context, l *pglease.Lease) error {
 		p, err := intents.BeginSubmit(ctx, pool, "po_example", l.Fence())
@@ -49,11 +52,17 @@ func Example() {
 	})
 	fmt.Println("paid:", err)
 
-	p, _ := intents.Get(ctx, pool, "po_example")
+	p, err := intents.Get(ctx, pool, "po_example")
+	if err != nil {
+		log.Fatal(err)
+	}
 	fmt.Println(p.State, p.Attempts, p.IdempotencyKey == payouts.IdempotencyKey("po_example"))
 
 	// The reconciliation job: nothing is stuck in SUBMITTING for a minute.
-	stuck, _ := intents.Stuck(ctx, pool, time.Minute, 100)
+	stuck, err := intents.Stuck(ctx, pool, time.Minute, 100)
+	if err != nil {
+		log.Fatal(err)
+	}
 	fmt.Println("stuck:", len(stuck))
 	// Output:
 	// paid: <nil>

@@ -9,7 +9,7 @@ import (
 	"github.com/pgfence/pgfence/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgtest.MainWithURL(m) }
 
 // fences draws n increasing fences from the never-repeating source.
 func fences(t testing.TB, pool *pgxpool.Pool, n int) []int64 {

@@ -4,31 +4,32 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/fencedb"
-	"github.com/pgfence/pgfence/internal/pgtest"
 	"github.com/pgfence/pgfence/pgguard"
 	"github.com/pgfence/pgfence/pglease"
 )
 
-// examplePool opens the test database (pgtest.URL; in your code, your own
-// pool on a database where pgfence's migrations ran) and creates the
-// examples' invoice_jobs table afresh.
-func examplePool(ctx context.Context) *pgxpool.Pool {
-	pool, err := pgxpool.New(ctx, pgtest.URL())
+// openWithInvoiceJobs opens your pool (DATABASE_URL, a database where
+// pgfence's migrations ran) and creates the examples' invoice_jobs table
+// afresh.
+func openWithInvoiceJobs(ctx context.Context) *pgxpool.Pool {
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
 	_, err = pool.Exec(ctx, `
 DROP TABLE IF EXISTS invoice_jobs;
 CREATE TABLE invoice_jobs (job_id text PRIMARY KEY, status text NOT NULL DEFAULT 'PENDING');
 INSERT INTO invoice_jobs (job_id) VALUES ('inv_72');`)
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
 	return pool
 }
@@ -38,32 +39,38 @@ INSERT INTO invoice_jobs (job_id) VALUES ('inv_72');`)
 // the row.
 func Example() {
 	ctx := context.Background()
-	pool := examplePool(ctx)
+	pool := openWithInvoiceJobs(ctx)
 	defer pool.Close()
 
 	// Once: give the table its fence column.
 	if err := pgguard.AddFenceColumn(ctx, pool, pgguard.Table{Name: "invoice_jobs"}); err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
 	jobs, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: "invoice_jobs", KeyColumn: "job_id"})
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
 
-	workerA, _ := pglease.New(pool, pglease.WithoutAutoRenew())
+	workerA, err := pglease.New(pool, pglease.WithoutAutoRenew())
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer workerA.Close()
-	workerB, _ := pglease.New(pool)
+	workerB, err := pglease.New(pool)
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer workerB.Close()
 
 	a, err := workerA.TryAcquire(ctx, "invoice:inv_72", 50*time.Millisecond)
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond) // A pauses past its 50ms TTL: its lease expires, by the database clock.
 
 	b, err := workerB.TryAcquire(ctx, "invoice:inv_72", 30*time.Second)
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
 	defer b.Release(ctx)
 	err = jobs.Update(ctx, pool, "inv_72", b.Fence(), pgguard.Values{"status": "SENT"}, pgguard.Eq("status", "PENDING"))
@@ -89,16 +96,22 @@ func Example() {
 // of its transaction and decides from the state it inherits.
 func ExampleGuard_ClaimFirst() {
 	ctx := context.Background()
-	pool := examplePool(ctx)
+	pool := openWithInvoiceJobs(ctx)
 	defer pool.Close()
 	pgguard.AddFenceColumn(ctx, pool, pgguard.Table{Name: "invoice_jobs"})
 	jobs, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: "invoice_jobs", KeyColumn: "job_id"})
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
 	q := fencedb.New(pool)
-	oldFence, _ := q.NextFence(ctx) // a holder that has since lost its lease
-	newFence, _ := q.NextFence(ctx) // the new holder's
+	oldFence, err := q.NextFence(ctx) // a holder that has since lost its lease
+	if err != nil {
+		log.Fatal(err)
+	}
+	newFence, err := q.NextFence(ctx) // the new holder's
+	if err != nil {
+		log.Fatal(err)
+	}
 
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		var status string
@@ -127,18 +140,24 @@ func ExampleGuard_ClaimFirst() {
 // hand-written UPDATE even though it forgot the fence predicate.
 func ExampleInstallTrigger() {
 	ctx := context.Background()
-	pool := examplePool(ctx)
+	pool := openWithInvoiceJobs(ctx)
 	defer pool.Close()
 	tbl := pgguard.Table{Name: "invoice_jobs"}
 	if err := pgguard.AddFenceColumn(ctx, pool, tbl); err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
 	if err := pgguard.InstallTrigger(ctx, pool, tbl, pgguard.Strict); err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
 	q := fencedb.New(pool)
-	oldFence, _ := q.NextFence(ctx)
-	newFence, _ := q.NextFence(ctx)
+	oldFence, err := q.NextFence(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	newFence, err := q.NextFence(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
 
 	rawUpdate := func(fence int64, status string) error {
 		return pgguard.RunFenced(ctx, pool, fence, func(tx pgx.Tx) error {
@@ -147,7 +166,7 @@ func ExampleInstallTrigger() {
 		})
 	}
 	fmt.Println("new holder:", rawUpdate(newFence, "SENT"))
-	err := rawUpdate(oldFence, "VOID")
+	err = rawUpdate(oldFence, "VOID")
 	fmt.Println("old holder refused:", errors.Is(err, pgguard.ErrStaleFence))
 
 	// Strict mode: a transaction that set no fence may not change the row.

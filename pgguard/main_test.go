@@ -18,7 +18,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(workerEnv) != "" {
 		os.Exit(workerMain())
 	}
-	pgtest.Main(m)
+	pgtest.MainWithURL(m)
 }
 
 var tableSeq atomic.Int64

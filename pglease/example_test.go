@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgfence/pgfence/internal/pgtest"
 	"github.com/pgfence/pgfence/pglease"
 )
 
@@ -16,30 +17,47 @@ import (
 // scheduled work. The fence travels with every protected write.
 func ExampleClient_TryAcquire() {
 	ctx := context.Background()
-	pool, _ := pgxpool.New(ctx, pgtest.URL())
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer pool.Close()
-	pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS invoice_jobs (
-		job_id text PRIMARY KEY, status text NOT NULL, last_fence bigint NOT NULL DEFAULT 0)`)
-	pool.Exec(ctx, `INSERT INTO invoice_jobs VALUES ('inv_72', 'PENDING', 0) ON CONFLICT DO NOTHING`)
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS invoice_jobs (
+		job_id text PRIMARY KEY, status text NOT NULL, last_fence bigint NOT NULL DEFAULT 0);
+		INSERT INTO invoice_jobs VALUES ('inv_72', 'PENDING', 0) ON CONFLICT DO NOTHING`); err != nil {
+		log.Fatal(err)
+	}
 
-	leases, _ := pglease.New(pool)
+	leases, err := pglease.New(pool)
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer leases.Close()
 	lease, err := leases.TryAcquire(ctx, "invoice:inv_72", 30*time.Second)
 	if errors.Is(err, pglease.ErrNotAcquired) {
 		fmt.Println("another instance is sending it")
 		return
 	}
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer lease.Release(ctx)
 
 	// A second instance is refused while the lease is held.
-	other, _ := pglease.New(pool)
+	other, err := pglease.New(pool)
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer other.Close()
 	_, err = other.TryAcquire(ctx, "invoice:inv_72", 30*time.Second)
 	fmt.Println("second instance refused:", errors.Is(err, pglease.ErrNotAcquired))
 
 	// The resource checks the fence in the same statement as the write.
-	tag, _ := pool.Exec(ctx, `UPDATE invoice_jobs SET status = 'SENT', last_fence = $1
+	tag, err := pool.Exec(ctx, `UPDATE invoice_jobs SET status = 'SENT', last_fence = $1
 		WHERE job_id = 'inv_72' AND last_fence <= $1 AND status = 'PENDING'`, lease.Fence())
+	if err != nil {
+		log.Fatal(err)
+	}
 	fmt.Println("rows sent:", tag.RowsAffected())
 	// Output:
 	// second instance refused: true
@@ -50,12 +68,18 @@ func ExampleClient_TryAcquire() {
 // it. The function's context ends if the lease is lost.
 func ExampleClient_Do() {
 	ctx := context.Background()
-	pool, _ := pgxpool.New(ctx, pgtest.URL())
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer pool.Close()
-	leases, _ := pglease.New(pool, pglease.WithMaxWait(10*time.Second))
+	leases, err := pglease.New(pool, pglease.WithMaxWait(10*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer leases.Close()
 
-	err := leases.Do(ctx, "export:nightly", time.Minute, func(ctx context.Context, l *pglease.Lease) error {
+	err = leases.Do(ctx, "export:nightly", time.Minute, func(ctx context.Context, l *pglease.Lease) error {
 		fmt.Println("exporting under", l.Key())
 		return ctx.Err() // a real export checks ctx between steps
 	})
@@ -68,12 +92,18 @@ func ExampleClient_Do() {
 // Campaign elects a leader; the fence is the leader's epoch.
 func ExampleClient_Campaign() {
 	ctx, cancel := context.WithCancel(context.Background())
-	pool, _ := pgxpool.New(ctx, pgtest.URL())
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer pool.Close()
-	leases, _ := pglease.New(pool)
+	leases, err := pglease.New(pool)
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer leases.Close()
 
-	err := leases.Campaign(ctx, "leader:scheduler", 15*time.Second, func(ctx context.Context, term *pglease.Lease) error {
+	err = leases.Campaign(ctx, "leader:scheduler", 15*time.Second, func(ctx context.Context, term *pglease.Lease) error {
 		fmt.Println("leading with an epoch:", term.Fence() > 0)
 		cancel() // a real leader works until ctx ends
 		return nil

@@ -28,6 +28,22 @@ func Main(m interface{ Run() int }) {
 	os.Exit(run(leakChecked{m}))
 }
 
+// MainWithURL is Main for packages with go doc examples: while the tests
+// and examples run, DATABASE_URL names the package's test database, so the
+// examples connect as an application does (os.Getenv("DATABASE_URL")) and
+// show no test helper.
+func MainWithURL(m interface{ Run() int }) {
+	Main(withURL{m})
+}
+
+type withURL struct{ m interface{ Run() int } }
+
+func (w withURL) Run() int {
+	os.Setenv("DATABASE_URL", URL())
+	defer os.Unsetenv("DATABASE_URL")
+	return w.m.Run()
+}
+
 type leakChecked struct{ m interface{ Run() int } }
 
 func (l leakChecked) Run() int {
