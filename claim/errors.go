@@ -33,6 +33,11 @@ type LeaseLostError struct {
 	Op    string // "renew", "complete", "fail", "release" or "local deadline"
 	JobID int64
 	Fence int64
+	// Cause is why, in pglease.LeaseLostError's words, when the Runner
+	// knows it: "local_deadline", or "unknown" when a renewal found the job
+	// no longer running under this fence. Empty for a write the database
+	// refused (Op says which): rescued, claimed again or finished.
+	Cause string
 }
 
 // opLocalDeadline is LeaseLostError.Op for keepalive.LocalDeadline.
@@ -45,7 +50,7 @@ func lostBy(cause keepalive.Cause, j *Job) error {
 	if cause == keepalive.LocalDeadline {
 		op = opLocalDeadline
 	}
-	return &LeaseLostError{Op: op, JobID: j.ID, Fence: j.Fence}
+	return &LeaseLostError{Op: op, JobID: j.ID, Fence: j.Fence, Cause: cause.String()}
 }
 
 func (e *LeaseLostError) Error() string {

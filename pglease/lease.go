@@ -92,7 +92,7 @@ func (c *Client) schedule(ttl time.Duration) keepalive.Schedule {
 
 // lostError is the cause of l's context when it is lost with cause.
 func (l *Lease) lostError(cause keepalive.Cause) error {
-	return fmt.Errorf("%w: %q (fence %d): %s", ErrLeaseLost, l.key, l.fence, cause.Reason())
+	return &LeaseLostError{Key: l.key, Fence: l.fence, Cause: cause.String(), reason: cause.Reason()}
 }
 
 // Key is the lock key.
@@ -205,7 +205,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 	ended, released := l.ended, l.released
 	l.mu.Unlock()
 	if released {
-		return fmt.Errorf("%w: %q was released", ErrLeaseLost, l.key)
+		return &LeaseLostError{Key: l.key, Fence: l.fence, Cause: "released", reason: "it was released"}
 	}
 	if ended {
 		return context.Cause(l.ctx)

@@ -263,8 +263,12 @@ func TestStalledRenewalLosesLease(t *testing.T) {
 	if late := ended.Sub(deadline); late > 50*time.Millisecond {
 		t.Fatalf("context ended %v after the local deadline", late)
 	}
-	if !errors.Is(l.Err(), pglease.ErrLeaseLost) {
-		t.Fatalf("cause = %v, want ErrLeaseLost", l.Err())
+	var lost *pglease.LeaseLostError
+	if !errors.As(l.Err(), &lost) || !errors.Is(l.Err(), pglease.ErrLeaseLost) {
+		t.Fatalf("cause = %v, want a *LeaseLostError satisfying ErrLeaseLost", l.Err())
+	}
+	if lost.Key != l.Key() || lost.Fence != l.Fence() || lost.Cause != "local_deadline" {
+		t.Fatalf("lost = %+v, want key %q, fence %d, cause local_deadline", lost, l.Key(), l.Fence())
 	}
 	if stalled.Load() == 0 {
 		t.Fatal("the renewal hook never ran")
@@ -291,8 +295,12 @@ func TestLostRenewalEndsLeaseAtOnce(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("lease not ended after a renewal found it gone")
 	}
-	if !errors.Is(l.Err(), pglease.ErrLeaseLost) {
-		t.Fatalf("cause = %v", l.Err())
+	var lost *pglease.LeaseLostError
+	if !errors.As(l.Err(), &lost) || !errors.Is(l.Err(), pglease.ErrLeaseLost) {
+		t.Fatalf("cause = %v, want a *LeaseLostError satisfying ErrLeaseLost", l.Err())
+	}
+	if lost.Cause != "unknown" {
+		t.Fatalf("lost cause = %q, want unknown (a renewal found it gone)", lost.Cause)
 	}
 }
 
