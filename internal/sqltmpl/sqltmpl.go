@@ -166,10 +166,14 @@ func marker(body string) (p part, ok bool, err error) {
 }
 
 // identLen is the length of the plain lower-case identifier s starts with.
-func identLen(s string) int {
+func identLen(s string) int { return nameLen(s, true) }
+
+// nameLen is identLen, without the $ an identifier may hold (after its
+// first character) when dollar is false: the tag of a dollar quote.
+func nameLen(s string, dollar bool) int {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if c == '_' || c >= 'a' && c <= 'z' || i > 0 && (c >= '0' && c <= '9' || c == '$') {
+		if c == '_' || c >= 'a' && c <= 'z' || i > 0 && (c >= '0' && c <= '9' || c == '$' && dollar) {
 			continue
 		}
 		return i
@@ -191,7 +195,7 @@ func skipQuoted(sql string, i int) (int, error) {
 		}
 		return len(sql), nil
 	case sql[i] == '$':
-		n := identLen(sql[i+1:])
+		n := nameLen(sql[i+1:], false)
 		if i+1+n >= len(sql) || sql[i+1+n] != '$' || (i > 0 && identLen(sql[i-1:]) > 0) {
 			return i, nil // a parameter ($1) or part of a name
 		}
