@@ -25,23 +25,32 @@ type statements struct {
 	queueStats string
 }
 
-func buildStatements(t Table) (statements, error) {
-	var s statements
-	names := t.names()
-	for _, st := range []struct {
-		dst *string
-		sql string
-	}{
+// source pairs a statement with its sqlc-generated text.
+type source struct {
+	dst *string
+	sql string
+}
+
+// sources lists every statement of s with its text in fencedb, one per
+// statement of queries/claim.sql.
+func (s *statements) sources() []source {
+	return []source{
 		{&s.claim, fencedb.ClaimJobs}, {&s.renew, fencedb.RenewJob}, {&s.complete, fencedb.CompleteJob},
 		{&s.fail, fencedb.FailJob}, {&s.release, fencedb.ReleaseJob}, {&s.rescue, fencedb.RescueJobs},
 		{&s.renewMany, fencedb.RenewJobs}, {&s.completeMany, fencedb.CompleteJobs}, {&s.readBack, fencedb.ReadBackJobs},
 		{&s.queueStats, fencedb.JobQueueStats}, {&s.purge, fencedb.PurgeJobsBatch},
-	} {
-		if st.dst == &s.purge && t.FinishedAt == "" {
+	}
+}
+
+func buildStatements(t Table) (statements, error) {
+	var s statements
+	names := t.names()
+	for _, src := range s.sources() {
+		if src.dst == &s.purge && t.FinishedAt == "" {
 			continue
 		}
 		var err error
-		if *st.dst, err = expand(st.sql, names); err != nil {
+		if *src.dst, err = expand(src.sql, names); err != nil {
 			return statements{}, fmt.Errorf("claim: building the statements for table %s: %w", t.ident(), err)
 		}
 	}
