@@ -14,7 +14,6 @@ import (
 )
 
 const ClaimJobs = `-- name: ClaimJobs :many
-
 WITH picked AS (
   SELECT /* TEMPLATE: col */id FROM /* TEMPLATE: table */pgfence_jobs AS p
    WHERE /* TEMPLATE: col */state = 'available' AND /* TEMPLATE: col */run_at <= now()/* TEMPLATE_IF: queue */ AND p./* TEMPLATE: col */queue = $4/* TEMPLATE_END */
@@ -52,16 +51,6 @@ type ClaimJobsRow struct {
 	PgfPayload json.RawMessage
 }
 
-// The statements package claim sends, written against the ready-made table
-// pgfence_jobs and checked by sqlc against its schema. package claim fills
-// them in for a table of the user's own (claim.WithTable) through
-// internal/sqltmpl: the TEMPLATE markers (block comments) mark every table
-// and column it renames, and TEMPLATE_IF sections the parts that exist only
-// when the table has an optional column (queue, last_error, finished_at,
-// payload). Parameters are positional ($n, not
-// sqlc.arg) so that an optional part always holds the last ones: dropping it
-// leaves $1..$k. Every write after the claim matches its row on id + fence +
-// state 'running'.
 // Claims up to $1 runnable jobs for owner $2 with a lease of $3
 // microseconds (of queue $4), in claim order. It commits durably whatever the
 // session's synchronous_commit: a claim lost in a crash could see its fence
@@ -355,7 +344,6 @@ func (q *Queries) RenewJob(ctx context.Context, arg RenewJobParams) (*time.Time,
 }
 
 const RenewJobs = `-- name: RenewJobs :many
-
 UPDATE /* TEMPLATE: table */pgfence_jobs AS j
    SET /* TEMPLATE: col */expires_at = now() + $3::bigint * interval '1 microsecond'
   FROM ROWS FROM (unnest($1::bigint[]), unnest($2::bigint[])) AS x(id, fence)
@@ -375,11 +363,10 @@ type RenewJobsRow struct {
 	ExpiresAt *time.Time
 }
 
-// The batch forms take parallel arrays of ids and fences. Each returns the
-// id + fence pairs it changed (a batch may hold two attempts of one job: a
-// stale worker's and the new one's); a job missing from the answer was not
-// changed (lease lost).
-// Renew for every job $1[i] under fence $2[i].
+// Renew for every job $1[i] under fence $2[i]. This and the other batch forms
+// return the id + fence pairs they changed (a batch may hold two attempts of
+// one job: a stale worker's and the new one's); a job missing from the answer
+// was not changed (lease lost).
 func (q *Queries) RenewJobs(ctx context.Context, arg RenewJobsParams) ([]RenewJobsRow, error) {
 	rows, err := q.db.Query(ctx, RenewJobs, arg.Column1, arg.Column2, arg.Column3)
 	if err != nil {

@@ -1,14 +1,3 @@
--- The statements package claim sends, written against the ready-made table
--- pgfence_jobs and checked by sqlc against its schema. package claim fills
--- them in for a table of the user's own (claim.WithTable) through
--- internal/sqltmpl: the TEMPLATE markers (block comments) mark every table
--- and column it renames, and TEMPLATE_IF sections the parts that exist only
--- when the table has an optional column (queue, last_error, finished_at,
--- payload). Parameters are positional ($n, not
--- sqlc.arg) so that an optional part always holds the last ones: dropping it
--- leaves $1..$k. Every write after the claim matches its row on id + fence +
--- state 'running'.
-
 -- name: ClaimJobs :many
 -- Claims up to $1 runnable jobs for owner $2 with a lease of $3
 -- microseconds (of queue $4), in claim order. It commits durably whatever the
@@ -53,13 +42,11 @@ WITH upd AS (
 SELECT EXISTS (SELECT 1 FROM upd)
     OR EXISTS (SELECT 1 FROM /* TEMPLATE: table */pgfence_jobs AS k WHERE k./* TEMPLATE: col */id = $1 AND k./* TEMPLATE: col */fence = $2 AND k./* TEMPLATE: col */state = 'completed');
 
--- The batch forms take parallel arrays of ids and fences. Each returns the
--- id + fence pairs it changed (a batch may hold two attempts of one job: a
--- stale worker's and the new one's); a job missing from the answer was not
--- changed (lease lost).
-
 -- name: RenewJobs :many
--- Renew for every job $1[i] under fence $2[i].
+-- Renew for every job $1[i] under fence $2[i]. This and the other batch forms
+-- return the id + fence pairs they changed (a batch may hold two attempts of
+-- one job: a stale worker's and the new one's); a job missing from the answer
+-- was not changed (lease lost).
 UPDATE /* TEMPLATE: table */pgfence_jobs AS j
    SET /* TEMPLATE: col */expires_at = now() + $3::bigint * interval '1 microsecond'
   FROM ROWS FROM (unnest($1::bigint[]), unnest($2::bigint[])) AS x(id, fence)
@@ -151,3 +138,16 @@ SELECT count(*) FILTER (WHERE /* TEMPLATE: col */state = 'available') AS availab
        coalesce(extract(epoch FROM now() - min(/* TEMPLATE: col */run_at) FILTER (WHERE /* TEMPLATE: col */state = 'available' AND /* TEMPLATE: col */run_at <= now())), 0)::float8 AS oldest_runnable_age
   FROM /* TEMPLATE: table */pgfence_jobs
  WHERE /* TEMPLATE: col */state IN ('available', 'running')/* TEMPLATE_IF: queue */ AND /* TEMPLATE: col */queue = $1/* TEMPLATE_END */;
+
+-- About this file (here at its end: sqlc would make a comment at the top the
+-- first statement's doc). These are the statements package claim sends,
+-- written against the ready-made table pgfence_jobs so that sqlc checks them
+-- against its schema. For a table of the user's own (claim.WithTable),
+-- internal/sqltmpl puts that table's names at the places the TEMPLATE markers
+-- (block comments) mark, and keeps a TEMPLATE_IF section only when the table
+-- has that optional column (queue, last_error, finished_at, payload).
+-- Parameters are positional ($n, not sqlc.arg) so that an optional section
+-- always holds the highest ones: dropping it leaves $1..$k. A few columns
+-- compared with a parameter carry their table's alias (p., r., k.) or the
+-- parameter a cast, where sqlc would otherwise find the column ambiguous.
+-- Every write after the claim matches its row on id + fence + state 'running'.
