@@ -187,6 +187,16 @@ func nameLen(s string, dollar bool) int {
 func skipQuoted(sql string, i int) (int, error) {
 	var closer string
 	switch {
+	case sql[i] == '\'' && escapeString(sql, i):
+		for j := i + 1; j < len(sql); j++ {
+			switch sql[j] {
+			case '\\':
+				j++
+			case '\'':
+				return j + 1, nil // a doubled quote inside reads as close + open
+			}
+		}
+		return 0, errorf("unterminated E' at byte %d", i)
 	case sql[i] == '\'' || sql[i] == '"':
 		closer = sql[i : i+1] // a doubled quote inside reads as close + open
 	case strings.HasPrefix(sql[i:], "--"):
@@ -196,7 +206,7 @@ func skipQuoted(sql string, i int) (int, error) {
 		return len(sql), nil
 	case sql[i] == '$':
 		n := nameLen(sql[i+1:], false)
-		if i+1+n >= len(sql) || sql[i+1+n] != '$' || (i > 0 && identLen(sql[i-1:]) > 0) {
+		if i+1+n >= len(sql) || sql[i+1+n] != '$' || i > 0 && identChar(sql[i-1]) {
 			return i, nil // a parameter ($1) or part of a name
 		}
 		closer = sql[i : i+n+2]
@@ -208,6 +218,17 @@ func skipQuoted(sql string, i int) (int, error) {
 		return 0, errorf("unterminated %s at byte %d", closer, i)
 	}
 	return i + len(closer) + j + len(closer), nil
+}
+
+// escapeString reports whether the quote at i opens an escape string
+// (E'...'), in which a backslash escapes the next character.
+func escapeString(sql string, i int) bool {
+	return i > 0 && (sql[i-1] == 'E' || sql[i-1] == 'e') && (i == 1 || !identChar(sql[i-2]))
+}
+
+// identChar reports whether c may continue an unquoted identifier.
+func identChar(c byte) bool {
+	return c == '_' || c == '$' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c >= 0x80
 }
 
 // Expand returns the statement for names: every marker removed, every

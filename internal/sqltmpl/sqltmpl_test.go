@@ -14,7 +14,7 @@ const stmt = `-- name: Claim :many
 
 SELECT x.id, /* TEMPLATE: col */id, j./* TEMPLATE: col */state, 'a /* TEMPLATE: col */id', "id /* TEMPLATE_IF: q */"
   FROM /* TEMPLATE: table */pgfence_jobs AS j, ROWS FROM (unnest($1::bigint[])) AS x(id) -- id /* TEMPLATE: bogus */
- WHERE /* an ordinary comment */ /* TEMPLATE: schema */pgfence_next_fence() > $$ /* TEMPLATE: col */id $$ AND $tag$ $ $tag$ = ''''/* TEMPLATE_IF: queue */
+ WHERE /* an ordinary comment */ /* TEMPLATE: schema */pgfence_next_fence() > $$ /* TEMPLATE: col */id $$ AND $tag$ $ $tag$ = '''' || E'\' /* TEMPLATE_END */ \''/* TEMPLATE_IF: queue */
    AND /* TEMPLATE: col */queue = $2/* TEMPLATE_END */
 `
 
@@ -48,7 +48,7 @@ func TestExpandReplacesOnlyMarkedNames(t *testing.T) {
 	}
 	want := `SELECT x.id, "job_id", j."Status", 'a /* TEMPLATE: col */id', "id /* TEMPLATE_IF: q */"
   FROM "my schema"."My ""Jobs""" AS j, ROWS FROM (unnest($1::bigint[])) AS x(id) -- id /* TEMPLATE: bogus */
- WHERE /* an ordinary comment */ pgfence_next_fence() > $$ /* TEMPLATE: col */id $$ AND $tag$ $ $tag$ = ''''
+ WHERE /* an ordinary comment */ pgfence_next_fence() > $$ /* TEMPLATE: col */id $$ AND $tag$ $ $tag$ = '''' || E'\' /* TEMPLATE_END */ \''
    AND "Queue" = $2`
 	if got != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
@@ -61,7 +61,7 @@ func TestExpandDropsSectionOnMissingColumn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasSuffix(got, `= ''''`) || strings.Contains(got, "$2") {
+	if !strings.HasSuffix(got, `\''`) || strings.Contains(got, "$2") {
 		t.Errorf("section kept:\n%s", got)
 	}
 }
@@ -69,7 +69,7 @@ func TestExpandDropsSectionOnMissingColumn(t *testing.T) {
 // Plain is the text sqlc parsed, without markers.
 func TestPlain(t *testing.T) {
 	got := parse(t, stmt).Plain()
-	for _, want := range []string{"SELECT x.id, id, j.state,", "FROM pgfence_jobs AS j", "WHERE /* an ordinary comment */ pgfence_next_fence() >", "= ''''\n   AND queue = $2"} {
+	for _, want := range []string{"SELECT x.id, id, j.state,", "FROM pgfence_jobs AS j", "WHERE /* an ordinary comment */ pgfence_next_fence() >", `\''` + "\n   AND queue = $2"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("Plain lacks %q:\n%s", want, got)
 		}
