@@ -76,55 +76,24 @@ func Parse(sql string) (*Template, error) {
 func (t *Template) parse(sql string) error {
 	start, open := 0, false
 	for i := 0; i < len(sql); {
-		skip, err := skipQuoted(sql, i)
+		next, m, err := scan(sql, i)
 		if err != nil {
 			return err
 		}
-		if skip > i {
-			i = skip
-			continue
-		}
-		if !strings.HasPrefix(sql[i:], "/*") {
-			i++
-			continue
-		}
-		closeAt := strings.Index(sql[i+2:], "*/")
-		if closeAt < 0 {
-			return errorf("unterminated comment at byte %d", i)
-		}
-		body := sql[i+2 : i+2+closeAt]
-		next := i + 2 + closeAt + 2
-		if strings.Contains(body, "/*") {
-			return errorf("nested comment at byte %d", i)
-		}
-		m, ok, err := marker(strings.TrimSpace(body))
-		if err != nil {
-			return errorf("%v at byte %d", err, i)
-		}
-		if !ok {
+		if m == nil {
 			i = next
 			continue
 		}
-		t.add(part{kind: text, s: sql[start:i]})
-		switch m.kind {
-		case ifCol:
-			if open {
-				return errorf("TEMPLATE_IF inside a section at byte %d", i)
-			}
-			open = true
-		case end:
-			if !open {
-				return errorf("TEMPLATE_END without TEMPLATE_IF at byte %d", i)
-			}
-			open = false
-		default:
-			n := identLen(sql[next:])
-			if n == 0 {
-				return errorf("TEMPLATE: %s at byte %d is not followed at once by a lower-case name", kindWord[m.kind], i)
-			}
-			m.s, next = sql[next:next+n], next+n
+		switch {
+		case m.kind == ifCol && open:
+			return errorf("TEMPLATE_IF inside a section at byte %d", i)
+		case m.kind == end && !open:
+			return errorf("TEMPLATE_END without TEMPLATE_IF at byte %d", i)
+		case m.kind == ifCol || m.kind == end:
+			open = m.kind == ifCol
 		}
-		t.parts = append(t.parts, m)
+		t.add(part{kind: text, s: sql[start:i]})
+		t.parts = append(t.parts, *m)
 		i, start = next, next
 	}
 	if open {
@@ -132,6 +101,42 @@ func (t *Template) parse(sql string) error {
 	}
 	t.add(part{kind: text, s: sql[start:]})
 	return nil
+}
+
+// scan reads what starts at byte i: a marker (with the name it marks), or
+// else a literal, quoted name or comment skipped whole, or one byte. next is
+// where the rest starts.
+func scan(sql string, i int) (next int, m *part, err error) {
+	if next, err = skipQuoted(sql, i); err != nil || next > i {
+		return next, nil, err
+	}
+	if !strings.HasPrefix(sql[i:], "/*") {
+		return i + 1, nil, nil
+	}
+	closeAt := strings.Index(sql[i+2:], "*/")
+	if closeAt < 0 {
+		return 0, nil, errorf("unterminated comment at byte %d", i)
+	}
+	body := sql[i+2 : i+2+closeAt]
+	next = i + 2 + closeAt + 2
+	if strings.Contains(body, "/*") {
+		return 0, nil, errorf("nested comment at byte %d", i)
+	}
+	p, ok, err := marker(strings.TrimSpace(body))
+	if err != nil {
+		return 0, nil, errorf("%v at byte %d", err, i)
+	}
+	if !ok {
+		return next, nil, nil
+	}
+	if p.kind == table || p.kind == column || p.kind == schema {
+		n := identLen(sql[next:])
+		if n == 0 {
+			return 0, nil, errorf("TEMPLATE: %s at byte %d is not followed at once by a lower-case name", kindWord[p.kind], i)
+		}
+		p.s, next = sql[next:next+n], next+n
+	}
+	return next, &p, nil
 }
 
 func (t *Template) add(p part) {
