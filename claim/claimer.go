@@ -107,7 +107,11 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Claimer, err
 	if err != nil {
 		return nil, fmt.Errorf("claim: checking for a connection pooler: %w", err)
 	}
-	c := &Claimer{pool: pool, cfg: cfg, sql: buildStatements(cfg.table), pipeline: pipeline}
+	stmts, err := buildStatements(cfg.table)
+	if err != nil {
+		return nil, err
+	}
+	c := &Claimer{pool: pool, cfg: cfg, sql: stmts, pipeline: pipeline}
 	c.met = newMetrics(c)
 	return c, nil
 }

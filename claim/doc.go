@@ -47,7 +47,10 @@
 // The ready-made table is pgfence_jobs (migration 000003). A table of your own
 // works too: name it and its columns with WithTable; New checks them against
 // the catalog and every identifier is quoted with pgx.Identifier.Sanitize.
-// Values are always bound parameters.
+// Values are always bound parameters. Every statement is written once, in
+// queries/claim.sql against pgfence_jobs, where sqlc checks it against the
+// schema; internal/sqltmpl fills in your table's names at the places the
+// file marks.
 //
 // Runner runs N workers over a Claimer and spends the database sparingly: one
 // claim statement takes as many jobs as there are idle workers (waiting up to

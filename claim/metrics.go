@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -97,7 +96,7 @@ func newMetrics(c *Claimer) *metrics {
 	if every <= 0 {
 		every = DefaultQueueStatsInterval
 	}
-	qs := &queueStats{pool: c.pool, sql: queueStatsSQL(c.cfg.table), args: c.queueArgs(), every: every, logger: c.cfg.logger}
+	qs := &queueStats{pool: c.pool, sql: c.sql.queueStats, args: c.queueArgs(), every: every, logger: c.cfg.logger}
 	key := queueKey{pool: c.pool, table: c.cfg.table.ident(), queue: c.Queue()}
 	stopQueue := otelx.Shared(m, key, func() metric.Registration { return qs.register(m, q) })
 	stopPool := otelx.PoolStats(m, c.pool)
@@ -149,22 +148,6 @@ func (m *metrics) batchCompleted(err error) {
 	case errors.Is(err, ErrLeaseLost):
 		m.leaseLost(opComplete)
 	}
-}
-
-// queueStatsSQL counts the queue's available and running rows and the age
-// of its oldest runnable one (0 when none is), in one statement. Completed
-// and dead rows are left out: they accumulate, and counting them would scan
-// what the partial indexes on available and running rows avoid.
-func queueStatsSQL(t Table) string {
-	q := func(col string) string { return pgx.Identifier{col}.Sanitize() }
-	where := q(t.State) + " IN ('available', 'running')"
-	if t.Queue != "" {
-		where += " AND " + q(t.Queue) + " = $1"
-	}
-	return "SELECT count(*) FILTER (WHERE " + q(t.State) + " = 'available'), " +
-		"count(*) FILTER (WHERE " + q(t.State) + " = 'running'), " +
-		"coalesce(extract(epoch FROM now() - min(" + q(t.RunAt) + ") FILTER (WHERE " + q(t.State) + " = 'available' AND " + q(t.RunAt) + " <= now())), 0)::float8 " +
-		"FROM " + t.ident() + " WHERE " + where
 }
 
 // queueStats caches the queue-depth query's answer for every.

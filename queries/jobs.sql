@@ -1,7 +1,7 @@
 -- Typed statements on the ready-made pgfence_jobs table (migration 000003).
--- The claim, heartbeat, complete, fail, release and rescue statements live in
--- package claim, which builds them for pgfence_jobs or for a table of the
--- user's own; these are the ones that only make sense for pgfence_jobs.
+-- The statements package claim sends (claim, renew, complete, fail, release,
+-- rescue, purge, ...) are in claim.sql, templated for a table of the user's
+-- own; these are the ones that only make sense for pgfence_jobs.
 
 -- name: EnqueueJob :one
 -- Inserts one job and notifies listeners on the channel (pass '' for none;
