@@ -2,6 +2,7 @@ package migrations
 
 import (
 	"context"
+	"database/sql"
 	"embed"
 	"errors"
 	"fmt"
@@ -26,8 +27,12 @@ const Table = "pgfence_schema_migrations"
 //go:embed *.sql
 var files embed.FS
 
-// FS returns the migration files (NNNNNN_name.up.sql / .down.sql).
-func FS() fs.FS { return files }
+// FS returns the migration files (NNNNNN_name.up.sql / .down.sql) for
+// running with a tool of one's own, their schema markers removed: the
+// functions then find pgfence's objects through the search_path of the
+// session that calls them, as before migration 000007. Up qualifies them
+// with the schema instead.
+func FS() fs.FS { return schemaFS{base: files} }
 
 // Up applies every migration not yet applied. A database already at the
 // newest version is not an error.
@@ -140,7 +145,14 @@ func run(ctx context.Context, pool *pgxpool.Pool, what string, opts []Option, fn
 		}
 		return fmt.Errorf("pgfence migrations: connect: %w", unwrapDB(err))
 	}
-	src, err := iofs.New(files, ".")
+	schema := o.schema
+	if schema == "" {
+		if schema, err = currentSchema(ctx, db); err != nil {
+			driver.Close()
+			return fmt.Errorf("pgfence migrations: %s: %w", what, err)
+		}
+	}
+	src, err := iofs.New(schemaFS{base: files, schema: schema}, ".")
 	if err != nil {
 		driver.Close()
 		return fmt.Errorf("pgfence migrations: read embedded files: %w", err)
@@ -175,6 +187,22 @@ func run(ctx context.Context, pool *pgxpool.Pool, what string, opts []Option, fn
 		}
 		return fmt.Errorf("pgfence migrations: %s: %w", what, unwrapDB(err))
 	}
+}
+
+// currentSchema is the schema the default layout's objects go into: the
+// first existing schema of the connection's search_path. Migration 000007
+// qualifies the names in pgfence's function bodies with it. "" when the
+// search_path names no existing schema (golang-migrate then has nowhere to
+// put its table either, and says so).
+func currentSchema(ctx context.Context, db *sql.DB) (string, error) {
+	var s *string
+	if err := db.QueryRowContext(ctx, "SELECT current_schema()").Scan(&s); err != nil {
+		return "", unwrapDB(err)
+	}
+	if s == nil {
+		return "", nil
+	}
+	return *s, nil
 }
 
 // undirty clears the dirty flag a failed Up left, when that is safe. Each
