@@ -97,17 +97,20 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Claimer, err
 			return nil, err
 		}
 	}
+	if cfg.schema != "" && !cfg.tableSet {
+		cfg.table.Schema = cfg.schema // the ready-made table lives with the functions
+	}
 	if err := cfg.table.check(); err != nil {
 		return nil, err
 	}
-	if err := cfg.table.verify(ctx, pool); err != nil {
+	if err := cfg.table.verify(ctx, pool, cfg.schema); err != nil {
 		return nil, err
 	}
 	pipeline, err := pgmode.PipelineSafe(ctx, pool, pool.Config().ConnConfig.DefaultQueryExecMode)
 	if err != nil {
 		return nil, fmt.Errorf("claim: checking for a connection pooler: %w", err)
 	}
-	stmts, err := buildStatements(cfg.table)
+	stmts, err := buildStatements(cfg.table, cfg.schema)
 	if err != nil {
 		return nil, err
 	}

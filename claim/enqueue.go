@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/inschema"
 	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
@@ -21,6 +22,9 @@ type NewJob struct {
 	// Notify names a channel to notify (pg_notify, delivered at commit) so
 	// that pools listening on it (WithListen) claim at once. Default: none.
 	Notify string
+	// Schema is the schema of pgfence_jobs (see WithSchema). Default: found
+	// through the search_path.
+	Schema string
 }
 
 // Enqueue inserts one job into pgfence_jobs through q (a pool, a connection
@@ -56,7 +60,12 @@ func Enqueue(ctx context.Context, q fencedb.DBTX, j NewJob) (int64, error) {
 			return 0, err
 		}
 	}
-	row, err := fencedb.New(pgmode.Wrap(q)).EnqueueJob(ctx, fencedb.EnqueueJobParams{
+	if j.Schema != "" {
+		if err := checkIdent("schema", j.Schema); err != nil {
+			return 0, err
+		}
+	}
+	row, err := fencedb.New(inschema.Wrap(pgmode.Wrap(q), j.Schema)).EnqueueJob(ctx, fencedb.EnqueueJobParams{
 		NotifyChannel: j.Notify, Queue: j.Queue, Kind: j.Kind, Payload: j.Payload,
 		Priority: j.Priority, DelayMicros: j.Delay.Microseconds(), MaxAttempts: j.MaxAttempts,
 	})

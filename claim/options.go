@@ -28,11 +28,13 @@ const (
 type Option func(*config) error
 
 type config struct {
-	table   Table
-	queue   string
-	owner   string
-	backoff func(attempt int) time.Duration
-	logger  *slog.Logger
+	table    Table
+	tableSet bool   // WithTable: the table is the caller's own
+	schema   string // WithSchema: pgfence's schema, "" for the search_path
+	queue    string
+	owner    string
+	backoff  func(attempt int) time.Duration
+	logger   *slog.Logger
 
 	purgeBatch      int                  // 0: DefaultPurgeBatch
 	meterProvider   metric.MeterProvider // nil: the global one (metrics.go)
@@ -72,7 +74,24 @@ func WithTable(t Table) Option {
 		if err := t.check(); err != nil {
 			return err
 		}
-		c.table = t
+		c.table, c.tableSet = t, true
+		return nil
+	}
+}
+
+// WithSchema names the schema of pgfence's objects (migrated with
+// migrations.WithSchema): the function pgfence_next_fence that claims draw
+// fences from and, unless WithTable names a table of your own, the
+// ready-made pgfence_jobs. Every statement names them qualified, so no
+// search_path is needed and the claimer works behind a transaction pooler.
+// Default: found through the search_path. A name that is not a plain
+// identifier is refused with ErrInvalidInput.
+func WithSchema(schema string) Option {
+	return func(c *config) error {
+		if err := checkIdent("schema", schema); err != nil {
+			return err
+		}
+		c.schema = schema
 		return nil
 	}
 }

@@ -42,9 +42,12 @@ func (s *statements) sources() []source {
 	}
 }
 
-func buildStatements(t Table) (statements, error) {
+// buildStatements expands claim.sql for t, with pgfence's functions in
+// schema ("" for the search_path).
+func buildStatements(t Table, schema string) (statements, error) {
 	var s statements
 	names := t.names()
+	names.Schema = schema
 	for _, src := range s.sources() {
 		if src.dst == &s.purge && t.FinishedAt == "" {
 			continue

@@ -26,7 +26,7 @@ func TestStatementsAreTheCheckedSQL(t *testing.T) {
 	for _, m := range regexp.MustCompile(`(?m)^-- name: (\w+) `).FindAllStringSubmatch(string(file), -1) {
 		inFile = append(inFile, m[1])
 	}
-	s, err := buildStatements(DefaultTable())
+	s, err := buildStatements(DefaultTable(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,10 +85,10 @@ func TestStatementsPrepareForEveryTableShape(t *testing.T) {
 	}
 	defer conn.Release()
 	for name, tb := range map[string]Table{"default": DefaultTable(), "all renamed": full, "no optional columns": minimal} {
-		if err := tb.verify(ctx, pool); err != nil {
+		if err := tb.verify(ctx, pool, ""); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		s, err := buildStatements(tb)
+		s, err := buildStatements(tb, "")
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}

@@ -130,23 +130,29 @@ func (t Table) identifier() pgx.Identifier {
 }
 
 // verify checks the table and its columns against the catalog, and that
-// pgfence's fence source exists.
-func (t Table) verify(ctx context.Context, pool *pgxpool.Pool) error {
+// pgfence's fence source exists (in schema, when not "").
+func (t Table) verify(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	migrate := "`pgfence migrate up` or migrations.Up"
+	fn := "pgfence_next_fence()"
+	if schema != "" {
+		migrate = fmt.Sprintf("`pgfence migrate up --schema %s` or migrations.Up with migrations.WithSchema", schema)
+		fn = pgx.Identifier{schema}.Sanitize() + "." + fn
+	}
 	rel, err := catalog.Resolve(ctx, pool, t.identifier())
 	switch {
 	case errors.Is(err, catalog.ErrNotFound):
-		return invalid("table %s does not exist (or is not visible to this role); for the ready-made table run pgfence's migrations", t.ident())
+		return invalid("table %s does not exist (or is not visible to this role); for the ready-made table run pgfence's migrations (%s)", t.ident(), migrate)
 	case err != nil:
 		return fmt.Errorf("claim: checking table %s: %w", t.ident(), err)
 	case !rel.IsTable():
 		return invalid("%s is not a table (relkind %q)", t.ident(), rel.Kind)
 	}
-	haveFence, err := catalog.FunctionExists(ctx, pool, "pgfence_next_fence()")
+	haveFence, err := catalog.FunctionExists(ctx, pool, fn)
 	if err != nil {
-		return fmt.Errorf("claim: looking for pgfence_next_fence(): %w", err)
+		return fmt.Errorf("claim: looking for %s: %w", fn, err)
 	}
 	if !haveFence {
-		return errors.New("claim: function pgfence_next_fence() is missing: run pgfence's migrations (`pgfence migrate up` or migrations.Up)")
+		return fmt.Errorf("claim: function %s is missing: run pgfence's migrations (%s)", fn, migrate)
 	}
 	for _, c := range t.columns() {
 		if c.name == "" {

@@ -11,13 +11,13 @@ import (
 
 const BeginSubmitPayout = `-- name: BeginSubmitPayout :one
 
-UPDATE payout_intents AS p
+UPDATE /* TEMPLATE: schema */payout_intents AS p
    SET state = 'SUBMITTING',
        attempts = p.attempts + 1,
        last_fence = $1::bigint,
        submitting_since = now(),
        updated_at = now()
-  FROM (SELECT pgfence_set_fence($1::bigint, NOT $3::boolean)) AS settings
+  FROM (SELECT /* TEMPLATE: schema */pgfence_set_fence($1::bigint, NOT $3::boolean)) AS settings
  WHERE p.payout_id = $2
    AND p.state IN ('PENDING', 'SUBMITTING')
    AND p.last_fence <= $1::bigint
@@ -58,7 +58,7 @@ func (q *Queries) BeginSubmitPayout(ctx context.Context, arg BeginSubmitPayoutPa
 }
 
 const CreatePayout = `-- name: CreatePayout :one
-INSERT INTO payout_intents (payout_id, amount_cents, currency, idempotency_key)
+INSERT INTO /* TEMPLATE: schema */payout_intents (payout_id, amount_cents, currency, idempotency_key)
 VALUES ($1, $2, $3, $4)
 ON CONFLICT (payout_id) DO NOTHING
 RETURNING payout_id, amount_cents, currency, state, idempotency_key, provider_ref, failure_reason, attempts, last_fence, created_at, updated_at, submitting_since
@@ -99,7 +99,7 @@ func (q *Queries) CreatePayout(ctx context.Context, arg CreatePayoutParams) (Pay
 }
 
 const GetPayout = `-- name: GetPayout :one
-SELECT payout_id, amount_cents, currency, state, idempotency_key, provider_ref, failure_reason, attempts, last_fence, created_at, updated_at, submitting_since FROM payout_intents WHERE payout_id = $1
+SELECT payout_id, amount_cents, currency, state, idempotency_key, provider_ref, failure_reason, attempts, last_fence, created_at, updated_at, submitting_since FROM /* TEMPLATE: schema */payout_intents WHERE payout_id = $1
 `
 
 func (q *Queries) GetPayout(ctx context.Context, payoutID string) (PayoutIntent, error) {
@@ -123,12 +123,12 @@ func (q *Queries) GetPayout(ctx context.Context, payoutID string) (PayoutIntent,
 }
 
 const MarkPayoutFailed = `-- name: MarkPayoutFailed :one
-UPDATE payout_intents AS p
+UPDATE /* TEMPLATE: schema */payout_intents AS p
    SET state = 'FAILED',
        failure_reason = $1::text,
        last_fence = $2::bigint,
        updated_at = now()
-  FROM (SELECT pgfence_set_fence($2::bigint, NOT $4::boolean)) AS settings
+  FROM (SELECT /* TEMPLATE: schema */pgfence_set_fence($2::bigint, NOT $4::boolean)) AS settings
  WHERE p.payout_id = $3
    AND p.state IN ('PENDING', 'SUBMITTING')
    AND p.last_fence <= $2::bigint
@@ -170,12 +170,12 @@ func (q *Queries) MarkPayoutFailed(ctx context.Context, arg MarkPayoutFailedPara
 }
 
 const MarkPayoutSubmitted = `-- name: MarkPayoutSubmitted :one
-UPDATE payout_intents AS p
+UPDATE /* TEMPLATE: schema */payout_intents AS p
    SET state = 'SUBMITTED',
        provider_ref = $1::text,
        last_fence = $2::bigint,
        updated_at = now()
-  FROM (SELECT pgfence_set_fence($2::bigint, NOT $4::boolean)) AS settings
+  FROM (SELECT /* TEMPLATE: schema */pgfence_set_fence($2::bigint, NOT $4::boolean)) AS settings
  WHERE p.payout_id = $3
    AND p.state = 'SUBMITTING'
    AND p.last_fence <= $2::bigint
@@ -216,7 +216,7 @@ func (q *Queries) MarkPayoutSubmitted(ctx context.Context, arg MarkPayoutSubmitt
 }
 
 const StuckPayouts = `-- name: StuckPayouts :many
-SELECT payout_id, amount_cents, currency, state, idempotency_key, provider_ref, failure_reason, attempts, last_fence, created_at, updated_at, submitting_since FROM payout_intents
+SELECT payout_id, amount_cents, currency, state, idempotency_key, provider_ref, failure_reason, attempts, last_fence, created_at, updated_at, submitting_since FROM /* TEMPLATE: schema */payout_intents
  WHERE state = 'SUBMITTING'
    AND submitting_since <= now() - $1::bigint * interval '1 microsecond'
  ORDER BY submitting_since, payout_id

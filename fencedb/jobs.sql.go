@@ -15,7 +15,7 @@ import (
 
 const CountJobsByState = `-- name: CountJobsByState :many
 SELECT state, count(*)::bigint AS n
-  FROM pgfence_jobs
+  FROM /* TEMPLATE: schema */pgfence_jobs
  WHERE queue = $1
  GROUP BY state
  ORDER BY state
@@ -48,7 +48,7 @@ func (q *Queries) CountJobsByState(ctx context.Context, queue string) ([]CountJo
 }
 
 const DeleteFinishedJobs = `-- name: DeleteFinishedJobs :execrows
-DELETE FROM pgfence_jobs
+DELETE FROM /* TEMPLATE: schema */pgfence_jobs
  WHERE state IN ('completed', 'dead')
    AND finished_at < now() - $1::bigint * interval '1 microsecond'
 `
@@ -67,7 +67,7 @@ func (q *Queries) DeleteFinishedJobs(ctx context.Context, graceMicros int64) (in
 const EnqueueJob = `-- name: EnqueueJob :one
 
 WITH ins AS (
-  INSERT INTO pgfence_jobs (queue, kind, payload, priority, run_at, max_attempts)
+  INSERT INTO /* TEMPLATE: schema */pgfence_jobs (queue, kind, payload, priority, run_at, max_attempts)
   VALUES ($2::text, $3::text, $4::jsonb,
           $5::integer,
           now() + $6::bigint * interval '1 microsecond',
@@ -119,7 +119,7 @@ func (q *Queries) EnqueueJob(ctx context.Context, arg EnqueueJobParams) (Enqueue
 
 const EnqueueJobs = `-- name: EnqueueJobs :execrows
 WITH ins AS (
-  INSERT INTO pgfence_jobs (queue, kind, payload, priority, max_attempts)
+  INSERT INTO /* TEMPLATE: schema */pgfence_jobs (queue, kind, payload, priority, max_attempts)
   SELECT $1::text, ($2::text[])[i], ($3::jsonb[])[i],
          ($4::integer[])[i], ($5::integer[])[i]
     FROM generate_subscripts($2::text[], 1) AS i
@@ -161,7 +161,7 @@ const GetJob = `-- name: GetJob :one
 SELECT id, queue, kind, payload, state, priority, run_at, attempt, max_attempts,
        fence, owner, expires_at, last_error, created_at, finished_at,
        (state = 'running' AND expires_at > now())::boolean AS lease_valid
-  FROM pgfence_jobs
+  FROM /* TEMPLATE: schema */pgfence_jobs
  WHERE id = $1
 `
 

@@ -13,7 +13,7 @@ import (
 const WatchHeldLeases = `-- name: WatchHeldLeases :many
 SELECT lock_key, owner, fence, acquired_at, expires_at,
        (extract(epoch FROM expires_at - now()) * 1000000)::bigint AS remaining_micros
-  FROM lock_leases
+  FROM /* TEMPLATE: schema */lock_leases
  WHERE expires_at > now()
  ORDER BY lock_key
  LIMIT $1
@@ -59,7 +59,7 @@ func (q *Queries) WatchHeldLeases(ctx context.Context, rowLimit int32) ([]WatchH
 
 const WatchJobCounts = `-- name: WatchJobCounts :many
 SELECT queue, state, count(*) AS jobs
-  FROM pgfence_jobs
+  FROM /* TEMPLATE: schema */pgfence_jobs
  GROUP BY queue, state
  ORDER BY queue, state
  LIMIT $1
@@ -97,7 +97,7 @@ SELECT now()::timestamptz AS db_now,
        count(*) FILTER (WHERE expires_at > now()) AS held,
        count(*) FILTER (WHERE expires_at > now()
                           AND expires_at <= now() + $1::bigint * interval '1 microsecond') AS expiring_soon
-  FROM lock_leases
+  FROM /* TEMPLATE: schema */lock_leases
 `
 
 type WatchLeaseSummaryRow struct {
@@ -117,7 +117,7 @@ func (q *Queries) WatchLeaseSummary(ctx context.Context, soonMicros int64) (Watc
 
 const WatchOldestRunnable = `-- name: WatchOldestRunnable :many
 SELECT queue, (extract(epoch FROM now() - min(run_at)) * 1000000)::bigint AS age_micros
-  FROM pgfence_jobs
+  FROM /* TEMPLATE: schema */pgfence_jobs
  WHERE state = 'available' AND run_at <= now()
  GROUP BY queue
  ORDER BY queue
@@ -153,8 +153,8 @@ func (q *Queries) WatchOldestRunnable(ctx context.Context, rowLimit int32) ([]Wa
 }
 
 const WatchStaleRefusals = `-- name: WatchStaleRefusals :one
-SELECT (to_regclass('pgfence_stale_refusals') IS NOT NULL)::boolean AS present,
-       coalesce(pg_sequence_last_value(to_regclass('pgfence_stale_refusals')), 0)::bigint AS refusals
+SELECT (to_regclass($1::text) IS NOT NULL)::boolean AS present,
+       coalesce(pg_sequence_last_value(to_regclass($1::text)), 0)::bigint AS refusals
 `
 
 type WatchStaleRefusalsRow struct {
@@ -166,9 +166,11 @@ type WatchStaleRefusalsRow struct {
 // sequence pgfence_stale_refusals (the trigger draws from it when it refuses:
 // nextval survives the refused transaction's rollback). present is false when
 // the sequence does not exist (a schema from before it was added); refusals
-// is 0 when it exists but was never drawn from.
-func (q *Queries) WatchStaleRefusals(ctx context.Context) (WatchStaleRefusalsRow, error) {
-	row := q.db.QueryRow(ctx, WatchStaleRefusals)
+// is 0 when it exists but was never drawn from. sequence is its name,
+// qualified with the watched schema when there is one: a bound value, since a
+// name inside a string takes no schema marker.
+func (q *Queries) WatchStaleRefusals(ctx context.Context, sequence string) (WatchStaleRefusalsRow, error) {
+	row := q.db.QueryRow(ctx, WatchStaleRefusals, sequence)
 	var i WatchStaleRefusalsRow
 	err := row.Scan(&i.Present, &i.Refusals)
 	return i, err

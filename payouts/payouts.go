@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/inschema"
 	"github.com/pgfence/pgfence/internal/pgmode"
 	"github.com/pgfence/pgfence/internal/validate"
 	"github.com/pgfence/pgfence/pgguard"
@@ -104,6 +105,27 @@ type config struct {
 	counter *pgguard.Counter
 	hook    func(context.Context, *pgguard.StaleFenceError)
 	own     bool
+	schema  string
+}
+
+// WithSchema puts the Intents on the payout_intents table and the pgfence
+// functions of schema (migrated with migrations.WithSchema): every statement
+// names them qualified, so no search_path is needed and the Intents work
+// behind a transaction pooler. Default: found through the search_path. A
+// name that is not a plain identifier is refused with ErrInvalidInput.
+func WithSchema(schema string) Option {
+	return func(o *config) error {
+		if err := validate.Identifier("schema", schema); err != nil {
+			return invalid("%v", err)
+		}
+		o.schema = schema
+		return nil
+	}
+}
+
+// queries runs the generated statements on db in the configured schema.
+func (c *config) queries(db fencedb.DBTX) *fencedb.Queries {
+	return fencedb.New(inschema.Wrap(pgmode.Wrap(db), c.schema))
 }
 
 // WithCounter sets the counter that stale transitions caught are recorded
@@ -164,10 +186,10 @@ type Intents struct {
 }
 
 // New checks the payout_intents table through db (pgfence's migrations must
-// have run) and returns an Intents. Its Guard finds the table on db's
-// search_path once, here, as [pgguard.NewGuard] does, while the transitions
-// name it unqualified: run them on connections with the same search_path
-// (migrations.UseSchema).
+// have run) and returns an Intents. Without WithSchema, its Guard finds the
+// table on db's search_path once, here, as [pgguard.NewGuard] does, while
+// the transitions name it unqualified: run them on connections with the same
+// search_path.
 func New(ctx context.Context, db fencedb.DBTX, opts ...Option) (*Intents, error) {
 	if db == nil {
 		return nil, invalid("nil DBTX")
@@ -188,9 +210,12 @@ func New(ctx context.Context, db fencedb.DBTX, opts ...Option) (*Intents, error)
 	if cfg.own {
 		gopts = append(gopts, pgguard.WithOwnFenceSource())
 	}
-	g, err := pgguard.NewGuard(ctx, db, pgguard.Table{Name: TableName, KeyColumn: "payout_id"}, gopts...)
+	if cfg.schema != "" {
+		gopts = append(gopts, pgguard.WithSchema(cfg.schema))
+	}
+	g, err := pgguard.NewGuard(ctx, db, pgguard.Table{Schema: cfg.schema, Name: TableName, KeyColumn: "payout_id"}, gopts...)
 	if err != nil {
-		return nil, fmt.Errorf("payouts: %w", err)
+		return nil, fmt.Errorf("payouts: %w", inschema.Hint(err, cfg.schema))
 	}
 	return &Intents{guard: g, cfg: cfg}, nil
 }
@@ -236,7 +261,7 @@ func (p *Intents) Create(ctx context.Context, db fencedb.DBTX, id string, amount
 	if !currencyRE.MatchString(currency) {
 		return Payout{}, invalid("currency %q is not three capital letters (ISO 4217)", currency)
 	}
-	q := fencedb.New(pgmode.Wrap(db))
+	q := p.cfg.queries(db)
 	row, err := q.CreatePayout(ctx, fencedb.CreatePayoutParams{
 		PayoutID: id, AmountCents: amountCents, Currency: currency, IdempotencyKey: IdempotencyKey(id),
 	})
@@ -263,7 +288,7 @@ func (p *Intents) Get(ctx context.Context, db fencedb.DBTX, id string) (Payout, 
 	if db == nil {
 		return Payout{}, invalid("nil DBTX")
 	}
-	row, err := fencedb.New(pgmode.Wrap(db)).GetPayout(ctx, id)
+	row, err := p.cfg.queries(db).GetPayout(ctx, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Payout{}, fmt.Errorf("%w: no payout %q", pgguard.ErrNoRow, id)
 	}
@@ -338,7 +363,7 @@ func (p *Intents) Stuck(ctx context.Context, db fencedb.DBTX, olderThan time.Dur
 	if limit <= 0 || limit > 10000 {
 		return nil, invalid("limit must be in [1, 10000], got %d", limit)
 	}
-	rows, err := fencedb.New(pgmode.Wrap(db)).StuckPayouts(ctx, fencedb.StuckPayoutsParams{
+	rows, err := p.cfg.queries(db).StuckPayouts(ctx, fencedb.StuckPayoutsParams{
 		OlderThanMicros: olderThan.Microseconds(), MaxRows: int32(limit),
 	})
 	if err != nil {
@@ -359,7 +384,7 @@ func (p *Intents) transition(ctx context.Context, db fencedb.DBTX, id string, fe
 	if db == nil {
 		return Payout{}, invalid("nil DBTX")
 	}
-	row, err := run(fencedb.New(pgmode.Wrap(db)))
+	row, err := run(p.cfg.queries(db))
 	if err == nil {
 		return payoutFrom(row), nil
 	}

@@ -7,7 +7,10 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/pgfence/pgfence/internal/validate"
 )
 
 // Counter counts stale writes caught, per table. Each one is a holder that
@@ -89,8 +92,11 @@ type GuardOption interface{ applyGuard(*options) error }
 // WithMeterProvider, WithOwnFenceSource.
 type RunFencedOption interface{ applyRunFenced(*options) error }
 
-// SetFenceOption configures SetFence: WithOwnFenceSource.
+// SetFenceOption configures SetFence: WithOwnFenceSource, WithSchema.
 type SetFenceOption interface{ applySetFence(*options) error }
+
+// TriggerOption configures InstallTrigger: WithSchema.
+type TriggerOption interface{ applyTrigger(*options) error }
 
 // CountOption is what WithCounter, WithStaleHook and WithMeterProvider
 // return: it applies to NewGuard and RunFenced, the two that catch stale
@@ -113,6 +119,16 @@ func (s SourceOption) applyGuard(o *options) error     { return apply(s.fn, o) }
 func (s SourceOption) applyRunFenced(o *options) error { return apply(s.fn, o) }
 func (s SourceOption) applySetFence(o *options) error  { return apply(s.fn, o) }
 
+// SchemaOption is what WithSchema returns: it applies to everything that
+// calls one of pgfence's functions (NewGuard, RunFenced, SetFence,
+// InstallTrigger).
+type SchemaOption struct{ fn func(*options) error }
+
+func (s SchemaOption) applyGuard(o *options) error     { return apply(s.fn, o) }
+func (s SchemaOption) applyRunFenced(o *options) error { return apply(s.fn, o) }
+func (s SchemaOption) applySetFence(o *options) error  { return apply(s.fn, o) }
+func (s SchemaOption) applyTrigger(o *options) error   { return apply(s.fn, o) }
+
 // apply runs an option's function; a zero option (a composite literal
 // instead of a With function) is bad input, not a panic.
 func apply(fn func(*options) error, o *options) error {
@@ -131,6 +147,8 @@ type options struct {
 	ownSource bool
 	// meterProvider: nil for the global one (metrics.go).
 	meterProvider metric.MeterProvider
+	// fn: the schema prefix of pgfence's functions ("" or `"schema".`).
+	fn string
 }
 
 // buildOptions applies opts in order over the defaults; nil options are
@@ -230,9 +248,26 @@ func WithOwnFenceSource() SourceOption {
 	}}
 }
 
+// WithSchema names the schema of the pgfence functions to call
+// (pgfence_set_fence, pgfence_fence_ceiling, pgfence_enforce_fence): the one
+// given to migrations.WithSchema. The calls are then schema-qualified, so
+// they need no search_path and work behind a transaction pooler. Default:
+// found through the search_path. The guarded table is not affected (see
+// Table.Schema). A name that is not a plain identifier is refused with
+// ErrInvalidInput.
+func WithSchema(schema string) SchemaOption {
+	return SchemaOption{func(o *options) error {
+		if err := validate.Identifier("schema", schema); err != nil {
+			return invalid("%v", err)
+		}
+		o.fn = pgx.Identifier{schema}.Sanitize() + "."
+		return nil
+	}}
+}
+
 // setFenceCall is the SQL call that sets the transaction's fence, bound to
 // the transaction (migration 000004), with the ceiling checked unless the
 // fences come from a source of the caller's own.
 func (o *options) setFenceCall(fenceParam string) string {
-	return "pgfence_set_fence(" + fenceParam + "::bigint, " + strconv.FormatBool(!o.ownSource) + ")"
+	return o.fn + "pgfence_set_fence(" + fenceParam + "::bigint, " + strconv.FormatBool(!o.ownSource) + ")"
 }

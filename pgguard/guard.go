@@ -328,7 +328,7 @@ func (g *Guard) Check(ctx context.Context, db fencedb.DBTX, key any, fence int64
 	// fence above it would be refused (pgfence_set_fence), so Check says so.
 	ceiling := "NULL::bigint"
 	if !g.opts.ownSource {
-		ceiling = "pgfence_fence_ceiling()"
+		ceiling = g.opts.fn + "pgfence_fence_ceiling()"
 	}
 	fmt.Fprintf(&b.sb, "SELECT %s.%s, coalesce(%s, false), coalesce(%s, false), %s FROM %s AS %s WHERE %s.%s = %s",
 		alias, g.qFence, cond, done, ceiling, g.t.quoted(), alias, alias, g.qKey, pKey)

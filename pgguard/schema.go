@@ -181,9 +181,13 @@ func FenceColumnMigration(t Table) (up, down string, err error) {
 // which fires no row triggers. The fence column must exist as bigint NOT
 // NULL (AddFenceColumn). t.KeyColumn is not used. Classify turns the
 // trigger's errors into ErrStaleFence and ErrNoFence.
-func InstallTrigger(ctx context.Context, db fencedb.DBTX, t Table, mode Mode) error {
+func InstallTrigger(ctx context.Context, db fencedb.DBTX, t Table, mode Mode, opts ...TriggerOption) error {
 	if mode != Strict && mode != Lenient {
 		return invalid("mode must be Strict or Lenient, got %v", mode)
+	}
+	o, err := buildOptions(opts, TriggerOption.applyTrigger)
+	if err != nil {
+		return err
 	}
 	r, err := lookupTable(ctx, db, t)
 	if err != nil {
@@ -200,7 +204,7 @@ func InstallTrigger(ctx context.Context, db fencedb.DBTX, t Table, mode Mode) er
 	// transaction, so no table is ever left without a trigger.
 	var sql strings.Builder
 	for _, tbl := range append([]string{r.quoted()}, children...) {
-		sql.WriteString(triggerSQL(tbl, t.fenceColumn(), mode))
+		sql.WriteString(triggerSQL(tbl, t.fenceColumn(), mode, o.fn))
 	}
 	if _, err := pgmode.Wrap(db).Exec(ctx, sql.String()); err != nil {
 		return fmt.Errorf("pgguard: installing the fencing trigger on %s (did pgfence's migrations run?): %w", r.quoted(), err)
@@ -219,12 +223,15 @@ func inheritors(ctx context.Context, db fencedb.DBTX, r *resolved) ([]string, er
 	return children, nil
 }
 
-func triggerSQL(quotedTable, fenceColumn string, mode Mode) string {
+// fn is the schema prefix of pgfence_enforce_fence (WithSchema): the trigger
+// names its function once, when it is created, so it keeps calling that
+// schema's function whatever the search_path of the sessions that write.
+func triggerSQL(quotedTable, fenceColumn string, mode Mode, fn string) string {
 	// fenceColumn passed checkIdent: it holds no quote or backslash, so it
 	// is a safe string literal.
 	return fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s;\n"+
-		"CREATE TRIGGER %s BEFORE UPDATE OR DELETE ON %s FOR EACH ROW EXECUTE FUNCTION pgfence_enforce_fence('%s', '%s');\n",
-		TriggerName, quotedTable, TriggerName, quotedTable, mode, fenceColumn)
+		"CREATE TRIGGER %s BEFORE UPDATE OR DELETE ON %s FOR EACH ROW EXECUTE FUNCTION %spgfence_enforce_fence('%s', '%s');\n",
+		TriggerName, quotedTable, TriggerName, quotedTable, fn, mode, fenceColumn)
 }
 
 // RemoveTrigger takes the fencing trigger off t and off every table that
@@ -274,16 +281,21 @@ func TriggerMode(ctx context.Context, db fencedb.DBTX, t Table) (mode Mode, ok b
 // the fencing trigger on t, for a migration tool of your own; see
 // InstallTrigger. It covers t alone: it sees no catalog, so it cannot know
 // t's INHERITS children; generate one for each of them too. It needs pgfence's migrations to have run first. The names
-// are checked (but not against a catalog) and quoted.
-func TriggerMigration(t Table, mode Mode) (up, down string, err error) {
+// are checked (but not against a catalog) and quoted. WithSchema names
+// pgfence's schema, as for InstallTrigger.
+func TriggerMigration(t Table, mode Mode, opts ...TriggerOption) (up, down string, err error) {
 	if mode != Strict && mode != Lenient {
 		return "", "", invalid("mode must be Strict or Lenient, got %v", mode)
+	}
+	o, err := buildOptions(opts, TriggerOption.applyTrigger)
+	if err != nil {
+		return "", "", err
 	}
 	if err := t.check(false); err != nil {
 		return "", "", err
 	}
 	tbl := t.ident().Sanitize()
-	up = "-- pgguard: database-enforced fencing (" + mode.String() + " mode).\n" + triggerSQL(tbl, t.fenceColumn(), mode)
+	up = "-- pgguard: database-enforced fencing (" + mode.String() + " mode).\n" + triggerSQL(tbl, t.fenceColumn(), mode, o.fn)
 	down = fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s;\n", TriggerName, tbl)
 	return up, down, nil
 }

@@ -37,6 +37,7 @@ type config struct {
 	durableRelease bool
 	sweepBatch     int
 	meterProvider  metric.MeterProvider // nil: the global one
+	schema         string               // WithSchema; "": the search_path
 }
 
 func defaultConfig() config {
@@ -183,4 +184,21 @@ func WithLogger(l *slog.Logger) Option {
 // Acquisition and renewal always commit durably.
 func WithDurableRelease() Option {
 	return func(c *config) error { c.durableRelease = true; return nil }
+}
+
+// WithSchema puts the client on the pgfence objects of schema (migrated with
+// migrations.WithSchema, or `pgfence migrate up --schema`): its own
+// lock_leases table and fence sequence, independent of every other schema's.
+// Every statement names them qualified, so no search_path is needed and the
+// client works behind a transaction pooler (PgBouncer). Default: found
+// through the connections' search_path. A name that is not a plain
+// identifier is refused with ErrInvalidInput.
+func WithSchema(schema string) Option {
+	return func(c *config) error {
+		if err := validate.Identifier("schema", schema); err != nil {
+			return invalid("%v", err)
+		}
+		c.schema = schema
+		return nil
+	}
 }

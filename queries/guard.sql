@@ -1,13 +1,13 @@
 -- name: CreatePayout :one
 -- Records the intent. The idempotency key is derived once by the caller from
 -- the payout id and never changes. No row means the payout exists already.
-INSERT INTO payout_intents (payout_id, amount_cents, currency, idempotency_key)
+INSERT INTO /* TEMPLATE: schema */payout_intents (payout_id, amount_cents, currency, idempotency_key)
 VALUES (sqlc.arg(payout_id), sqlc.arg(amount_cents), sqlc.arg(currency), sqlc.arg(idempotency_key))
 ON CONFLICT (payout_id) DO NOTHING
 RETURNING *;
 
 -- name: GetPayout :one
-SELECT * FROM payout_intents WHERE payout_id = sqlc.arg(payout_id);
+SELECT * FROM /* TEMPLATE: schema */payout_intents WHERE payout_id = sqlc.arg(payout_id);
 
 -- Every transition sets the transaction's fence, bound to the transaction,
 -- for a fencing trigger on payout_intents, and checks it against the ceiling
@@ -18,13 +18,13 @@ SELECT * FROM payout_intents WHERE payout_id = sqlc.arg(payout_id);
 -- PENDING or SUBMITTING -> SUBMITTING, before calling the provider. Re-entering
 -- SUBMITTING is a retry (after a crash, by a newer holder or by the same one):
 -- the provider sees the same idempotency key again.
-UPDATE payout_intents AS p
+UPDATE /* TEMPLATE: schema */payout_intents AS p
    SET state = 'SUBMITTING',
        attempts = p.attempts + 1,
        last_fence = sqlc.arg(fence)::bigint,
        submitting_since = now(),
        updated_at = now()
-  FROM (SELECT pgfence_set_fence(sqlc.arg(fence)::bigint, NOT sqlc.arg(own_fence_source)::boolean)) AS settings
+  FROM (SELECT /* TEMPLATE: schema */pgfence_set_fence(sqlc.arg(fence)::bigint, NOT sqlc.arg(own_fence_source)::boolean)) AS settings
  WHERE p.payout_id = sqlc.arg(payout_id)
    AND p.state IN ('PENDING', 'SUBMITTING')
    AND p.last_fence <= sqlc.arg(fence)::bigint
@@ -32,12 +32,12 @@ RETURNING p.*;
 
 -- name: MarkPayoutSubmitted :one
 -- SUBMITTING -> SUBMITTED, with what the provider answered.
-UPDATE payout_intents AS p
+UPDATE /* TEMPLATE: schema */payout_intents AS p
    SET state = 'SUBMITTED',
        provider_ref = sqlc.arg(provider_ref)::text,
        last_fence = sqlc.arg(fence)::bigint,
        updated_at = now()
-  FROM (SELECT pgfence_set_fence(sqlc.arg(fence)::bigint, NOT sqlc.arg(own_fence_source)::boolean)) AS settings
+  FROM (SELECT /* TEMPLATE: schema */pgfence_set_fence(sqlc.arg(fence)::bigint, NOT sqlc.arg(own_fence_source)::boolean)) AS settings
  WHERE p.payout_id = sqlc.arg(payout_id)
    AND p.state = 'SUBMITTING'
    AND p.last_fence <= sqlc.arg(fence)::bigint
@@ -46,12 +46,12 @@ RETURNING p.*;
 -- name: MarkPayoutFailed :one
 -- PENDING or SUBMITTING -> FAILED: the provider refused it, or reconciliation
 -- found it never arrived and it is given up.
-UPDATE payout_intents AS p
+UPDATE /* TEMPLATE: schema */payout_intents AS p
    SET state = 'FAILED',
        failure_reason = sqlc.arg(reason)::text,
        last_fence = sqlc.arg(fence)::bigint,
        updated_at = now()
-  FROM (SELECT pgfence_set_fence(sqlc.arg(fence)::bigint, NOT sqlc.arg(own_fence_source)::boolean)) AS settings
+  FROM (SELECT /* TEMPLATE: schema */pgfence_set_fence(sqlc.arg(fence)::bigint, NOT sqlc.arg(own_fence_source)::boolean)) AS settings
  WHERE p.payout_id = sqlc.arg(payout_id)
    AND p.state IN ('PENDING', 'SUBMITTING')
    AND p.last_fence <= sqlc.arg(fence)::bigint
@@ -61,7 +61,7 @@ RETURNING p.*;
 -- Reconciliation: rows in SUBMITTING whose latest attempt began at least
 -- older_than ago by the database clock, oldest first. Ask the provider about
 -- each by its idempotency key, then record the answer.
-SELECT * FROM payout_intents
+SELECT * FROM /* TEMPLATE: schema */payout_intents
  WHERE state = 'SUBMITTING'
    AND submitting_since <= now() - sqlc.arg(older_than_micros)::bigint * interval '1 microsecond'
  ORDER BY submitting_since, payout_id

@@ -8,7 +8,7 @@
 -- the notification is delivered when the transaction commits). run_at is
 -- now() + delay by the database clock.
 WITH ins AS (
-  INSERT INTO pgfence_jobs (queue, kind, payload, priority, run_at, max_attempts)
+  INSERT INTO /* TEMPLATE: schema */pgfence_jobs (queue, kind, payload, priority, run_at, max_attempts)
   VALUES (sqlc.arg(queue)::text, sqlc.arg(kind)::text, sqlc.arg(payload)::jsonb,
           sqlc.arg(priority)::integer,
           now() + sqlc.arg(delay_micros)::bigint * interval '1 microsecond',
@@ -24,7 +24,7 @@ SELECT ins.id,
 -- Inserts one job per element of the arrays (all of one length), in one
 -- statement, and notifies the channel once ('' for none).
 WITH ins AS (
-  INSERT INTO pgfence_jobs (queue, kind, payload, priority, max_attempts)
+  INSERT INTO /* TEMPLATE: schema */pgfence_jobs (queue, kind, payload, priority, max_attempts)
   SELECT sqlc.arg(queue)::text, (sqlc.arg(kinds)::text[])[i], (sqlc.arg(payloads)::jsonb[])[i],
          (sqlc.arg(priorities)::integer[])[i], (sqlc.arg(max_attempts)::integer[])[i]
     FROM generate_subscripts(sqlc.arg(kinds)::text[], 1) AS i
@@ -40,13 +40,13 @@ SELECT 1 FROM ins, n;
 SELECT id, queue, kind, payload, state, priority, run_at, attempt, max_attempts,
        fence, owner, expires_at, last_error, created_at, finished_at,
        (state = 'running' AND expires_at > now())::boolean AS lease_valid
-  FROM pgfence_jobs
+  FROM /* TEMPLATE: schema */pgfence_jobs
  WHERE id = sqlc.arg(id);
 
 -- name: CountJobsByState :many
 -- How many jobs a queue holds in each state.
 SELECT state, count(*)::bigint AS n
-  FROM pgfence_jobs
+  FROM /* TEMPLATE: schema */pgfence_jobs
  WHERE queue = sqlc.arg(queue)
  GROUP BY state
  ORDER BY state;
@@ -55,6 +55,6 @@ SELECT state, count(*)::bigint AS n
 -- Deletes completed and dead jobs that finished longer ago than the grace
 -- period. Safe at any time: fences come from pgfence_next_fence(), never
 -- from the row.
-DELETE FROM pgfence_jobs
+DELETE FROM /* TEMPLATE: schema */pgfence_jobs
  WHERE state IN ('completed', 'dead')
    AND finished_at < now() - sqlc.arg(grace_micros)::bigint * interval '1 microsecond';

@@ -5,14 +5,14 @@ SELECT now()::timestamptz AS db_now,
        count(*) FILTER (WHERE expires_at > now()) AS held,
        count(*) FILTER (WHERE expires_at > now()
                           AND expires_at <= now() + sqlc.arg(soon_micros)::bigint * interval '1 microsecond') AS expiring_soon
-  FROM lock_leases;
+  FROM /* TEMPLATE: schema */lock_leases;
 
 -- name: WatchHeldLeases :many
 -- The held leases, at most row_limit of them, in key order (a stable set of
 -- keys from one read to the next), with the time left by the database clock.
 SELECT lock_key, owner, fence, acquired_at, expires_at,
        (extract(epoch FROM expires_at - now()) * 1000000)::bigint AS remaining_micros
-  FROM lock_leases
+  FROM /* TEMPLATE: schema */lock_leases
  WHERE expires_at > now()
  ORDER BY lock_key
  LIMIT sqlc.arg(row_limit);
@@ -20,7 +20,7 @@ SELECT lock_key, owner, fence, acquired_at, expires_at,
 -- name: WatchJobCounts :many
 -- Jobs by queue and state, at most row_limit groups, in queue order.
 SELECT queue, state, count(*) AS jobs
-  FROM pgfence_jobs
+  FROM /* TEMPLATE: schema */pgfence_jobs
  GROUP BY queue, state
  ORDER BY queue, state
  LIMIT sqlc.arg(row_limit);
@@ -30,7 +30,7 @@ SELECT queue, state, count(*) AS jobs
 -- available job whose run_at has passed has been runnable since run_at. Uses
 -- the claim index (state = 'available').
 SELECT queue, (extract(epoch FROM now() - min(run_at)) * 1000000)::bigint AS age_micros
-  FROM pgfence_jobs
+  FROM /* TEMPLATE: schema */pgfence_jobs
  WHERE state = 'available' AND run_at <= now()
  GROUP BY queue
  ORDER BY queue
@@ -41,6 +41,8 @@ SELECT queue, (extract(epoch FROM now() - min(run_at)) * 1000000)::bigint AS age
 -- sequence pgfence_stale_refusals (the trigger draws from it when it refuses:
 -- nextval survives the refused transaction's rollback). present is false when
 -- the sequence does not exist (a schema from before it was added); refusals
--- is 0 when it exists but was never drawn from.
-SELECT (to_regclass('pgfence_stale_refusals') IS NOT NULL)::boolean AS present,
-       coalesce(pg_sequence_last_value(to_regclass('pgfence_stale_refusals')), 0)::bigint AS refusals;
+-- is 0 when it exists but was never drawn from. sequence is its name,
+-- qualified with the watched schema when there is one: a bound value, since a
+-- name inside a string takes no schema marker.
+SELECT (to_regclass(sqlc.arg(sequence)::text) IS NOT NULL)::boolean AS present,
+       coalesce(pg_sequence_last_value(to_regclass(sqlc.arg(sequence)::text)), 0)::bigint AS refusals;

@@ -20,6 +20,20 @@ import (
 // configuration, as for Pool.
 func SchemaPool(t testing.TB, opts ...func(*pgxpool.Config)) *pgxpool.Pool {
 	t.Helper()
+	schema := Schema(t)
+	return Pool(t, append([]func(*pgxpool.Config){func(cfg *pgxpool.Config) {
+		if err := migrations.UseSchema(cfg, schema); err != nil {
+			t.Fatal(err)
+		}
+	}}, opts...)...)
+}
+
+// Schema creates a fresh schema in the package's database, migrates
+// pgfence's objects into it (migrations.WithSchema), drops it when the test
+// ends and returns its name: for clients given the schema with their own
+// WithSchema options.
+func Schema(t testing.TB) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	schema := fmt.Sprintf("pgtest_%d", rand.Uint32())
@@ -34,9 +48,5 @@ func SchemaPool(t testing.TB, opts ...func(*pgxpool.Config)) *pgxpool.Pool {
 			t.Errorf("pgtest: drop schema %s: %v", schema, err)
 		}
 	})
-	return Pool(t, append([]func(*pgxpool.Config){func(cfg *pgxpool.Config) {
-		if err := migrations.UseSchema(cfg, schema); err != nil {
-			t.Fatal(err)
-		}
-	}}, opts...)...)
+	return schema
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/inschema"
 )
 
 // Options configures a Watcher. The zero value of each field means its
@@ -31,6 +32,10 @@ type Options struct {
 	// Scrub removes secrets from error texts before they are shown. Default:
 	// the text unchanged.
 	Scrub func(string) string
+	// Schema is the schema of the pgfence objects to watch (migrated with
+	// migrations.WithSchema); "" finds them through the search_path. The
+	// caller validates it (validate.Identifier).
+	Schema string
 }
 
 func (o *Options) fill() {
@@ -135,7 +140,7 @@ func (w *Watcher) read(ctx context.Context) (*Snapshot, error) {
 		return nil, err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	q := fencedb.New(tx)
+	q := fencedb.New(inschema.Wrap(tx, w.opts.Schema))
 	limit := int32(w.opts.Limit)
 
 	sum, err := q.WatchLeaseSummary(ctx, w.opts.Soon.Microseconds())
@@ -155,7 +160,11 @@ func (w *Watcher) read(ctx context.Context) (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read pgfence_jobs: %w", err)
 	}
-	stale, err := q.WatchStaleRefusals(ctx)
+	seq := "pgfence_stale_refusals"
+	if w.opts.Schema != "" {
+		seq = pgx.Identifier{w.opts.Schema, seq}.Sanitize()
+	}
+	stale, err := q.WatchStaleRefusals(ctx, seq)
 	if err != nil {
 		return nil, fmt.Errorf("read pgfence_stale_refusals: %w", err)
 	}
