@@ -269,3 +269,58 @@ func sideBySide(t *testing.T, pool *pgxpool.Pool) {
 		}
 	})
 }
+
+// Every per-client option refuses a name that is not a plain identifier,
+// and a client pointed at a schema that was never migrated says what to run.
+func TestPerClientSchemaInput(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool := pgtest.Pool(t)
+	table := pgguard.Table{Schema: "public", Name: "payout_intents", KeyColumn: "payout_id"}
+	for _, bad := range []string{"", `x"; DROP TABLE y; --`, " lead", "a/*b", strings.Repeat("s", 64)} {
+		if _, err := pglease.New(pool, pglease.WithSchema(bad)); !errors.Is(err, pglease.ErrInvalidInput) {
+			t.Errorf("pglease.WithSchema(%q): %v, want ErrInvalidInput", bad, err)
+		}
+		if _, err := claim.New(ctx, pool, claim.WithSchema(bad)); !errors.Is(err, claim.ErrInvalidInput) {
+			t.Errorf("claim.WithSchema(%q): %v, want ErrInvalidInput", bad, err)
+		}
+		if _, err := claim.Enqueue(ctx, pool, claim.NewJob{Schema: bad + "x"}); !errors.Is(err, claim.ErrInvalidInput) && bad != "" {
+			t.Errorf("claim.NewJob{Schema: %q}: %v, want ErrInvalidInput", bad+"x", err)
+		}
+		if _, err := payouts.New(ctx, pool, payouts.WithSchema(bad)); !errors.Is(err, pgguard.ErrInvalidInput) {
+			t.Errorf("payouts.WithSchema(%q): %v, want ErrInvalidInput", bad, err)
+		}
+		if _, err := pgguard.NewGuard(ctx, pool, table, pgguard.WithSchema(bad)); !errors.Is(err, pgguard.ErrInvalidInput) {
+			t.Errorf("pgguard.NewGuard(WithSchema(%q)): %v, want ErrInvalidInput", bad, err)
+		}
+		if err := pgguard.InstallTrigger(ctx, pool, table, pgguard.Strict, pgguard.WithSchema(bad)); !errors.Is(err, pgguard.ErrInvalidInput) {
+			t.Errorf("pgguard.InstallTrigger(WithSchema(%q)): %v, want ErrInvalidInput", bad, err)
+		}
+	}
+
+	const missing = "never_migrated"
+	hint := "pgfence migrate up --schema " + missing
+	wantHint := func(what string, err error) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), hint) {
+			t.Errorf("%s on an unmigrated schema: %v; want an error saying %q", what, err, hint)
+		}
+	}
+	c, err := pglease.New(pool, pglease.WithSchema(missing), pglease.WithoutAutoRenew())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, err = c.TryAcquire(ctx, "k", time.Minute)
+	wantHint("pglease TryAcquire", err)
+	_, err = claim.New(ctx, pool, claim.WithSchema(missing))
+	wantHint("claim.New", err)
+	_, err = claim.Enqueue(ctx, pool, claim.NewJob{Schema: missing})
+	wantHint("claim.Enqueue", err)
+	_, err = payouts.New(ctx, pool, payouts.WithSchema(missing))
+	wantHint("payouts.New", err)
+	_, err = pgguard.NewGuard(ctx, pool, table, pgguard.WithSchema(missing))
+	wantHint("pgguard.NewGuard", err)
+	err = pgguard.RunFenced(ctx, pool, 1, func(pgx.Tx) error { return nil }, pgguard.WithSchema(missing))
+	wantHint("pgguard.RunFenced", err)
+}

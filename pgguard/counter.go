@@ -3,6 +3,7 @@ package pgguard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"strconv"
 	"sync"
@@ -10,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/catalog"
 	"github.com/pgfence/pgfence/internal/validate"
 )
 
@@ -147,8 +150,9 @@ type options struct {
 	ownSource bool
 	// meterProvider: nil for the global one (metrics.go).
 	meterProvider metric.MeterProvider
-	// fn: the schema prefix of pgfence's functions ("" or `"schema".`).
-	fn string
+	// schema of pgfence's functions (WithSchema), "" for the search_path;
+	// fn is its prefix for a call ("" or `"schema".`).
+	schema, fn string
 }
 
 // buildOptions applies opts in order over the defaults; nil options are
@@ -260,9 +264,26 @@ func WithSchema(schema string) SchemaOption {
 		if err := validate.Identifier("schema", schema); err != nil {
 			return invalid("%v", err)
 		}
-		o.fn = pgx.Identifier{schema}.Sanitize() + "."
+		o.schema, o.fn = schema, pgx.Identifier{schema}.Sanitize()+"."
 		return nil
 	}}
+}
+
+// checkSchema makes sure, when WithSchema named a schema, that pgfence's
+// migrations ran there, so that a Guard on a wrong schema fails when it is
+// made, saying what to run, not at its first write.
+func (o *options) checkSchema(ctx context.Context, db fencedb.DBTX) error {
+	if o.schema == "" {
+		return nil
+	}
+	ok, err := catalog.FunctionExists(ctx, db, o.fn+"pgfence_set_fence(bigint,boolean)")
+	if err != nil {
+		return fmt.Errorf("pgguard: looking for pgfence's functions in schema %q: %w", o.schema, err)
+	}
+	if !ok {
+		return fmt.Errorf("pgguard: pgfence's functions are missing from schema %q: run `pgfence migrate up --schema %s` or migrations.Up with migrations.WithSchema", o.schema, o.schema)
+	}
+	return nil
 }
 
 // setFenceCall is the SQL call that sets the transaction's fence, bound to

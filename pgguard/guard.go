@@ -47,6 +47,9 @@ func NewGuard(ctx context.Context, db fencedb.DBTX, t Table, opts ...GuardOption
 	if err := t.check(true); err != nil {
 		return nil, err
 	}
+	if err := o.checkSchema(ctx, db); err != nil {
+		return nil, err
+	}
 	r, err := resolve(ctx, db, t)
 	if err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/catalog"
+	"github.com/pgfence/pgfence/internal/inschema"
 	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
@@ -77,7 +78,7 @@ func SetFence(ctx context.Context, tx pgx.Tx, fence int64, opts ...SetFenceOptio
 
 func setFence(ctx context.Context, tx pgx.Tx, fence int64, o *options) error {
 	if _, err := pgmode.Wrap(tx).Exec(ctx, "SELECT "+o.setFenceCall("$1"), fence); err != nil {
-		return fmt.Errorf("pgguard: setting the transaction's fence: %w", Classify(err))
+		return fmt.Errorf("pgguard: setting the transaction's fence: %w", inschema.Hint(Classify(err), o.schema))
 	}
 	return nil
 }
@@ -207,7 +208,7 @@ func InstallTrigger(ctx context.Context, db fencedb.DBTX, t Table, mode Mode, op
 		sql.WriteString(triggerSQL(tbl, t.fenceColumn(), mode, o.fn))
 	}
 	if _, err := pgmode.Wrap(db).Exec(ctx, sql.String()); err != nil {
-		return fmt.Errorf("pgguard: installing the fencing trigger on %s (did pgfence's migrations run?): %w", r.quoted(), err)
+		return fmt.Errorf("pgguard: installing the fencing trigger on %s (did pgfence's migrations run?): %w", r.quoted(), inschema.Hint(err, o.schema))
 	}
 	return nil
 }

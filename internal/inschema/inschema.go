@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -34,10 +35,11 @@ func Expand(sql, schema string) (string, error) {
 }
 
 // Hint adds to err, when it says that an object of pgfence's is missing
-// (undefined table or function) and schema is set, what to do about it: the
-// schema was never migrated, or not to this version.
+// (undefined table or function, or no such schema: a function call names
+// it first) and schema is set, what to do about it: the schema was never
+// migrated, or not to this version.
 func Hint(err error, schema string) error {
-	if err == nil || schema == "" || !pgerr.IsUndefined(err) {
+	if err == nil || schema == "" || !(pgerr.IsUndefined(err) || pgerr.Is(err, pgerrcode.InvalidSchemaName)) {
 		return err
 	}
 	return fmt.Errorf("%w (pgfence's objects are missing from schema %q: run `pgfence migrate up --schema %s` or migrations.Up with migrations.WithSchema)",
@@ -64,7 +66,10 @@ func (w wrapped) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, 
 		return nil, err
 	}
 	rows, err := w.db.Query(ctx, s, args...)
-	return rows, Hint(err, w.cache.names.Schema)
+	if err != nil {
+		return nil, Hint(err, w.cache.names.Schema)
+	}
+	return hintRows{rows, w.cache.names.Schema}, nil
 }
 
 func (w wrapped) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
@@ -85,6 +90,15 @@ type hintRow struct {
 }
 
 func (r hintRow) Scan(dest ...any) error { return Hint(r.row.Scan(dest...), r.schema) }
+
+// hintRows adds the hint to an error that arrives with the rows (the simple
+// protocol reports a missing table there, not from Query).
+type hintRows struct {
+	pgx.Rows
+	schema string
+}
+
+func (r hintRows) Err() error { return Hint(r.Rows.Err(), r.schema) }
 
 // cache holds one schema's expanded statements: sql text → expanded text.
 // The statements are pgfence's own constants, a bounded set, so it never

@@ -1,0 +1,122 @@
+package inschema_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/inschema"
+	"github.com/pgfence/pgfence/internal/pgmode"
+	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/sqltmpl"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// Without a schema, Wrap is the identity: no cost, the text as sqlc wrote it.
+func TestNoSchemaIsIdentity(t *testing.T) {
+	pool := pgtest.Pool(t)
+	if inschema.Wrap(pool, "") != fencedb.DBTX(pool) {
+		t.Fatal("Wrap(db, \"\") is not db")
+	}
+	if got, err := inschema.Expand(fencedb.EnqueueJob, ""); err != nil || got != fencedb.EnqueueJob {
+		t.Fatalf("Expand without a schema changed the text: %v", err)
+	}
+}
+
+// Many goroutines enqueue through one wrapper into one schema: every row
+// lands there (none in the default layout), with the one cached expansion.
+func TestConcurrentStatementsLandInTheSchema(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool := pgtest.Pool(t)
+	s := pgtest.Schema(t)
+	q := fencedb.New(inschema.Wrap(pgmode.Wrap(pool), s))
+	const n = 32
+	queue := "inschema-" + s
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := q.EnqueueJob(ctx, fencedb.EnqueueJobParams{Queue: queue, Payload: json.RawMessage("{}"), MaxAttempts: 1}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	var inSchema, inDefault int
+	err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+pgx.Identifier{s}.Sanitize()+`.pgfence_jobs WHERE queue = $1),
+		(SELECT count(*) FROM public.pgfence_jobs WHERE queue = $1)`, queue).Scan(&inSchema, &inDefault)
+	if err != nil || inSchema != n || inDefault != 0 {
+		t.Fatalf("rows: %d in the schema, %d in the default layout (err %v); want %d, 0", inSchema, inDefault, err, n)
+	}
+	a, err := inschema.Expand(fencedb.EnqueueJob, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(a, `"`+s+`".pgfence_jobs`) || strings.Contains(a, "TEMPLATE") {
+		t.Fatalf("expanded:\n%s", a)
+	}
+}
+
+// A schema that was never migrated: the error says what to run.
+func TestUnmigratedSchemaSaysWhatToRun(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	for name, db := range map[string]fencedb.DBTX{"extended": pgmode.Wrap(pool), "simple protocol": simple{pool}} {
+		q := fencedb.New(inschema.Wrap(db, "never_migrated"))
+		_, err := q.CountJobsByState(ctx, "default") // Query
+		if err == nil || !strings.Contains(err.Error(), "pgfence migrate up --schema never_migrated") {
+			t.Errorf("%s, Query: error %v does not say to run pgfence migrate up --schema never_migrated", name, err)
+		}
+		_, err = q.GetJob(ctx, 1) // QueryRow
+		if err == nil || !strings.Contains(err.Error(), "pgfence migrate up --schema never_migrated") {
+			t.Errorf("%s, QueryRow: error %v does not say to run pgfence migrate up --schema never_migrated", name, err)
+		}
+		_, err = q.DeleteFinishedJobs(ctx, 0) // Exec
+		if err == nil || !strings.Contains(err.Error(), "pgfence migrate up --schema never_migrated") {
+			t.Errorf("%s, Exec: error %v does not say to run pgfence migrate up --schema never_migrated", name, err)
+		}
+	}
+}
+
+// simple sends every statement with the simple protocol, which reports a
+// missing table with the rows rather than from Query.
+type simple struct{ db fencedb.DBTX }
+
+func (s simple) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return s.db.Exec(ctx, sql, append([]any{pgx.QueryExecModeSimpleProtocol}, args...)...)
+}
+
+func (s simple) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return s.db.Query(ctx, sql, append([]any{pgx.QueryExecModeSimpleProtocol}, args...)...)
+}
+
+func (s simple) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return s.db.QueryRow(ctx, sql, append([]any{pgx.QueryExecModeSimpleProtocol}, args...)...)
+}
+
+// A statement whose markers are wrong fails before it is sent.
+func TestBadMarkerIsRefused(t *testing.T) {
+	ctx := context.Background()
+	db := inschema.Wrap(pgtest.Pool(t), "s")
+	bad := "SELECT 1 FROM /* TEMPLATE: schema */ lock_leases"
+	if _, err := db.Exec(ctx, bad); !errors.Is(err, sqltmpl.ErrTemplate) {
+		t.Fatalf("Exec: %v, want ErrTemplate", err)
+	}
+	if _, err := db.Query(ctx, bad); !errors.Is(err, sqltmpl.ErrTemplate) {
+		t.Fatalf("Query: %v, want ErrTemplate", err)
+	}
+	if err := db.QueryRow(ctx, bad).Scan(); !errors.Is(err, sqltmpl.ErrTemplate) {
+		t.Fatalf("QueryRow: %v, want ErrTemplate", err)
+	}
+}
