@@ -34,17 +34,29 @@ func Expand(sql, schema string) (string, error) {
 	return cacheFor(schema).get(sql)
 }
 
-// Hint adds to err, when it says that an object of pgfence's is missing
-// (undefined table or function, or no such schema: a function call names
-// it first) and schema is set, what to do about it: the schema was never
-// migrated, or not to this version.
+// Hint returns err as a *MissingError when it says that an object of
+// pgfence's is missing (undefined table or function, or no such schema: a
+// function call names it first) and schema is set; err itself otherwise.
 func Hint(err error, schema string) error {
 	if err == nil || schema == "" || !(pgerr.IsUndefined(err) || pgerr.Is(err, pgerrcode.InvalidSchemaName)) {
 		return err
 	}
-	return fmt.Errorf("%w (pgfence's objects are missing from schema %q: run `pgfence migrate up --schema %s` or migrations.Up with migrations.WithSchema)",
-		err, schema, schema)
+	return &MissingError{Schema: schema, Err: err}
 }
+
+// MissingError: a statement met no pgfence object in Schema, which was never
+// migrated, or not to this version. Its message says what to run.
+type MissingError struct {
+	Schema string
+	Err    error // the server's error
+}
+
+func (e *MissingError) Error() string {
+	return fmt.Sprintf("%v (pgfence's objects are missing from schema %q: run `pgfence migrate up --schema %s` or migrations.Up with migrations.WithSchema)",
+		e.Err, e.Schema, e.Schema)
+}
+
+func (e *MissingError) Unwrap() error { return e.Err }
 
 type wrapped struct {
 	db    fencedb.DBTX
