@@ -33,10 +33,10 @@ type options struct {
 // is missing. Each schema is a pgfence of its own: its own leases, jobs and
 // fence sequence, its own version, migrated and reverted independently.
 //
-// The objects are found by name through search_path at run time (pgfence's
-// statements and function bodies use unqualified names), so the clients of
-// that schema must use connections whose search_path names it: see
-// UseSchema.
+// The clients of that schema take it as an option of their own
+// (pglease.WithSchema, claim.WithSchema, pgguard.WithSchema,
+// payouts.WithSchema), which needs no search_path; pgfence's functions name
+// their schema's objects qualified (migration 000007).
 func WithSchema(schema string) Option {
 	return func(o *options) { o.schema = schema }
 }
@@ -57,15 +57,18 @@ func collect(opts []Option) (options, error) {
 }
 
 // UseSchema sets the search_path of the connections cfg opens to schema
-// alone (pg_catalog is always searched first), so that every pgfence client
-// on the pool (pglease, pgguard, claim, advisory, fencedb) uses the pgfence
-// objects that Up(…, WithSchema(schema)) created there. Call it before
+// alone (pg_catalog is always searched first), so that statements naming
+// pgfence's objects unqualified (fencedb, sqlc queries of one's own, clients
+// without their WithSchema option) use the objects that
+// Up(…, WithSchema(schema)) created there. Call it before
 // pgxpool.NewWithConfig. Tables of the application in other schemas are then
-// reached with qualified names.
+// reached with qualified names. Prefer the clients' WithSchema options: they
+// work on any pool.
 //
 // search_path travels as a startup parameter, which PgBouncer refuses or
-// drops (ignore_startup_parameters): behind a pooler, set it on the role
-// instead (ALTER ROLE … SET search_path = …).
+// drops (ignore_startup_parameters): use UseSchema on direct connections
+// only; behind a pooler, set it on the role instead
+// (ALTER ROLE … SET search_path = …).
 func UseSchema(cfg *pgxpool.Config, schema string) error {
 	if cfg == nil {
 		return validate.Invalid("pgfence migrations", "nil config")
