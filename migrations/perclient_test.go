@@ -65,6 +65,10 @@ func sideBySide(t *testing.T, pool *pgxpool.Pool) {
 		if err := pgguard.InstallTrigger(ctx, pool, table, pgguard.Strict, pgguard.WithSchema(a)); err != nil {
 			t.Fatal(err)
 		}
+		up, _, err := pgguard.TriggerMigration(table, pgguard.Strict, pgguard.WithSchema(a))
+		if err != nil || !strings.Contains(up, q(a)+".pgfence_enforce_fence(") {
+			t.Fatalf("TriggerMigration with A's schema: %v\n%s", err, up)
+		}
 		var fn string
 		if err := admin.QueryRow(ctx, `SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgrelid = $1::regclass AND tgname = $2`,
 			"public."+tbl, pgguard.TriggerName).Scan(&fn); err != nil || !strings.Contains(fn, a+".pgfence_enforce_fence") {

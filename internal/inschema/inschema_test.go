@@ -120,3 +120,16 @@ func TestBadMarkerIsRefused(t *testing.T) {
 		t.Fatalf("QueryRow: %v, want ErrTemplate", err)
 	}
 }
+
+// The cost a statement pays for a schema: one cached lookup of its text.
+func BenchmarkExpandCached(b *testing.B) {
+	if _, err := inschema.Expand(fencedb.EnqueueJob, "bench"); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := inschema.Expand(fencedb.EnqueueJob, "bench"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
