@@ -9,5 +9,7 @@
 // Wrap takes any fencedb.DBTX (compose it with pgmode.Wrap, in either
 // order). Each distinct statement text is expanded once per schema and
 // cached, so a statement costs one map lookup; with no schema Wrap returns
-// its argument and costs nothing.
+// its argument and costs nothing. The cache never evicts: wrap only
+// statements from a fixed set (fencedb's constants), never text built per
+// call.
 package inschema
