@@ -20,3 +20,7 @@ func GroupPending(c *Client) int {
 	defer c.group.mu.Unlock()
 	return len(c.group.pending)
 }
+
+// GroupMaxInFlight is how many acquisitions of one client run before
+// further attempts queue.
+const GroupMaxInFlight = maxInFlight

@@ -11,20 +11,23 @@ import (
 	"time"
 
 	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/pgerr"
 )
 
-// Group acquire. Concurrent TryAcquire (and Acquire) attempts on one client
-// that arrive while an acquisition is in flight wait for it, then go out
-// together in one AcquireBatch statement with one durable commit. Profiled at
-// 8 clients (BENCHMARKS.md, Profiles), the server's cost of an acquisition is
-// mostly per statement and per transaction (executor start-up, the table's
-// CHECK constraints parsed anew per statement, the commit, the round trip),
-// not per row: a batch pays it once.
+// Group acquire. TryAcquire (and each attempt of Acquire) on one client that
+// arrives while maxInFlight acquisitions of that client are in flight waits
+// for one of them to end, then goes out with every other waiting attempt in
+// one AcquireBatch statement with one durable commit. Profiled at 8 clients
+// (BENCHMARKS.md, Profiles), much of the server's cost of an acquisition is
+// per statement and per transaction, not per row: executor start-up, the
+// table's CHECK constraints parsed anew for each statement, the commit, the
+// round trip. A batch pays it once.
 //
-// An attempt that finds nothing in flight runs its single Acquire on its own
-// goroutine, as before, so a lone caller waits for nothing more. Attempts
-// that queue behind it go out from a runner goroutine, one batch at a time,
-// with at most one attempt per key in a batch (the others wait for the next).
+// An attempt that finds fewer in flight runs its single Acquire on its own
+// goroutine as before, so a lone caller waits for nothing more. Queued
+// attempts go out from a runner goroutine, at most one per key in a batch
+// (the others wait for the next: an upsert cannot touch a row twice, and
+// the second would only be refused).
 
 // acqReq is one queued attempt.
 type acqReq struct {
@@ -58,10 +61,18 @@ type acqBatch struct {
 
 type groupAcquirer struct {
 	mu       sync.Mutex
-	inFlight bool // an acquisition of this client is in flight
+	inFlight int // acquisitions of this client in flight (alone or batches)
 	pending  []*acqReq
 	batched  atomic.Int64 // attempts sent in batches of two or more (for tests)
 }
+
+// maxInFlight is how many acquisitions of one client may be in flight at
+// once before further attempts queue for a batch. With one, the client's
+// acquisitions wait behind one round trip and one WAL flush at a time, which
+// halved throughput at 8 clients; with 4, the pool and group commit stay busy
+// and 32 clients still merge most acquisitions (measured side by side with
+// 1, 2 and unlimited in bench/; BENCHMARKS.md, Profiles).
+const maxInFlight = 4
 
 // errAlone tells a caller that its batch failed with a definite error: it
 // runs its attempt alone, so that it gets its own key's answer (one key's
@@ -73,8 +84,8 @@ var errAlone = errors.New("pglease: batch failed; try alone")
 func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
 	g := &c.group
 	g.mu.Lock()
-	if !g.inFlight {
-		g.inFlight = true
+	if g.inFlight < maxInFlight {
+		g.inFlight++
 		g.mu.Unlock()
 		l, err := c.tryAcquire(ctx, key, ttl)
 		c.handOff()
@@ -138,7 +149,7 @@ func (c *Client) handOff() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if len(g.pending) == 0 {
-		g.inFlight = false
+		g.inFlight--
 		return
 	}
 	if !c.track() {
@@ -157,7 +168,7 @@ func (c *Client) failPendingLocked(err error) {
 		close(r.done)
 	}
 	g.pending = nil
-	g.inFlight = false
+	g.inFlight--
 }
 
 // runBatches sends batches until the queue is empty.
@@ -180,7 +191,7 @@ func (c *Client) nextBatch() (*acqBatch, context.Context) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if len(g.pending) == 0 {
-		g.inFlight = false
+		g.inFlight--
 		return nil, nil
 	}
 	seen := make(map[string]bool, len(g.pending))
@@ -225,8 +236,8 @@ func (c *Client) sendBatch(ctx context.Context, b *acqBatch) {
 			LockKey: p.LockKeys[0], Owner: c.cfg.owner, OwnerToken: p.OwnerTokens[0], TtlMicros: p.TtlsMicros[0]})
 		if err == nil {
 			rows = []fencedb.AcquireBatchRow{{OwnerToken: p.OwnerTokens[0], Fence: row.Fence, ExpiresAt: row.ExpiresAt}}
-		} else if isNoRows(err) {
-			err = nil
+		} else if isNoRows(err) || pgerr.IsLockNotAvailable(err) {
+			err = nil // refused, as tryAcquire counts a lock timeout
 		}
 	} else {
 		c.group.batched.Add(int64(n))

@@ -3,6 +3,8 @@ package pglease_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -100,11 +102,15 @@ func TestGroupAcquireCallerGivesUpInFlight(t *testing.T) {
 	q := fencedb.New(direct)
 	c := newClient(t, pool, pglease.WithoutAutoRenew())
 	base := uniqueKey(t)
-	first, free, late := base+"/a-first", base+"/b-free", base+"/c-late"
+	free, late := base+"/b-free", base+"/c-late"
+	var firsts []string // one per acquisition the client runs before queueing
+	for i := range pglease.GroupMaxInFlight {
+		firsts = append(firsts, fmt.Sprintf("%s/a-first%d", base, i))
+	}
 	// Rows for the keys the transaction below locks, released.
 	other := newClient(t, direct)
 	var lateFence int64 // the fence of late's row before the batch
-	for _, k := range []string{first, late} {
+	for _, k := range append(slices.Clone(firsts), late) {
 		l, err := other.TryAcquire(ctx, k, time.Second)
 		if err != nil {
 			t.Fatal(err)
@@ -119,7 +125,7 @@ func TestGroupAcquireCallerGivesUpInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, "SELECT 1 FROM lock_leases WHERE lock_key IN ($1, $2) FOR UPDATE", first, late); err != nil {
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM lock_leases WHERE lock_key = ANY ($1) FOR UPDATE", append(slices.Clone(firsts), late)); err != nil {
 		t.Fatal(err)
 	}
 	lockWaits := func(n int) func() bool {
@@ -132,11 +138,13 @@ func TestGroupAcquireCallerGivesUpInFlight(t *testing.T) {
 		}
 	}
 
-	// The first attempt runs alone and waits for the row lock until its
-	// lock_timeout: the others queue behind it.
-	firstErr := make(chan error, 1)
-	go func() { _, err := c.TryAcquire(ctx, first, time.Hour); firstErr <- err }()
-	waitUntil(t, "the first attempt waits for the row lock", lockWaits(1))
+	// The first attempts run alone and wait for their row locks until their
+	// lock_timeout: the others queue behind them.
+	firstErr := make(chan error, len(firsts))
+	for _, k := range firsts {
+		go func() { _, err := c.TryAcquire(ctx, k, time.Hour); firstErr <- err }()
+	}
+	waitUntil(t, "the first attempts wait for their row locks", lockWaits(len(firsts)))
 
 	type result struct {
 		l   *pglease.Lease
@@ -149,8 +157,10 @@ func TestGroupAcquireCallerGivesUpInFlight(t *testing.T) {
 	go func() { l, err := c.TryAcquire(lateCtx, late, time.Hour); lateRes <- result{l, err} }()
 	waitUntil(t, "two attempts queue", func() bool { return pglease.GroupPending(c) == 2 })
 
-	if err := <-firstErr; !errors.Is(err, pglease.ErrNotAcquired) {
-		t.Fatalf("first attempt: want ErrNotAcquired after its lock wait, got %v", err)
+	for range firsts {
+		if err := <-firstErr; !errors.Is(err, pglease.ErrNotAcquired) {
+			t.Fatalf("first attempt: want ErrNotAcquired after its lock wait, got %v", err)
+		}
 	}
 	// The batch (free, late) is in flight, waiting for late's row lock.
 	waitUntil(t, "the batch waits for the row lock", lockWaits(1))
