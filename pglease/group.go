@@ -79,8 +79,8 @@ const maxInFlight = 4
 // lock timeout must not refuse the others).
 var errAlone = errors.New("pglease: batch failed; try alone")
 
-// acquire runs one attempt: alone when nothing is in flight, else queued for
-// the next batch.
+// acquire runs one attempt: alone while fewer than maxInFlight acquisitions
+// of the client are in flight, else queued for the next batch.
 func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
 	g := &c.group
 	g.mu.Lock()
@@ -111,16 +111,17 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration) (*L
 		// Not sent yet: drop it from the queue; nothing can be granted.
 		g.pending = slices.DeleteFunc(g.pending, func(p *acqReq) bool { return p == r })
 		g.mu.Unlock()
-		return nil, c.gaveUp(key, ctx)
+		return nil, c.gaveUp(ctx, key)
 	} else if b.live--; b.live == 0 {
 		b.cancel() // nobody waits for this statement any more
 	}
 	g.mu.Unlock()
 	// The runner gives back what the batch grants it (see settle).
-	return nil, c.gaveUp(key, ctx)
+	return nil, c.gaveUp(ctx, key)
 }
 
-func (c *Client) gaveUp(key string, ctx context.Context) error {
+// gaveUp is the error of a caller whose ctx ended before its batch answered.
+func (c *Client) gaveUp(ctx context.Context, key string) error {
 	return fmt.Errorf("pglease: acquiring %q: %w", key, context.Cause(ctx))
 }
 
