@@ -15,7 +15,7 @@ import (
 )
 
 // Group acquire. TryAcquire (and each attempt of Acquire) on one client that
-// arrives while maxInFlight acquisitions of that client are in flight waits
+// arrives while maxInFlight (2) acquisitions of that client are in flight waits
 // for one of them to end, then goes out with every other waiting attempt in
 // one AcquireBatch statement with one durable commit. Profiled at 8 clients
 // (BENCHMARKS.md, Profiles), much of the server's cost of an acquisition is
@@ -69,10 +69,13 @@ type groupAcquirer struct {
 // maxInFlight is how many acquisitions of one client may be in flight at
 // once before further attempts queue for a batch. With one, the client's
 // acquisitions wait behind one round trip and one WAL flush at a time, which
-// halved throughput at 8 clients; with 4, the pool and group commit stay busy
-// and 32 clients still merge most acquisitions (measured side by side with
-// 1, 2 and unlimited in bench/; BENCHMARKS.md, Profiles).
-const maxInFlight = 4
+// halved throughput at 8 clients. With 4, 8 clients rarely have 4 in flight
+// and send most acquisitions alone (server CPU per acquire + release: 272 to
+// 315 µs, as without group acquire); with 2, batches form at 8 clients too
+// (216 to 257 µs; 173 µs against 201 µs at 32 clients), with the higher
+// throughput (bench/, -contenders pgfence, side by side; BENCHMARKS.md,
+// Profiles).
+const maxInFlight = 2
 
 // errAlone tells a caller that its batch failed with a definite error: it
 // runs its attempt alone, so that it gets its own key's answer (one key's
