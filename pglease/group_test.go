@@ -189,3 +189,34 @@ func TestGroupAcquireCallerGivesUpInFlight(t *testing.T) {
 		return err == nil && !row.Held && row.Fence > lateFence
 	})
 }
+
+// Behind PgBouncer in transaction mode (pgx's defaults, so pglease sends
+// unnamed statements), batches carry their key, token and TTL arrays and
+// every caller gets its own lease.
+func TestGroupAcquireBehindPgBouncer(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t, pgtest.BouncerPool(t), pglease.WithoutAutoRenew())
+	base := uniqueKey(t)
+	const goroutines, rounds = 16, 10
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				l, err := c.TryAcquire(ctx, fmt.Sprintf("%s/%d/%d", base, g, r), 5*time.Second)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if err := l.Release(ctx); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if pglease.GroupBatched(c) == 0 {
+		t.Fatal("no attempt went out in a batch: the test does not exercise group acquire")
+	}
+}
