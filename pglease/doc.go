@@ -12,7 +12,10 @@
 //
 //   - Acquire, renew and release are one statement each and use the
 //     database's now() as the only clock. They run in their own short
-//     transaction on the pool, never inside the caller's.
+//     transaction on the pool, never inside the caller's. Acquisitions of
+//     one client that arrive while 2 of its acquisitions are in flight go
+//     out together in one statement and one commit (group acquire), each
+//     judged as if alone and each caller answered for its own key.
 //   - Fences never repeat and never go backwards for a key, across release,
 //     deletion of the row (SweepExpired), a crash-restart and the promotion of
 //     an asynchronous standby: fence = WAL timeline << 44 | a sequence.
