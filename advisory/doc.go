@@ -1,6 +1,6 @@
 // Package advisory runs a function under a PostgreSQL transaction-level
-// advisory lock: pg_try_advisory_xact_lock (TryDo) or pg_advisory_xact_lock
-// (Do), taken as the first statement of a transaction that the function then
+// advisory lock: pg_try_advisory_xact_lock ([TryDo]) or pg_advisory_xact_lock
+// ([Do]), taken as the first statement of a transaction that the function then
 // uses. Its writes commit or roll back together with the lock's release, and
 // the lock can never outlive them: PostgreSQL releases it at COMMIT, at
 // ROLLBACK, and when the connection drops, because the transaction ends.
@@ -12,14 +12,14 @@
 // the resource.
 //
 // Keys. PostgreSQL has two advisory key spaces that do not overlap: one
-// bigint, or two integers. Int64Key and PairKey name keys directly (PairKey
-// suits "namespace, object id" schemes). StringKey maps a string to a bigint
+// bigint, or two integers. [Int64Key] and [PairKey] name keys directly (PairKey
+// suits "namespace, object id" schemes). [StringKey] maps a string to a bigint
 // with the first 8 bytes of its SHA-256 digest, big-endian, as a signed
 // int64. SHA-256 rather than PostgreSQL's hashtext/hashtextextended: it is
 // specified and stable everywhere (hashtext's output is an implementation
 // detail that has changed between major versions), it is computed in Go
 // without a round trip, it spreads adversarial or similar keys uniformly, and
-// the same key can be computed in SQL (see KeySQL) so that psql scripts and
+// the same key can be computed in SQL (see [KeySQL]) so that psql scripts and
 // other languages take the very same lock.
 //
 // Collision odds: two distinct strings share a bigint with probability
@@ -40,7 +40,7 @@
 // later statement. If the server does not act on the cancel within a few
 // seconds, the socket is closed.
 //
-// Session-level locks (SessionLock, from TryLockSession and LockSession)
+// Session-level locks ([SessionLock], from [TryLockSession] and [LockSession])
 // exist for locks that must outlive any reasonable transaction. Each holds a
 // dedicated connection taken out of the pool. A session-level lock lives as
 // long as the server session, not the transaction; behind a

@@ -258,6 +258,10 @@ func runLeases(ctx context.Context, e *env, rep *report) error {
 						row.status[c.name] = "skipped: " + c.skip.Error()
 						continue
 					}
+					if e.opts.contenders != nil && !e.opts.contenders[c.name] {
+						row.status[c.name] = "skipped: not in -contenders"
+						continue
+					}
 					if row.status[c.name] != "" {
 						continue // failed earlier
 					}

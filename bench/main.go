@@ -35,6 +35,9 @@ type options struct {
 	command   string
 	timeout   time.Duration
 	cpuprof   string
+	// contenders, when not empty, are the only lease contenders that run
+	// (for profiling one of them alone).
+	contenders map[string]bool
 }
 
 var sections = []string{"leases", "handoff", "jobs", "scale", "memory"}
@@ -48,7 +51,7 @@ func main() {
 
 func parseFlags() (*options, error) {
 	o := &options{}
-	var clients, workers, only string
+	var clients, workers, only, contenders string
 	defURL := os.Getenv("PGFENCE_DATABASE_URL")
 	if defURL == "" {
 		defURL = "postgres://postgres@127.0.0.1:5432/postgres"
@@ -70,6 +73,7 @@ func parseFlags() (*options, error) {
 	flag.IntVar(&o.waiters, "waiters", 50, "waiters on one key in the hand-off section")
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up (and drop the database) after this long; -smoke: 3m")
 	flag.StringVar(&o.cpuprof, "cpuprofile", "", "write the client's CPU profile of the whole run to this file (go tool pprof)")
+	flag.StringVar(&contenders, "contenders", "", "lease contenders to run, comma-separated (default all: "+strings.Join(leaseOrder, ",")+"); to profile one alone")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q; see -h", flag.Args())
@@ -93,6 +97,16 @@ func parseFlags() (*options, error) {
 			return nil, fmt.Errorf("-only: unknown section %q (known: %s)", s, strings.Join(sections, ","))
 		}
 		o.only[s] = true
+	}
+	if contenders != "" {
+		o.contenders = map[string]bool{}
+		for _, s := range strings.Split(contenders, ",") {
+			s = strings.TrimSpace(s)
+			if !contains(leaseOrder, s) {
+				return nil, fmt.Errorf("-contenders: unknown contender %q (known: %s)", s, strings.Join(leaseOrder, ","))
+			}
+			o.contenders[s] = true
+		}
 	}
 	if o.rounds < 1 || o.duration <= 0 || o.jobs < 1 || o.keys < 1 || o.held < 1 || o.waiters < 2 || o.scaleRows < 1000 {
 		return nil, errors.New("-rounds, -duration, -jobs, -keys, -held must be positive, -waiters at least 2, -scale-rows at least 1000")

@@ -81,6 +81,7 @@ func (r *report) markdown() string {
 	r.scaleTable(p)
 	r.memoryTable(p)
 	r.targets(p)
+	r.profiles(p)
 	return b.String()
 }
 
@@ -248,7 +249,7 @@ func (r *report) targets(p func(string, ...any)) {
 		}
 		if len(row.ratioPL) > 0 {
 			add(row.ratioPL.median() >= 2, fmt.Sprintf("acquire + release ≥ 2× cirello pglock at %d client(s): %s", row.clients, row.ratioPL.ratio()),
-				"pglock sends 3 statements per pair (sequence read, upsert, delete) with two durable commits, pgfence two statements with one; at 8+ clients group commit shares the flushes, so the gap narrows to statement count and per-statement CPU")
+				"pglock sends 3 statements per pair (sequence read, upsert, delete) with two durable commits, pgfence two statements with one; at 1 client that is the whole gap, and pgfence's lone acquisition carries the costs listed under Profiles (CHECK constraints parsed per statement, set_config, the fence draw). At 8+ clients group commit shares the flushes and server CPU per statement decides; pglease's group acquire merges concurrent acquisitions of one client into one statement, which lifts 32 clients and the hot key most; at 8 clients batches are small (about 3 attempts) and each pair still sends its own release (Profiles)")
 		}
 	}
 	for _, row := range r.jobs {
@@ -297,17 +298,45 @@ func (r *report) targets(p func(string, ...any)) {
 			p("")
 		}
 	}
-	p("The targets are ratios within this run. No CPU profile is part of this report; `-cpuprofile FILE` writes the client's profile of a run (the server's share needs `perf` on the server). One durable commit per acquire, claim or completion is the floor (pg_test_fsync above).")
+	p("The targets are ratios within this run; the profiles that explain the lease rows are under Profiles below. One durable commit per acquire, claim or completion is the floor (pg_test_fsync above).")
 	p("")
 	for _, l := range lines {
 		p("%s", l)
 	}
 }
 
+// profiles is the lease profiles of issue 8, measured once by hand (not by
+// this run): perf and pg_stat_statements need a server of one's own.
+func (r *report) profiles(p func(string, ...any)) {
+	if len(r.leases) == 0 {
+		return
+	}
+	p("")
+	p("## Profiles")
+	p("")
+	p("Measured by hand on 2026-12-01 (not re-measured by this run), before group acquire unless said. Each contender ran alone at 8 clients (`cd bench && go run . -only leases -clients 8 -rounds 1 -duration 12s -contenders pgfence` or `-contenders \"raw seed SQL\"`, `-cpuprofile` for the client) against a throwaway PostgreSQL 15 cluster with pg_stat_statements (fsync on, synchronous_commit on); the server's side is `perf record -g` and `perf stat -e task-clock` on all of its processes for 8 s of the 10,000-keys turn.")
+	p("")
+	p("Server, inclusive share of samples (`perf report --children`):")
+	p("")
+	p("| function | pgfence | raw seed SQL | what it is |")
+	p("|---|---:|---:|---|")
+	p("| standard_ExecutorRun | 28.1%% | 17.8%% | executing the statements |")
+	p("| CommitTransactionCommand | 21.2%% | 32.1%% | commits, of which XLogFlush 14.7%% / 25.4%%: the seed's release flushes too |")
+	p("| standard_ExecutorStart | 8.8%% | 5.8%% | per-statement executor set-up |")
+	p("| ExecConstraints | 6.7%% | 0.2%% | lock_leases' CHECK constraints, parsed from text on every INSERT/UPDATE (stringToNode 3.9%%) |")
+	p("| set_config_by_name + AtEOXact_GUC | 2.6%% | 0.1%% | lock_timeout / synchronous_commit for one transaction, and their reset |")
+	p("| nextval_internal, pg_walfile_name | 0.8%%, 0.1%% | – | the fence draw |")
+	p("| heap_update | 1.9%% | 1.7%% | the row writes themselves |")
+	p("")
+	p("Server CPU per acquire + release (task-clock of the server's processes ÷ pairs): pgfence 288 µs, raw seed SQL 258 µs. With lock_leases' two CHECK constraints dropped (an experiment in the throwaway database only; dropping them needs a migration) pgfence took 263 µs against 316 µs with them in a run of the same hour: about a sixth of pgfence's server CPU per pair is those constraints. Group acquire with one statement in flight per client halved it (172 µs per pair, about 4 attempts per AcquireBatch) but serialised the client's acquisitions behind one round trip and flush each (throughput fell by half); with 4 in flight, 8 clients still sent most acquisitions alone (272–315 µs per pair, as without it: 316 µs); with 2 in flight (what pglease does) batches form at 8 clients too (216–257 µs per pair, about 3.4 attempts per batch), and at 32 clients the server's CPU per pair falls from 280 µs without group acquire to 201 µs with 4 in flight and 173 µs with 2 (`-clients 32`; runs of the same half hour).")
+	p("")
+	p("Client (`go tool pprof -top`): pgfence 125 µs CPU per pair, raw 111 µs; in both the top is the socket syscalls (`syscall.Syscall6` 39.8%% flat for pgfence, 41.4%% for raw) and `runtime.futex` (10.9%%, 13.8%%); pgx's `Conn.Query` is 58.9%% cumulative, pglease's own code too little to list. The client is not where pgfence and the seed differ.")
+}
+
 // leaseLimit explains what bounds pgfence's acquire + release against the
 // seed's statements, with the fsync floor when pg_test_fsync ran.
 func (r *report) leaseLimit() string {
-	s := "pgfence's acquire is the seed's upsert plus what makes it safe: a fence drawn from a sequence and the WAL timeline (inlined SQL; 20–50 µs of server CPU per draw), a tombstone anti-join and two set_config calls (durable commit, bounded lock wait); its release commits asynchronously, so a pair waits for one WAL flush where the seed's waits for two, which is what wins at 1 client. At 8 and 32 clients group commit already shares each flush among many commits, so the saved flush matters less and the extra per-statement server CPU decides, on a 2-core machine the server shares with the client"
+	s := "server CPU per statement, as the profiles below show: pgfence's acquire is the seed's upsert plus what makes it safe, and on the server it costs more per statement, not per row: lock_leases' two CHECK constraints (key length, fence > 0) are parsed from their stored text on every INSERT and UPDATE (ExecConstraints → stringToNode, 6.7% of the server's samples against 0.2% for the seed's table, which has none), two set_config calls and their end-of-transaction reset (2.6%), the fence draw (nextval 0.8%, the WAL timeline 0.1%); the tombstone anti-join is one probe of an empty index. Its release commits asynchronously, so a pair waits for one WAL flush where the seed's waits for two, which is what wins at 1 client. At 8 and 32 clients group commit already shares each flush, and the server, sharing 2 cores with the client, runs out of CPU first; group acquire (concurrent acquisitions of one client in one statement and one commit) cuts the per-statement share at 32 clients, and at 8 clients, where only 2 acquisitions of a client are in flight before the others queue, batches are small (about 3 attempts) and each pair still sends its own release, so pgfence is about level with the seed there; the CHECK constraints are the largest cost left that the seed's table does not pay (a migration could drop them: pglease validates keys, and fences come from a sequence that starts at 1)"
 	if r.fsync != "" {
 		s += " (pg_test_fsync above gives the flush rate)"
 	}

@@ -18,7 +18,7 @@
 // time by the database clock, is renewed, has a local deadline, carries a
 // fence). Each later write by the worker — Renew, Complete, Fail, Release
 // — is one UPDATE matched on id + fence + state = 'running'. Zero rows is an
-// answer: a *LeaseLostError, errors.Is(err, ErrLeaseLost). This is the check
+// answer: a *[LeaseLostError], errors.Is(err, [ErrLeaseLost]). This is the check
 // that River, Oban, pg-boss and Graphile Worker lack: there a worker whose job
 // was rescued and handed to another worker can still mark the new attempt
 // completed.
@@ -34,25 +34,25 @@
 //
 // Finished rows stay in the table until Purge deletes the completed and dead
 // jobs whose finished_at is older than a given age (it needs the FinishedAt
-// column). It walks the table by id in batches (WithPurgeBatch), each its own
+// column). It walks the table by id in batches ([WithPurgeBatch]), each its own
 // short transaction that re-checks state and finished_at on the row it
 // deletes, so claims stay fast during a purge of millions of rows and a job
 // that runs, or finished more recently, is never deleted.
 //
-// Besides the lease in the database, every Job keeps a pessimistic local
+// Besides the lease in the database, every [Job] keeps a pessimistic local
 // deadline on Go's monotonic clock (time before the claim or renewal was
-// sent + TTL − TTL/10). The worker pool (Runner) ends the job's context
+// sent + TTL − TTL/10). The worker pool ([Runner]) ends the job's context
 // when it passes or a renewal finds the lease gone.
 //
 // The ready-made table is pgfence_jobs (migration 000003). A table of your own
-// works too: name it and its columns with WithTable; New checks them against
+// works too: name it and its columns with [WithTable]; [New] checks them against
 // the catalog and every identifier is quoted with pgx.Identifier.Sanitize.
 // Values are always bound parameters. Every statement is written once, in
 // queries/claim.sql against pgfence_jobs, where sqlc checks it against the
 // schema; internal/sqltmpl fills in your table's names at the places the
 // file marks.
 //
-// Runner runs N workers over a Claimer and spends the database sparingly: one
+// Runner runs N workers over a [Claimer] and spends the database sparingly: one
 // claim statement takes as many jobs as there are idle workers (waiting up to
 // half a claim's round trip for workers about to free up, so they share it);
 // one goroutine extends the leases of all running jobs in one renew
@@ -62,7 +62,7 @@
 // fence + state 'running'), pipelined with the next claim in one transaction
 // when a claim is due (one durable commit for both), so a worker takes its
 // next job while the last one's completion is written. Each job learns on its own
-// whether its completion counted (LeaseLost when it did not), and Completed
+// whether its completion counted (LeaseLost when it did not), and [Completed]
 // is reported only after the completion committed durably. A completion
 // whose answer was lost (connection cut) is settled before it is reported:
 // it is sent again and the rows are read back by id + fence on another
@@ -73,11 +73,11 @@
 // writes the completions still queued. Every goroutine it starts has stopped
 // when Run returns.
 //
-// NewTxRunner runs each job's handler in a transaction that also completes the
+// [NewTxRunner] runs each job's handler in a transaction that also completes the
 // job (CompleteTx), so a job's effects in this database count only if its
 // completion does. That is one transaction, and one durable commit, per job:
 // it does not batch completions, and runs at a fraction of Runner's rate (see
-// BenchmarkJobThroughput). A TxHandler that returns nil after its context
+// BenchmarkJobThroughput). A [TxHandler] that returns nil after its context
 // ended with a lost lease is LeaseLost and its effects roll back; a commit
 // whose answer was lost is settled by reading the row back by id + fence
 // (completed under this fence: Completed; still running under it: the
@@ -86,11 +86,11 @@
 //
 // Metrics: a Claimer records OpenTelemetry metrics (jobs claimed, completed,
 // failed, rescued and lease lost; queue depth and the oldest runnable job's
-// age, queried at most every WithQueueStatsInterval; its pool's figures)
-// through the API only, to WithMeterProvider or the global provider; the
+// age, queried at most every [WithQueueStatsInterval]; its pool's figures)
+// through the API only, to [WithMeterProvider] or the global provider; the
 // instruments are documented once, in the README's "Metrics" section
 // (https://github.com/pgfence/pgfence#metrics).
 //
-// Enqueue takes a fencedb.DBTX (a pool, a connection or a pgx.Tx); Querier
+// [Enqueue] takes a fencedb.DBTX (a pool, a connection or a pgx.Tx); [Querier]
 // is a deprecated alias of it.
 package claim

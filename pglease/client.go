@@ -49,7 +49,9 @@ type Client struct {
 	mu     sync.Mutex
 	closed bool
 	leases map[*Lease]struct{}
-	wg     sync.WaitGroup // renewal and ambiguity-recheck goroutines
+	wg     sync.WaitGroup // renewal, ambiguity-recheck and batch goroutines
+
+	group groupAcquirer // group acquire (group.go)
 }
 
 // New returns a client that takes leases through pool. The pool must reach a
@@ -164,7 +166,7 @@ func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		return nil, err
 	}
 	start := time.Now()
-	l, err := c.tryAcquire(ctx, key, ttl)
+	l, err := c.acquire(ctx, key, ttl)
 	c.met.acquired(opTry, start, err)
 	return l, err
 }
@@ -197,7 +199,7 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (_ 
 	}
 	var lastErr error
 	for attempt := 1; ; attempt++ {
-		l, err := c.tryAcquire(ctx, key, ttl)
+		l, err := c.acquire(ctx, key, ttl)
 		if err == nil {
 			return l, nil
 		}
@@ -294,9 +296,9 @@ func (c *Client) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	switch {
 	case err == nil:
 		return c.startLease(key, token, row.Fence, row.ExpiresAt, ttl, sent)
-	case errors.Is(err, pgx.ErrNoRows):
+	case isNoRows(err):
 		c.stats.notAcquired.Add(1)
-		return nil, fmt.Errorf("%w: %q", ErrNotAcquired, key)
+		return nil, notAcquired(key)
 	case pgerr.IsLockNotAvailable(err):
 		c.stats.notAcquired.Add(1)
 		// Another acquisition of the same key held the row past our
@@ -304,13 +306,19 @@ func (c *Client) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		return nil, fmt.Errorf("%w: %q (another acquisition was in progress)", ErrNotAcquired, key)
 	case mayHaveExecuted(err):
 		c.stats.ambiguous.Add(1)
-		return c.resolveAmbiguous(ctx, key, token, ttl, sent, err)
+		return c.resolveAmbiguous(ctx, key, token, ttl, sent, err, 1)
 	default:
 		return nil, c.explain(key, err)
 	}
 }
 
-func (c *Client) resolveAmbiguous(ctx context.Context, key, token string, ttl time.Duration, sent time.Time, cause error) (*Lease, error) {
+func notAcquired(key string) error { return fmt.Errorf("%w: %q", ErrNotAcquired, key) }
+
+func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
+
+// resolveAmbiguous settles an acquisition sent in a statement for keys
+// attempts (1, or a batch's size) whose answer was lost.
+func (c *Client) resolveAmbiguous(ctx context.Context, key, token string, ttl time.Duration, sent time.Time, cause error, keys int) (*Lease, error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.resolveWait)
 	defer cancel()
 	if ctx.Err() == nil {
@@ -332,7 +340,7 @@ func (c *Client) resolveAmbiguous(ctx context.Context, key, token string, ttl ti
 	// An acquisition that reached the server before the tombstone committed
 	// may still be executing (waiting on a row lock, bounded by the
 	// statement's lock_timeout): abandon once more after that bound.
-	c.recheckLater(key, token)
+	c.recheckLater(key, token, keys)
 	return nil, fmt.Errorf("pglease: acquiring %q: no answer from the server, and the lease was not kept: %w", key, cause)
 }
 
@@ -365,13 +373,16 @@ func (c *Client) abandon(ctx context.Context, key, token string) (bool, error) {
 	return true, nil
 }
 
-func (c *Client) recheckLater(key, token string) {
+// recheckLater abandons token once more after the statement that carried it
+// (for keys attempts) must have ended: lock_timeout bounds each of its row
+// lock waits, one per key.
+func (c *Client) recheckLater(key, token string, keys int) {
 	if !c.track() {
 		return
 	}
 	go func() {
 		defer c.wg.Done()
-		time.Sleep(acquireLockTimeout + 500*time.Millisecond)
+		time.Sleep(time.Duration(keys)*acquireLockTimeout + 500*time.Millisecond)
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.resolveWait)
 		defer cancel()
 		c.abandon(ctx, key, token)

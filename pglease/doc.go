@@ -12,7 +12,10 @@
 //
 //   - Acquire, renew and release are one statement each and use the
 //     database's now() as the only clock. They run in their own short
-//     transaction on the pool, never inside the caller's.
+//     transaction on the pool, never inside the caller's. Acquisitions of
+//     one client that arrive while 2 of its acquisitions are in flight go
+//     out together in one statement and one commit (group acquire), each
+//     judged as if alone and each caller answered for its own key.
 //   - Fences never repeat and never go backwards for a key, across release,
 //     deletion of the row (SweepExpired), a crash-restart and the promotion of
 //     an asynchronous standby: fence = WAL timeline << 44 | a sequence.
@@ -23,7 +26,7 @@
 //     synchronous_commit (a grant lost in a crash could hand its fence out
 //     twice). Release commits asynchronously by default: a release lost in a
 //     crash only makes the lease run to its TTL, which is safe, and it saves
-//     one WAL flush per acquire + release. WithDurableRelease makes it
+//     one WAL flush per acquire + release. [WithDurableRelease] makes it
 //     durable.
 //   - The client keeps a pessimistic local deadline on the monotonic clock
 //     (time before sending + TTL - safety margin). Auto-renewal (default every
@@ -34,9 +37,9 @@
 //     still waiting keeps a lease that was granted, and one that gave up has
 //     it released and leaves a tombstone for the token, so that the request
 //     grants nothing however late the network delivers it (tombstones are
-//     kept for AbandonedTokenRetention; SweepExpired deletes older ones).
+//     kept for [AbandonedTokenRetention]; SweepExpired deletes older ones).
 //   - Acquire waits for a held key by polling, with exponential backoff and
-//     full jitter (WithBackoff). WithWakeOnRelease (default: off) adds a
+//     full jitter ([WithBackoff]). [WithWakeOnRelease] (default: off) adds a
 //     wake-up: the client's releases send NOTIFY pgfence_lease_released
 //     with the key in the same statement, delivered at commit (opt-in,
 //     because notifying commits are serialised by PostgreSQL), and its one
@@ -49,17 +52,17 @@
 //     PgBouncer's transaction pooling, where waiters only poll.
 //   - Campaign runs leader election on a key; the lease's fence is the
 //     term's epoch. Observe follows a key's holder for followers: a channel
-//     (latest value only, never a backlog) that gets the current Holder at
+//     (latest value only, never a backlog) that gets the current [Holder] at
 //     once and then each new grant or end of a lease, by polling
-//     (WithObserveInterval, default 200ms), at the lease's expiry, and at
+//     ([WithObserveInterval], default 200ms), at the lease's expiry, and at
 //     once on a notified release with WithWakeOnRelease.
 //
-// Zero rows is an answer: ErrNotAcquired, ErrLeaseLost, and WaitError (which
+// Zero rows is an answer: [ErrNotAcquired], ErrLeaseLost, and [WaitError] (which
 // says how long Acquire waited) are returned, never swallowed.
 //
 // Metrics: the client records OpenTelemetry metrics (acquisitions, waits,
 // leases held and lost by cause, renewal failures, its pool's figures)
-// through the API only, to WithMeterProvider or the global provider; the
+// through the API only, to [WithMeterProvider] or the global provider; the
 // instruments are documented once, in the README's "Metrics" section
 // (https://github.com/pgfence/pgfence#metrics).
 package pglease

@@ -10,3 +10,17 @@ import (
 func SetRenewHook(c *Client, h func(ctx context.Context, l *Lease) (time.Time, error)) {
 	c.renewHook = h
 }
+
+// GroupBatched is how many attempts c sent in batches of two or more.
+func GroupBatched(c *Client) int64 { return c.group.batched.Load() }
+
+// GroupPending is how many attempts wait in c's queue for the next batch.
+func GroupPending(c *Client) int {
+	c.group.mu.Lock()
+	defer c.group.mu.Unlock()
+	return len(c.group.pending)
+}
+
+// GroupMaxInFlight is how many acquisitions of one client run before
+// further attempts queue.
+const GroupMaxInFlight = maxInFlight

@@ -34,6 +34,36 @@ ON CONFLICT (lock_key) DO UPDATE
    AND l.fence < EXCLUDED.fence
 RETURNING l.fence, l.expires_at;
 
+-- name: AcquireBatch :many
+-- Acquire for several keys at once, in one statement and one durable commit
+-- (pglease's group acquire: concurrent TryAcquire calls on one client that
+-- arrive while a statement is in flight go out together). Each row is judged
+-- exactly as Acquire judges its one key; it returns one row per key granted,
+-- with the owner token to tell the callers apart. Keys must be distinct (an
+-- upsert cannot touch one row twice). Rows are inserted in key order, so two
+-- batches wait for each other's row locks in one order and never deadlock;
+-- lock_timeout bounds each wait, so the statement lasts at most one bound per
+-- key.
+INSERT INTO lock_leases AS l (lock_key, owner, owner_token, fence, acquired_at, expires_at)
+SELECT r.lock_key, sqlc.arg(owner)::text, r.owner_token,
+       pgfence_draw_fence(), now(),
+       now() + r.ttl_micros * interval '1 microsecond'
+  FROM ROWS FROM (unnest(sqlc.arg(lock_keys)::text[]), unnest(sqlc.arg(owner_tokens)::text[]),
+                 unnest(sqlc.arg(ttls_micros)::bigint[])) AS r(lock_key, owner_token, ttl_micros)
+ WHERE pgfence_commit_durably()
+   AND set_config('lock_timeout', '1s', true) IS NOT NULL
+   AND NOT EXISTS (SELECT FROM pgfence_abandoned_tokens AS a WHERE a.owner_token = r.owner_token)
+ ORDER BY r.lock_key
+ON CONFLICT (lock_key) DO UPDATE
+   SET owner       = EXCLUDED.owner,
+       owner_token = EXCLUDED.owner_token,
+       fence       = EXCLUDED.fence,
+       acquired_at = EXCLUDED.acquired_at,
+       expires_at  = EXCLUDED.expires_at
+ WHERE l.expires_at <= now()
+   AND l.fence < EXCLUDED.fence
+RETURNING l.owner_token, l.fence, l.expires_at;
+
 -- name: Renew :one
 -- Extends the lease only while it is unexpired and still carries this fence:
 -- it can never resurrect an expired lease. No row means the lease is lost.
