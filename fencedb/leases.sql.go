@@ -12,11 +12,11 @@ import (
 
 const Abandon = `-- name: Abandon :one
 WITH tombstone AS (
-  INSERT INTO pgfence_abandoned_tokens (owner_token)
+  INSERT INTO /* TEMPLATE: schema */pgfence_abandoned_tokens (owner_token)
   VALUES ($2::text)
   ON CONFLICT (owner_token) DO NOTHING
 ), released AS (
-  UPDATE lock_leases AS l
+  UPDATE /* TEMPLATE: schema */lock_leases AS l
      SET expires_at = CASE WHEN l.owner_token = $2::text
                            THEN LEAST(l.expires_at, now())
                            ELSE l.expires_at END
@@ -57,13 +57,13 @@ func (q *Queries) Abandon(ctx context.Context, arg AbandonParams) (int64, error)
 }
 
 const Acquire = `-- name: Acquire :one
-INSERT INTO lock_leases AS l (lock_key, owner, owner_token, fence, acquired_at, expires_at)
+INSERT INTO /* TEMPLATE: schema */lock_leases AS l (lock_key, owner, owner_token, fence, acquired_at, expires_at)
 SELECT $1::text, $2::text, $3::text,
-       pgfence_draw_fence(), now(),
+       /* TEMPLATE: schema */pgfence_draw_fence(), now(),
        now() + $4::bigint * interval '1 microsecond'
- WHERE pgfence_commit_durably()
+ WHERE /* TEMPLATE: schema */pgfence_commit_durably()
    AND set_config('lock_timeout', '1s', true) IS NOT NULL
-   AND NOT EXISTS (SELECT FROM pgfence_abandoned_tokens AS a WHERE a.owner_token = $3::text)
+   AND NOT EXISTS (SELECT FROM /* TEMPLATE: schema */pgfence_abandoned_tokens AS a WHERE a.owner_token = $3::text)
 ON CONFLICT (lock_key) DO UPDATE
    SET owner       = EXCLUDED.owner,
        owner_token = EXCLUDED.owner_token,
@@ -119,15 +119,15 @@ func (q *Queries) Acquire(ctx context.Context, arg AcquireParams) (AcquireRow, e
 }
 
 const AcquireBatch = `-- name: AcquireBatch :many
-INSERT INTO lock_leases AS l (lock_key, owner, owner_token, fence, acquired_at, expires_at)
+INSERT INTO /* TEMPLATE: schema */lock_leases AS l (lock_key, owner, owner_token, fence, acquired_at, expires_at)
 SELECT r.lock_key, $1::text, r.owner_token,
-       pgfence_draw_fence(), now(),
+       /* TEMPLATE: schema */pgfence_draw_fence(), now(),
        now() + r.ttl_micros * interval '1 microsecond'
   FROM ROWS FROM (unnest($2::text[]), unnest($3::text[]),
                  unnest($4::bigint[])) AS r(lock_key, owner_token, ttl_micros)
- WHERE pgfence_commit_durably()
+ WHERE /* TEMPLATE: schema */pgfence_commit_durably()
    AND set_config('lock_timeout', '1s', true) IS NOT NULL
-   AND NOT EXISTS (SELECT FROM pgfence_abandoned_tokens AS a WHERE a.owner_token = r.owner_token)
+   AND NOT EXISTS (SELECT FROM /* TEMPLATE: schema */pgfence_abandoned_tokens AS a WHERE a.owner_token = r.owner_token)
  ORDER BY r.lock_key
 ON CONFLICT (lock_key) DO UPDATE
    SET owner       = EXCLUDED.owner,
@@ -189,7 +189,7 @@ func (q *Queries) AcquireBatch(ctx context.Context, arg AcquireBatchParams) ([]A
 
 const FindByOwnerToken = `-- name: FindByOwnerToken :one
 SELECT fence, expires_at
-  FROM lock_leases
+  FROM /* TEMPLATE: schema */lock_leases
  WHERE lock_key = $1
    AND owner_token = $2
    AND expires_at > now()
@@ -219,7 +219,7 @@ SELECT lock_key, owner, fence, acquired_at, expires_at,
        (expires_at > now())::boolean AS held,
        (extract(epoch FROM GREATEST(expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros,
        now()::timestamptz AS db_now
-  FROM lock_leases
+  FROM /* TEMPLATE: schema */lock_leases
  WHERE lock_key = $1
 `
 
@@ -252,7 +252,7 @@ func (q *Queries) GetLease(ctx context.Context, lockKey string) (GetLeaseRow, er
 }
 
 const LeaseFence = `-- name: LeaseFence :one
-SELECT fence FROM lock_leases WHERE lock_key = $1
+SELECT fence FROM /* TEMPLATE: schema */lock_leases WHERE lock_key = $1
 `
 
 // The fence the key's row carries now, held or not: after a Release that
@@ -270,7 +270,7 @@ SELECT lock_key, owner, fence, acquired_at, expires_at,
        (expires_at > now())::boolean AS held,
        (extract(epoch FROM GREATEST(expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros,
        now()::timestamptz AS db_now
-  FROM lock_leases
+  FROM /* TEMPLATE: schema */lock_leases
  ORDER BY lock_key
 `
 
@@ -316,7 +316,7 @@ func (q *Queries) ListLeases(ctx context.Context) ([]ListLeasesRow, error) {
 }
 
 const NextFence = `-- name: NextFence :one
-SELECT pgfence_next_fence()::bigint AS fence
+SELECT /* TEMPLATE: schema */pgfence_next_fence()::bigint AS fence
 `
 
 // Draws a fence from the never-repeating source without taking a lease, for
@@ -331,12 +331,12 @@ func (q *Queries) NextFence(ctx context.Context) (int64, error) {
 }
 
 const Release = `-- name: Release :one
-UPDATE lock_leases
+UPDATE /* TEMPLATE: schema */lock_leases
    SET expires_at = now()
  WHERE lock_key = $1
    AND fence = $2
    AND expires_at > now()
-   AND CASE WHEN $3::boolean THEN pgfence_commit_durably()
+   AND CASE WHEN $3::boolean THEN /* TEMPLATE: schema */pgfence_commit_durably()
             ELSE set_config('synchronous_commit', 'off', true) = 'off' END
 RETURNING true AS released
 `
@@ -366,12 +366,12 @@ func (q *Queries) Release(ctx context.Context, arg ReleaseParams) (bool, error) 
 }
 
 const ReleaseNotify = `-- name: ReleaseNotify :one
-UPDATE lock_leases
+UPDATE /* TEMPLATE: schema */lock_leases
    SET expires_at = now()
  WHERE lock_key = $1
    AND fence = $2
    AND expires_at > now()
-   AND CASE WHEN $3::boolean THEN pgfence_commit_durably()
+   AND CASE WHEN $3::boolean THEN /* TEMPLATE: schema */pgfence_commit_durably()
             ELSE set_config('synchronous_commit', 'off', true) = 'off' END
 RETURNING (pg_notify('pgfence_lease_released', lock_key) IS NOT NULL)::boolean AS released
 `
@@ -397,12 +397,12 @@ func (q *Queries) ReleaseNotify(ctx context.Context, arg ReleaseNotifyParams) (b
 }
 
 const Renew = `-- name: Renew :one
-UPDATE lock_leases
+UPDATE /* TEMPLATE: schema */lock_leases
    SET expires_at = now() + $1::bigint * interval '1 microsecond'
  WHERE lock_key = $2
    AND fence = $3
    AND expires_at > now()
-   AND pgfence_commit_durably()
+   AND /* TEMPLATE: schema */pgfence_commit_durably()
 RETURNING expires_at
 `
 
@@ -424,7 +424,7 @@ func (q *Queries) Renew(ctx context.Context, arg RenewParams) (time.Time, error)
 }
 
 const SweepAbandonedTokens = `-- name: SweepAbandonedTokens :execrows
-DELETE FROM pgfence_abandoned_tokens
+DELETE FROM /* TEMPLATE: schema */pgfence_abandoned_tokens
  WHERE abandoned_at < now() - $1::bigint * interval '1 microsecond'
 `
 
@@ -441,12 +441,12 @@ func (q *Queries) SweepAbandonedTokens(ctx context.Context, retentionMicros int6
 const SweepAbandonedTokensBatch = `-- name: SweepAbandonedTokensBatch :one
 WITH batch AS (
   SELECT owner_token, abandoned_at
-    FROM pgfence_abandoned_tokens
+    FROM /* TEMPLATE: schema */pgfence_abandoned_tokens
    WHERE owner_token > $1::text
    ORDER BY owner_token
    LIMIT $2::int
 ), deleted AS (
-  DELETE FROM pgfence_abandoned_tokens
+  DELETE FROM /* TEMPLATE: schema */pgfence_abandoned_tokens
    WHERE owner_token = ANY (ARRAY(SELECT b.owner_token FROM batch AS b
                                    WHERE b.abandoned_at < now() - $3::bigint * interval '1 microsecond'))
      AND abandoned_at < now() - $3::bigint * interval '1 microsecond'
@@ -482,7 +482,7 @@ func (q *Queries) SweepAbandonedTokensBatch(ctx context.Context, arg SweepAbando
 }
 
 const SweepExpired = `-- name: SweepExpired :execrows
-DELETE FROM lock_leases
+DELETE FROM /* TEMPLATE: schema */lock_leases
  WHERE expires_at < now() - $1::bigint * interval '1 microsecond'
 `
 
@@ -501,12 +501,12 @@ func (q *Queries) SweepExpired(ctx context.Context, graceMicros int64) (int64, e
 const SweepExpiredBatch = `-- name: SweepExpiredBatch :one
 WITH batch AS (
   SELECT lock_key, expires_at
-    FROM lock_leases
+    FROM /* TEMPLATE: schema */lock_leases
    WHERE lock_key > $1::text
    ORDER BY lock_key
    LIMIT $2::int
 ), deleted AS (
-  DELETE FROM lock_leases
+  DELETE FROM /* TEMPLATE: schema */lock_leases
    WHERE lock_key = ANY (ARRAY(SELECT b.lock_key FROM batch AS b
                                 WHERE b.expires_at < now() - $3::bigint * interval '1 microsecond'))
      AND expires_at < now() - $3::bigint * interval '1 microsecond'

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -54,6 +55,111 @@ func sideBySide(t *testing.T, pool *pgxpool.Pool) {
 	if err := pool.QueryRow(ctx, "SHOW search_path").Scan(&path); err != nil || strings.Contains(path, a) || strings.Contains(path, b) {
 		t.Fatalf("search_path %q (err %v) names a test schema", path, err)
 	}
+
+	t.Run("leases with auto-renew", func(t *testing.T) {
+		key := fmt.Sprintf("side-%d", rand.Int64())
+		var wg sync.WaitGroup
+		leases := map[string]*pglease.Lease{}
+		var mu sync.Mutex
+		for _, s := range []string{a, b} {
+			c, err := pglease.New(pool, pglease.WithSchema(s), pglease.WithOwner("owner-"+s), pglease.WithRenewInterval(50*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			wg.Add(1)
+			go func() { // the same key in both schemas at once: both granted
+				defer wg.Done()
+				l, err := c.TryAcquire(ctx, key, 2*time.Second)
+				if err != nil {
+					t.Errorf("schema %s: %v", s, err)
+					return
+				}
+				mu.Lock()
+				leases[s] = l
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		if t.Failed() {
+			t.FailNow()
+		}
+		for _, s := range []string{a, b} {
+			// Each schema's row is its own client's, with the fence of its own sequence.
+			var owner string
+			var fence, seq int64
+			err := admin.QueryRow(ctx, `SELECT owner, fence, (SELECT last_value FROM `+q(s)+`.pgfence_fence_seq)
+				FROM `+q(s)+`.lock_leases WHERE lock_key = $1`, key).Scan(&owner, &fence, &seq)
+			if err != nil || owner != "owner-"+s || fence != leases[s].Fence() || fence&(1<<44-1) != seq {
+				t.Fatalf("schema %s: row owner %q fence %d (sequence at %d), lease fence %d, err %v", s, owner, fence, seq, leases[s].Fence(), err)
+			}
+		}
+		if n := count(t, `SELECT count(*) FROM public.lock_leases WHERE lock_key = '`+key+`'`); n != 0 {
+			t.Fatalf("the default layout has %d rows of the key", n)
+		}
+		// Auto-renew runs in each lease's schema: the row's expiry moves.
+		for _, s := range []string{a, b} {
+			var first time.Time
+			sql := `SELECT expires_at FROM ` + q(s) + `.lock_leases WHERE lock_key = '` + key + `'`
+			if err := admin.QueryRow(ctx, sql).Scan(&first); err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(10 * time.Second); ; {
+				var now time.Time
+				if err := admin.QueryRow(ctx, sql).Scan(&now); err != nil {
+					t.Fatal(err)
+				}
+				if now.After(first) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("schema %s: the lease was not renewed in 10s", s)
+				}
+				time.Sleep(20 * time.Millisecond) // polling a background renewal
+			}
+			if err := leases[s].Release(ctx); err != nil {
+				t.Fatalf("schema %s: release: %v", s, err)
+			}
+		}
+		if n := count(t, `SELECT count(*) FROM `+q(a)+`.lock_leases WHERE lock_key = '`+key+`' AND expires_at > now()`); n != 0 {
+			t.Fatalf("released lease still held in %s", a)
+		}
+	})
+
+	t.Run("many acquisitions at once in both schemas", func(t *testing.T) {
+		// Concurrent acquisitions on one client share a statement (group
+		// acquire): the batched statement too stays in its schema.
+		const n = 16
+		prefix := fmt.Sprintf("many-%d-", rand.Int64())
+		var wg sync.WaitGroup
+		for _, s := range []string{a, b} {
+			c, err := pglease.New(pool, pglease.WithSchema(s), pglease.WithoutAutoRenew())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			for i := range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					l, err := c.TryAcquire(ctx, fmt.Sprintf("%s%d", prefix, i), time.Minute)
+					if err != nil {
+						t.Errorf("schema %s, key %d: %v", s, i, err)
+						return
+					}
+					if err := l.Release(ctx); err != nil {
+						t.Errorf("schema %s, key %d: release: %v", s, i, err)
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		for s, want := range map[string]int64{a: n, b: n, "public": 0} {
+			if got := count(t, `SELECT count(*) FROM `+q(s)+`.lock_leases WHERE lock_key LIKE '`+prefix+`%'`); got != want {
+				t.Errorf("schema %s has %d of the keys, want %d", s, got, want)
+			}
+		}
+	})
 
 	t.Run("guarded writes with the trigger", func(t *testing.T) {
 		tbl := fmt.Sprintf("side_accounts_%d", rand.Uint32())
@@ -262,7 +368,14 @@ func TestPerClientSchemaInput(t *testing.T) {
 			t.Errorf("%s on an unmigrated schema: %v; want an error saying %q", what, err, hint)
 		}
 	}
-	_, err := claim.New(ctx, pool, claim.WithSchema(missing))
+	c, err := pglease.New(pool, pglease.WithSchema(missing), pglease.WithoutAutoRenew())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, err = c.TryAcquire(ctx, "k", time.Minute)
+	wantHint("pglease TryAcquire", err)
+	_, err = claim.New(ctx, pool, claim.WithSchema(missing))
 	wantHint("claim.New", err)
 	_, err = claim.Enqueue(ctx, pool, claim.NewJob{Schema: missing})
 	wantHint("claim.Enqueue", err)

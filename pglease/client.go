@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/inschema"
 	"github.com/pgfence/pgfence/internal/pgerr"
 	"github.com/pgfence/pgfence/internal/pgmode"
 	"github.com/pgfence/pgfence/internal/validate"
@@ -70,8 +71,10 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 	}
-	c := &Client{pool: pool, direct: fencedb.New(pool), pooled: fencedb.New(pgmode.Wrap(pool)),
-		mode: pgmode.NewAuto(pool), cfg: cfg, leases: map[*Lease]struct{}{}}
+	// inschema.Wrap names WithSchema's schema in every statement (the pool itself without one).
+	c := &Client{pool: pool, direct: fencedb.New(inschema.Wrap(pool, cfg.schema)),
+		pooled: fencedb.New(inschema.Wrap(pgmode.Wrap(pool), cfg.schema)),
+		mode:   pgmode.NewAuto(pool), cfg: cfg, leases: map[*Lease]struct{}{}}
 	c.met = newMetrics(cfg.meterProvider, pool)
 	c.closing, c.stopClosing = context.WithCancel(context.Background())
 	if cfg.wakeOnRelease {

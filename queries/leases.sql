@@ -17,13 +17,13 @@
 --     waited for the row can never write a fence below the row's.
 -- pgfence_draw_fence() is inlined into this statement, no function call. A
 -- fence is drawn on every call, granted or not; gaps are harmless.
-INSERT INTO lock_leases AS l (lock_key, owner, owner_token, fence, acquired_at, expires_at)
+INSERT INTO /* TEMPLATE: schema */lock_leases AS l (lock_key, owner, owner_token, fence, acquired_at, expires_at)
 SELECT sqlc.arg(lock_key)::text, sqlc.arg(owner)::text, sqlc.arg(owner_token)::text,
-       pgfence_draw_fence(), now(),
+       /* TEMPLATE: schema */pgfence_draw_fence(), now(),
        now() + sqlc.arg(ttl_micros)::bigint * interval '1 microsecond'
- WHERE pgfence_commit_durably()
+ WHERE /* TEMPLATE: schema */pgfence_commit_durably()
    AND set_config('lock_timeout', '1s', true) IS NOT NULL
-   AND NOT EXISTS (SELECT FROM pgfence_abandoned_tokens AS a WHERE a.owner_token = sqlc.arg(owner_token)::text)
+   AND NOT EXISTS (SELECT FROM /* TEMPLATE: schema */pgfence_abandoned_tokens AS a WHERE a.owner_token = sqlc.arg(owner_token)::text)
 ON CONFLICT (lock_key) DO UPDATE
    SET owner       = EXCLUDED.owner,
        owner_token = EXCLUDED.owner_token,
@@ -44,15 +44,15 @@ RETURNING l.fence, l.expires_at;
 -- batches wait for each other's row locks in one order and never deadlock;
 -- lock_timeout bounds each wait, so the statement lasts at most one bound per
 -- key.
-INSERT INTO lock_leases AS l (lock_key, owner, owner_token, fence, acquired_at, expires_at)
+INSERT INTO /* TEMPLATE: schema */lock_leases AS l (lock_key, owner, owner_token, fence, acquired_at, expires_at)
 SELECT r.lock_key, sqlc.arg(owner)::text, r.owner_token,
-       pgfence_draw_fence(), now(),
+       /* TEMPLATE: schema */pgfence_draw_fence(), now(),
        now() + r.ttl_micros * interval '1 microsecond'
   FROM ROWS FROM (unnest(sqlc.arg(lock_keys)::text[]), unnest(sqlc.arg(owner_tokens)::text[]),
                  unnest(sqlc.arg(ttls_micros)::bigint[])) AS r(lock_key, owner_token, ttl_micros)
- WHERE pgfence_commit_durably()
+ WHERE /* TEMPLATE: schema */pgfence_commit_durably()
    AND set_config('lock_timeout', '1s', true) IS NOT NULL
-   AND NOT EXISTS (SELECT FROM pgfence_abandoned_tokens AS a WHERE a.owner_token = r.owner_token)
+   AND NOT EXISTS (SELECT FROM /* TEMPLATE: schema */pgfence_abandoned_tokens AS a WHERE a.owner_token = r.owner_token)
  ORDER BY r.lock_key
 ON CONFLICT (lock_key) DO UPDATE
    SET owner       = EXCLUDED.owner,
@@ -69,12 +69,12 @@ RETURNING l.owner_token, l.fence, l.expires_at;
 -- it can never resurrect an expired lease. No row means the lease is lost.
 -- It commits durably whatever the session says: a renewal lost in a crash
 -- would leave the holder believing in an expiry the server forgot.
-UPDATE lock_leases
+UPDATE /* TEMPLATE: schema */lock_leases
    SET expires_at = now() + sqlc.arg(ttl_micros)::bigint * interval '1 microsecond'
  WHERE lock_key = sqlc.arg(lock_key)
    AND fence = sqlc.arg(fence)
    AND expires_at > now()
-   AND pgfence_commit_durably()
+   AND /* TEMPLATE: schema */pgfence_commit_durably()
 RETURNING expires_at;
 
 -- name: Release :one
@@ -89,12 +89,12 @@ RETURNING expires_at;
 -- to its TTL, which is always safe, and the next durable commit on the
 -- server (any acquisition) flushes it anyway. That saves one WAL flush per
 -- acquire + release.
-UPDATE lock_leases
+UPDATE /* TEMPLATE: schema */lock_leases
    SET expires_at = now()
  WHERE lock_key = sqlc.arg(lock_key)
    AND fence = sqlc.arg(fence)
    AND expires_at > now()
-   AND CASE WHEN sqlc.arg(durable)::boolean THEN pgfence_commit_durably()
+   AND CASE WHEN sqlc.arg(durable)::boolean THEN /* TEMPLATE: schema */pgfence_commit_durably()
             ELSE set_config('synchronous_commit', 'off', true) = 'off' END
 RETURNING true AS released;
 
@@ -106,12 +106,12 @@ RETURNING true AS released;
 -- free: notifying transactions commit one at a time (PostgreSQL serialises
 -- them on a global lock), which halved release throughput at 8+ concurrent
 -- clients with fsync on.
-UPDATE lock_leases
+UPDATE /* TEMPLATE: schema */lock_leases
    SET expires_at = now()
  WHERE lock_key = sqlc.arg(lock_key)
    AND fence = sqlc.arg(fence)
    AND expires_at > now()
-   AND CASE WHEN sqlc.arg(durable)::boolean THEN pgfence_commit_durably()
+   AND CASE WHEN sqlc.arg(durable)::boolean THEN /* TEMPLATE: schema */pgfence_commit_durably()
             ELSE set_config('synchronous_commit', 'off', true) = 'off' END
 RETURNING (pg_notify('pgfence_lease_released', lock_key) IS NOT NULL)::boolean AS released;
 
@@ -119,13 +119,13 @@ RETURNING (pg_notify('pgfence_lease_released', lock_key) IS NOT NULL)::boolean A
 -- The fence the key's row carries now, held or not: after a Release that
 -- found nothing to release, it tells "had expired" (still this fence) from
 -- "another owner took the key" (another fence, or no row).
-SELECT fence FROM lock_leases WHERE lock_key = sqlc.arg(lock_key);
+SELECT fence FROM /* TEMPLATE: schema */lock_leases WHERE lock_key = sqlc.arg(lock_key);
 
 -- name: FindByOwnerToken :one
 -- Resolves an ambiguous acquisition: the unexpired lease granted to this
 -- owner token, if the acquisition did take effect.
 SELECT fence, expires_at
-  FROM lock_leases
+  FROM /* TEMPLATE: schema */lock_leases
  WHERE lock_key = sqlc.arg(lock_key)
    AND owner_token = sqlc.arg(owner_token)
    AND expires_at > now();
@@ -145,11 +145,11 @@ SELECT fence, expires_at
 -- this runs. Its statement is bounded by lock_timeout, so pglease runs Abandon
 -- once more after that bound (see recheckLater).
 WITH tombstone AS (
-  INSERT INTO pgfence_abandoned_tokens (owner_token)
+  INSERT INTO /* TEMPLATE: schema */pgfence_abandoned_tokens (owner_token)
   VALUES (sqlc.arg(owner_token)::text)
   ON CONFLICT (owner_token) DO NOTHING
 ), released AS (
-  UPDATE lock_leases AS l
+  UPDATE /* TEMPLATE: schema */lock_leases AS l
      SET expires_at = CASE WHEN l.owner_token = sqlc.arg(owner_token)::text
                            THEN LEAST(l.expires_at, now())
                            ELSE l.expires_at END
@@ -168,7 +168,7 @@ SELECT lock_key, owner, fence, acquired_at, expires_at,
        (expires_at > now())::boolean AS held,
        (extract(epoch FROM GREATEST(expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros,
        now()::timestamptz AS db_now
-  FROM lock_leases
+  FROM /* TEMPLATE: schema */lock_leases
  WHERE lock_key = sqlc.arg(lock_key);
 
 -- name: ListLeases :many
@@ -177,7 +177,7 @@ SELECT lock_key, owner, fence, acquired_at, expires_at,
        (expires_at > now())::boolean AS held,
        (extract(epoch FROM GREATEST(expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros,
        now()::timestamptz AS db_now
-  FROM lock_leases
+  FROM /* TEMPLATE: schema */lock_leases
  ORDER BY lock_key;
 
 -- name: SweepExpired :execrows
@@ -185,13 +185,13 @@ SELECT lock_key, owner, fence, acquired_at, expires_at,
 -- come from pgfence_next_fence(), not from the row, so deleting a row never
 -- lets a fence repeat. One transaction for every row: on a big table prefer
 -- SweepExpiredBatch (what pglease uses).
-DELETE FROM lock_leases
+DELETE FROM /* TEMPLATE: schema */lock_leases
  WHERE expires_at < now() - sqlc.arg(grace_micros)::bigint * interval '1 microsecond';
 
 -- name: SweepAbandonedTokens :execrows
 -- Deletes tombstones of abandoned acquisitions older than the retention
 -- (pglease.AbandonedTokenRetention).
-DELETE FROM pgfence_abandoned_tokens
+DELETE FROM /* TEMPLATE: schema */pgfence_abandoned_tokens
  WHERE abandoned_at < now() - sqlc.arg(retention_micros)::bigint * interval '1 microsecond';
 
 -- name: SweepExpiredBatch :one
@@ -212,12 +212,12 @@ DELETE FROM pgfence_abandoned_tokens
 -- flushes the WAL up to and past this delete first.
 WITH batch AS (
   SELECT lock_key, expires_at
-    FROM lock_leases
+    FROM /* TEMPLATE: schema */lock_leases
    WHERE lock_key > sqlc.arg(after_key)::text
    ORDER BY lock_key
    LIMIT sqlc.arg(batch_size)::int
 ), deleted AS (
-  DELETE FROM lock_leases
+  DELETE FROM /* TEMPLATE: schema */lock_leases
    WHERE lock_key = ANY (ARRAY(SELECT b.lock_key FROM batch AS b
                                 WHERE b.expires_at < now() - sqlc.arg(grace_micros)::bigint * interval '1 microsecond'))
      AND expires_at < now() - sqlc.arg(grace_micros)::bigint * interval '1 microsecond'
@@ -235,12 +235,12 @@ SELECT (SELECT count(*) FROM batch)::bigint AS scanned,
 -- tombstone that outlives a crash only waits for the next sweep.
 WITH batch AS (
   SELECT owner_token, abandoned_at
-    FROM pgfence_abandoned_tokens
+    FROM /* TEMPLATE: schema */pgfence_abandoned_tokens
    WHERE owner_token > sqlc.arg(after_token)::text
    ORDER BY owner_token
    LIMIT sqlc.arg(batch_size)::int
 ), deleted AS (
-  DELETE FROM pgfence_abandoned_tokens
+  DELETE FROM /* TEMPLATE: schema */pgfence_abandoned_tokens
    WHERE owner_token = ANY (ARRAY(SELECT b.owner_token FROM batch AS b
                                    WHERE b.abandoned_at < now() - sqlc.arg(retention_micros)::bigint * interval '1 microsecond'))
      AND abandoned_at < now() - sqlc.arg(retention_micros)::bigint * interval '1 microsecond'
@@ -256,4 +256,4 @@ SELECT (SELECT count(*) FROM batch)::bigint AS scanned,
 -- token sources of your own (job rows, epochs). It commits durably whatever
 -- the session's synchronous_commit (see pgfence_next_fence() in migration
 -- 000005), so a fence it returned is never drawn again after a crash.
-SELECT pgfence_next_fence()::bigint AS fence;
+SELECT /* TEMPLATE: schema */pgfence_next_fence()::bigint AS fence;

@@ -3,7 +3,7 @@
 //
 // Usage:
 //
-//	pgfence [--database-url URL] COMMAND [FLAGS] [ARGS]
+//	pgfence [--database-url URL] [--schema NAME] COMMAND [FLAGS] [ARGS]
 //	pgfence --version
 //
 // Commands:
@@ -48,6 +48,13 @@
 // DATABASE_URL, then the libpq variables (PGHOST, PGPORT, PGUSER,
 // PGPASSWORD, PGDATABASE, ...). Passwords are never printed: connection
 // strings are redacted and every known password is masked in all output.
+//
+// pgfence's objects live in the schema --schema (or PGFENCE_SCHEMA) names:
+// migrate up creates it and migrates into it, and every other command names
+// that schema's objects in each statement (the library's WithSchema
+// options), so no search_path is needed and it works behind PgBouncer in
+// transaction mode. Without one, the objects are found through the
+// connection's search_path, as a plain migrate up created them.
 //
 // Exit codes of pgfence itself (exec otherwise exits with its command's code):
 //

@@ -17,8 +17,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgfence/pgfence/fencedb"
-	"github.com/pgfence/pgfence/internal/pgmode"
 	"github.com/pgfence/pgfence/internal/validate"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -190,6 +188,9 @@ func (o *execOpts) check() error {
 func (a *app) newLeaseClient(pool *pgxpool.Pool, o execOpts) (*pglease.Client, error) {
 	logger := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	opts := []pglease.Option{pglease.WithLogger(logger)}
+	if s := a.schemaName(); s != "" {
+		opts = append(opts, pglease.WithSchema(s))
+	}
 	if o.owner != "" {
 		opts = append(opts, pglease.WithOwner(o.owner))
 	}
@@ -232,7 +233,7 @@ func (a *app) holder(pool *pgxpool.Pool, key string) string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	row, err := fencedb.New(pgmode.Wrap(pool)).GetLease(ctx, key)
+	row, err := a.queries(pool).GetLease(ctx, key)
 	if err != nil || !row.Held {
 		return ""
 	}

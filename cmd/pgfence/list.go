@@ -9,9 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/pgfence/pgfence/fencedb"
-	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
 const listUsage = `Usage: pgfence list [--json] [--held]
@@ -78,7 +75,7 @@ func (a *app) cmdList(ctx context.Context, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	rows, err := fencedb.New(pgmode.Wrap(pool)).ListLeases(ctx)
+	rows, err := a.queries(pool).ListLeases(ctx)
 	if err != nil {
 		return dbError(where, err)
 	}
@@ -138,7 +135,7 @@ func (a *app) cmdShow(ctx context.Context, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	r, err := fencedb.New(pgmode.Wrap(pool)).GetLease(ctx, key)
+	r, err := a.queries(pool).GetLease(ctx, key)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fail(exitFailed, "pgfence: no lease row for %q (never acquired, or swept)", key)
 	}

@@ -14,8 +14,12 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/dsn"
+	"github.com/pgfence/pgfence/internal/inschema"
 	"github.com/pgfence/pgfence/internal/pgerr"
+	"github.com/pgfence/pgfence/internal/pgmode"
+	"github.com/pgfence/pgfence/internal/validate"
 	"github.com/pgfence/pgfence/migrations"
 )
 
@@ -87,7 +91,9 @@ Passwords are never printed.
 
 The schema: --schema, else PGFENCE_SCHEMA, else the connection's search_path
 (pgfence's objects unqualified, as created by a plain migrate up). With a
-schema, migrate up creates it and puts every pgfence object there.
+schema, migrate up creates it and puts every pgfence object there, and the
+other commands name that schema's objects in every statement: no search_path
+is involved, so it works behind PgBouncer too.
 
 Exit codes of pgfence itself (exec otherwise exits with the command's code):
   0    success
@@ -236,7 +242,9 @@ func (a *app) connect(ctx context.Context, flagURL string) (*pgxpool.Pool, strin
 	}
 	cfg.MaxConns = 4
 	if s := a.schemaName(); s != "" {
-		if err := migrations.UseSchema(cfg, s); err != nil {
+		// The schema travels in each statement (the clients' WithSchema
+		// options), not in a search_path: that works behind PgBouncer too.
+		if err := validate.Identifier("schema", s); err != nil {
 			return nil, "", fail(exitUsage, "pgfence: --schema / PGFENCE_SCHEMA: %v", err)
 		}
 	}
@@ -264,6 +272,11 @@ func (a *app) schemaName() string {
 		return a.schema
 	}
 	return os.Getenv("PGFENCE_SCHEMA")
+}
+
+// queries runs the generated statements on pool in the chosen schema.
+func (a *app) queries(pool *pgxpool.Pool) *fencedb.Queries {
+	return fencedb.New(inschema.Wrap(pgmode.Wrap(pool), a.schemaName()))
 }
 
 // migrationOpts passes the chosen schema to the migrations.
@@ -315,6 +328,7 @@ const migrateHint = "pgfence's schema is missing from this database: run `pgfenc
 
 // dbError turns a database error into an exitError with a hint.
 func dbError(where string, err error) error {
+	var missing *inschema.MissingError
 	switch {
 	case errors.Is(err, migrations.ErrBehindPooler):
 		return fail(exitDBError, "pgfence: database %s: %v", where, err)
@@ -324,6 +338,9 @@ func dbError(where string, err error) error {
 	case pgerr.IsPreparedStatementClash(err):
 		return fail(exitDBError, "pgfence: database %s: %v: a named prepared statement met another server session, "+
 			"a transaction pooler (PgBouncer pool_mode=transaction) is in between; the schema is not missing", where, err)
+	case errors.As(err, &missing): // a statement in --schema's schema met no pgfence object
+		return fail(exitDBError, "pgfence: database %s: pgfence's schema %q is missing from this database: run `pgfence migrate up --schema %s` first (%v)",
+			where, missing.Schema, missing.Schema, missing.Err)
 	case pgerr.IsUndefined(err): // on pgfence's own statements: the migrations never ran
 		return fail(exitDBError, "pgfence: database %s: %s (%v)", where, migrateHint, err)
 	case isUnreachable(err):

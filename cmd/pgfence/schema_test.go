@@ -1,8 +1,13 @@
 package main
 
 import (
+	"context"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfence/pgfence/internal/pgtest"
 )
 
 // --schema (and PGFENCE_SCHEMA) puts pgfence's objects into a schema of
@@ -36,9 +41,43 @@ func TestSchemaFlag(t *testing.T) {
 	if !strings.Contains(r.stderr, "migrate up") {
 		t.Fatalf("list without a schema: %s", r)
 	}
+	// A schema that was never migrated: the message says what to run.
+	r = pgfence(t, nil, "--schema", "never_made", "list", "--database-url", db)
+	wantCode(t, r, exitDBError)
+	if !strings.Contains(r.stderr, "pgfence migrate up --schema never_made") {
+		t.Fatalf("list in an unmigrated schema: %s", r)
+	}
 	r = pgfence(t, nil, "--schema", `bad"name`, "list", "--database-url", db)
 	wantCode(t, r, exitUsage)
 	if !strings.Contains(r.stderr, "schema") {
 		t.Fatalf("bad schema name: %s", r)
+	}
+}
+
+// --schema behind PgBouncer in transaction mode, where a search_path startup
+// parameter is refused or dropped: the commands name the schema's objects
+// in each statement. The schema is migrated on a direct connection.
+func TestSchemaFlagThroughBouncer(t *testing.T) {
+	url := pgtest.BouncerURL(t)
+	schema := randomName("cli_schema_")
+	wantCode(t, pgfence(t, nil, "--schema", schema, "migrate", "up", "--database-url", pgtest.URL()), 0)
+	t.Cleanup(func() {
+		c, err := pgx.Connect(context.Background(), pgtest.URL())
+		if err == nil {
+			c.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
+			c.Close(context.Background())
+		}
+	})
+	key := randomName("schema-bouncer:")
+	wantCode(t, pgfence(t, nil, "exec", "--schema", schema, "--database-url", url, "--key", key, "--", "true"), 0)
+	r := pgfence(t, []string{"PGFENCE_SCHEMA=" + schema}, "list", "--database-url", url)
+	wantCode(t, r, 0)
+	if !strings.Contains(r.stdout, key) {
+		t.Fatalf("list in %s through the bouncer lacks %s: %s", schema, key, r)
+	}
+	r = pgfence(t, nil, "list", "--database-url", url)
+	wantCode(t, r, 0)
+	if strings.Contains(r.stdout, key) {
+		t.Fatalf("the default layout sees %s's lease: %s", schema, r)
 	}
 }

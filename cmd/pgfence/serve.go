@@ -69,7 +69,7 @@ func (a *app) cmdServe(ctx context.Context, args []string) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	w := watch.New(pool, watch.Options{Interval: interval, Soon: soon, Limit: limit, Scrub: a.scrub.String})
+	w := watch.New(pool, watch.Options{Interval: interval, Soon: soon, Limit: limit, Scrub: a.scrub.String, Schema: a.schemaName()})
 	// The first read before serving: a missing schema or a refused login
 	// ends serve with the usual exit code and hint; later failures are
 	// shown on the page, /healthz and pgfence_serve_database_up instead.

@@ -1,0 +1,71 @@
+package inschema_test
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/pgfence/pgfence/internal/inschema"
+)
+
+// pgfenceName is a name of pgfence's objects, qualified with the test's
+// schema or not.
+var pgfenceName = regexp.MustCompile(`("zz"\.)?\b(lock_leases|payout_intents|pgfence_jobs|pgfence_abandoned_tokens|pgfence_fence_seq|pgfence_stale_refusals|pgfence_[a-z_]+\()`)
+
+// Every statement in queries/ marks every pgfence object it names, so a
+// client with a schema never reaches another schema's objects (claim.sql's
+// statements, filled in for a table of one's own, are checked by claim).
+func TestEveryStatementMarksPgfenceObjects(t *testing.T) {
+	files, err := filepath.Glob("../../queries/*.sql")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no query files: %v", err)
+	}
+	checked := 0
+	for _, f := range files {
+		if filepath.Base(f) == "claim.sql" {
+			continue
+		}
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, stmt := range strings.Split(string(raw), "-- name: ")[1:] {
+			stmt = "-- name: " + stmt
+			sql, err := inschema.Expand(stmt, "zz")
+			if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			for _, m := range pgfenceName.FindAllStringSubmatch(code(sql), -1) {
+				if m[1] == "" {
+					t.Errorf("%s: statement %.40q names %s without a schema marker", f, stmt, m[2])
+				}
+			}
+			checked++
+		}
+	}
+	if checked < 20 {
+		t.Fatalf("checked only %d statements", checked)
+	}
+}
+
+// code is sql without its comments and string literals (a channel name such
+// as 'pgfence_lease_released' is not an object).
+func code(sql string) string {
+	var b strings.Builder
+	for i := 0; i < len(sql); i++ {
+		switch {
+		case strings.HasPrefix(sql[i:], "--"):
+			for i < len(sql) && sql[i] != '\n' {
+				i++
+			}
+		case sql[i] == '\'':
+			for i++; i < len(sql) && sql[i] != '\''; i++ {
+			}
+		default:
+			b.WriteByte(sql[i])
+		}
+	}
+	return b.String()
+}
