@@ -57,7 +57,7 @@ func TestAmbiguousAcquireGrantedIsKept(t *testing.T) {
 	c := newClient(t, pool)
 	key := uniqueKey(t)
 
-	fired := proxy.CutAfterSending("INSERT INTO lock_leases", 200*time.Millisecond)
+	fired := proxy.CutAfterSending("INSERT INTO /* TEMPLATE: schema */lock_leases", 200*time.Millisecond)
 	l, err := c.TryAcquire(ctx, key, 5*time.Second)
 	select {
 	case <-fired:
@@ -91,7 +91,7 @@ func TestAmbiguousAcquireAbandonedIsReleased(t *testing.T) {
 	c := newClient(t, pool)
 	key := uniqueKey(t)
 
-	proxy.CutAfterSending("INSERT INTO lock_leases", time.Minute) // the answer never arrives
+	proxy.CutAfterSending("INSERT INTO /* TEMPLATE: schema */lock_leases", time.Minute) // the answer never arrives
 	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	_, err := c.TryAcquire(cctx, key, time.Hour)
@@ -117,7 +117,7 @@ func TestAcquireRetriesThroughAmbiguity(t *testing.T) {
 	pool, proxy := proxiedPool(t)
 	c := newClient(t, pool, pglease.WithBackoff(5*time.Millisecond, 20*time.Millisecond))
 	key := uniqueKey(t)
-	proxy.CutAfterSending("INSERT INTO lock_leases", 100*time.Millisecond)
+	proxy.CutAfterSending("INSERT INTO /* TEMPLATE: schema */lock_leases", 100*time.Millisecond)
 	l, err := c.Acquire(ctx, key, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +151,7 @@ func TestLateDeliveredAcquireNeverHoldsTheKey(t *testing.T) {
 	// up on it after 300ms, and returns when the request was delivered.
 	giveUp := func(key string, beforeDelivery func()) {
 		t.Helper()
-		delivered := proxy.DelayDelivery("INSERT INTO lock_leases", delay)
+		delivered := proxy.DelayDelivery("INSERT INTO /* TEMPLATE: schema */lock_leases", delay)
 		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		defer cancel()
 		if _, err := c.TryAcquire(cctx, key, time.Hour); err == nil {
