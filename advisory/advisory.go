@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/pgmode"
 	"github.com/pgfence/pgfence/internal/validate"
 )
@@ -86,23 +87,25 @@ func (k Key) String() string {
 	return fmt.Sprintf("advisory key %d", k.id)
 }
 
-// sql is the lock statement. Besides whether the key was granted (always
-// true for the waiting form), it returns the server session's pid and the
-// transaction's start time, which together name the transaction that holds
-// the key: see session.
+// sql is the lock statement (queries/advisory.sql). Besides whether the key
+// was granted (always true for the waiting form), it returns the server
+// session's pid and the transaction's start time, which together name the
+// transaction that holds the key: see session.
 func (k Key) sql(try bool) (string, []any) {
 	if try {
-		return "SELECT pg_try_advisory_xact_lock" + k.argsSQL() + ", pg_backend_pid(), now()", k.args()
+		return k.form(fencedb.AdvisoryTryXactLockInt64, fencedb.AdvisoryTryXactLockPair), k.args()
 	}
-	return "SELECT pg_advisory_xact_lock" + k.argsSQL() + " IS NULL, pg_backend_pid(), now()", k.args()
+	return k.form(fencedb.AdvisoryXactLockInt64, fencedb.AdvisoryXactLockPair), k.args()
 }
 
-// argsSQL is the parenthesised parameter list of the key's lock functions.
-func (k Key) argsSQL() string {
+// form picks the key's form of a statement: each advisory lock function
+// takes a bigint or two integers, so queries/advisory.sql writes each
+// statement twice, *Int64 and *Pair.
+func (k Key) form(int64Form, pairForm string) string {
 	if k.pair {
-		return "($1::integer, $2::integer)"
+		return pairForm
 	}
-	return "($1::bigint)"
+	return int64Form
 }
 
 func (k Key) args() []any {
@@ -194,7 +197,7 @@ func finish(ctx context.Context, tx pgx.Tx, key Key, held holder, fn func(contex
 		return err
 	}
 	var same bool
-	if err := pgmode.Wrap(tx).QueryRow(ctx, "SELECT pg_backend_pid() = $1::integer AND now() = $2::timestamptz",
+	if err := pgmode.Wrap(tx).QueryRow(ctx, fencedb.AdvisoryStillInTransaction,
 		held.pid, held.start).Scan(&same); err != nil {
 		return fmt.Errorf("advisory: checking %v before commit: %w", key, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
@@ -72,9 +73,9 @@ func lockSession(ctx context.Context, pool *pgxpool.Pool, key Key, try bool) (*S
 		conn.Close(cctx)
 		cancel()
 	}
-	q := "SELECT pg_advisory_lock" + key.argsSQL()
+	q := key.form(fencedb.AdvisoryLockInt64, fencedb.AdvisoryLockPair)
 	if try {
-		q = "SELECT pg_try_advisory_lock" + key.argsSQL()
+		q = key.form(fencedb.AdvisoryTryLockInt64, fencedb.AdvisoryTryLockPair)
 	}
 	args := key.args()
 	var got bool
@@ -114,10 +115,7 @@ func (s *SessionLock) Held(ctx context.Context) (bool, error) {
 	}
 	classid, objid, sub := s.key.lockTag()
 	var held bool
-	err := pgmode.Wrap(s.conn).QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks
-		WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
-		  AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = $3)`,
-		classid, objid, sub).Scan(&held)
+	err := pgmode.Wrap(s.conn).QueryRow(ctx, fencedb.AdvisorySessionHolds, classid, objid, sub).Scan(&held)
 	if err != nil {
 		return false, fmt.Errorf("advisory: checking %v: %w", s.key, err)
 	}
@@ -134,7 +132,7 @@ func (s *SessionLock) Unlock(ctx context.Context) error {
 	}
 	conn := s.conn
 	s.conn = nil
-	_, err := pgmode.Wrap(conn).Exec(ctx, "SELECT pg_advisory_unlock"+s.key.argsSQL(), s.key.args()...)
+	_, err := pgmode.Wrap(conn).Exec(ctx, s.key.form(fencedb.AdvisoryUnlockInt64, fencedb.AdvisoryUnlockPair), s.key.args()...)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelGrace)
 	defer cancel()
 	conn.Close(cctx)

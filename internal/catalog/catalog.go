@@ -54,15 +54,7 @@ func (r *Relation) Column(name string) (Column, bool) {
 // reads the name as SQL would (an unqualified name through the
 // search_path), and returns ErrNotFound when there is none.
 func Resolve(ctx context.Context, db fencedb.DBTX, name pgx.Identifier) (*Relation, error) {
-	rows, err := pgmode.Wrap(db).Query(ctx, `
-SELECT c.oid, n.nspname::text, c.relname::text,
-       pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.relname), c.relkind::text,
-       a.attname::text, a.attnum, pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull
-  FROM pg_catalog.pg_class c
-  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-  LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
- WHERE c.oid = pg_catalog.to_regclass($1)
- ORDER BY a.attnum`, name.Sanitize())
+	rows, err := pgmode.Wrap(db).Query(ctx, fencedb.CatalogResolve, name.Sanitize())
 	if err != nil {
 		return nil, err
 	}
@@ -125,17 +117,7 @@ func (ix Index) UniqueOn(cols ...string) bool {
 // UniqueIndexes lists r's unique indexes (primary keys and unique
 // constraints included), by name.
 func UniqueIndexes(ctx context.Context, db fencedb.DBTX, r *Relation) ([]Index, error) {
-	rows, err := pgmode.Wrap(db).Query(ctx, `
-SELECT ic.relname::text, i.indisvalid, i.indimmediate, i.indpred IS NOT NULL, i.indexprs IS NOT NULL,
-       ARRAY(SELECT COALESCE(a.attname::text, '')
-               FROM unnest(i.indkey) WITH ORDINALITY AS k(num, pos)
-               LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.num AND k.num > 0
-              WHERE k.pos <= i.indnkeyatts
-              ORDER BY k.pos)
-  FROM pg_catalog.pg_index i
-  JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
- WHERE i.indrelid = $1 AND i.indisunique
- ORDER BY ic.relname`, r.OID)
+	rows, err := pgmode.Wrap(db).Query(ctx, fencedb.CatalogUniqueIndexes, r.OID)
 	if err != nil {
 		return nil, err
 	}
@@ -152,18 +134,7 @@ SELECT ic.relname::text, i.indisvalid, i.indimmediate, i.indpred IS NOT NULL, i.
 // them), while an INHERITS child shares nothing with its parent but rows
 // that UPDATE and DELETE on the parent reach.
 func Inheritors(ctx context.Context, db fencedb.DBTX, r *Relation) ([]string, error) {
-	rows, err := pgmode.Wrap(db).Query(ctx, `
-WITH RECURSIVE d(oid) AS (
-  SELECT i.inhrelid FROM pg_catalog.pg_inherits i WHERE i.inhparent = $1
-  UNION
-  SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN d ON i.inhparent = d.oid
-)
-SELECT pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.relname)
-  FROM d
-  JOIN pg_catalog.pg_class c ON c.oid = d.oid
-  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
- WHERE NOT c.relispartition
- ORDER BY 1`, r.OID)
+	rows, err := pgmode.Wrap(db).Query(ctx, fencedb.CatalogInheritors, r.OID)
 	if err != nil {
 		return nil, err
 	}
@@ -174,8 +145,7 @@ SELECT pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.reln
 // with; ok is false when r has no trigger of that name.
 func TriggerArgs(ctx context.Context, db fencedb.DBTX, r *Relation, name string) (args []string, ok bool, err error) {
 	var raw []byte
-	err = pgmode.Wrap(db).QueryRow(ctx,
-		`SELECT tgargs FROM pg_catalog.pg_trigger WHERE tgrelid = $1 AND tgname = $2`, r.OID, name).Scan(&raw)
+	err = pgmode.Wrap(db).QueryRow(ctx, fencedb.CatalogTriggerArgs, r.OID, name).Scan(&raw)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, nil
 	}
@@ -192,6 +162,6 @@ func TriggerArgs(ctx context.Context, db fencedb.DBTX, r *Relation, name string)
 // names a function, through the search_path when unqualified.
 func FunctionExists(ctx context.Context, db fencedb.DBTX, signature string) (bool, error) {
 	var ok bool
-	err := pgmode.Wrap(db).QueryRow(ctx, `SELECT pg_catalog.to_regprocedure($1) IS NOT NULL`, signature).Scan(&ok)
+	err := pgmode.Wrap(db).QueryRow(ctx, fencedb.CatalogFunctionExists, signature).Scan(&ok)
 	return ok, err
 }
