@@ -126,67 +126,79 @@ func TestPoolManyJobsWithLeaseLosses(t *testing.T) {
 		}
 	}()
 
-	deadline := time.Now().Add(100 * time.Second)
-	for {
-		var done int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pgfence_jobs WHERE queue = $1 AND state = 'completed'`, qn).Scan(&done); err != nil {
+	var elapsed time.Duration
+	pgtest.Step(t, "every job completes while the injector expires leases", func(t *testing.T) {
+		// Polled with a deadline: the jobs finish when the runner gets to
+		// them, which the test does not signal.
+		deadline := time.Now().Add(100 * time.Second)
+		for {
+			var done int
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM pgfence_jobs WHERE queue = $1 AND state = 'completed'`, qn).Scan(&done); err != nil {
+				t.Fatal(err)
+			}
+			if done == jobs {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("only %d of %d jobs completed in time", done, jobs)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err := shutdown(); err != nil {
 			t.Fatal(err)
 		}
-		if done == jobs {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d jobs completed in time", done, jobs)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if err := shutdown(); err != nil {
-		t.Fatal(err)
-	}
-	elapsed := time.Since(start)
+		elapsed = time.Since(start)
+	})
 
-	var n, sumAttempts, notCompleted int64
-	pool.QueryRow(ctx, `SELECT count(*), sum(attempt), count(*) FILTER (WHERE state <> 'completed')
-		FROM pgfence_jobs WHERE queue = $1`, qn).Scan(&n, &sumAttempts, &notCompleted)
-	if n != jobs || notCompleted != 0 {
-		t.Fatalf("%d jobs, %d not completed", n, notCompleted)
-	}
+	var sumAttempts int64
+	pgtest.Step(t, "no job is lost or left unfinished", func(t *testing.T) {
+		var n, notCompleted int64
+		pool.QueryRow(ctx, `SELECT count(*), sum(attempt), count(*) FILTER (WHERE state <> 'completed')
+			FROM pgfence_jobs WHERE queue = $1`, qn).Scan(&n, &sumAttempts, &notCompleted)
+		if n != jobs || notCompleted != 0 {
+			t.Fatalf("%d jobs, %d not completed", n, notCompleted)
+		}
+	})
+	// The runner has stopped: the hook and handler no longer write these maps.
 	mu.Lock()
 	defer mu.Unlock()
-	if len(completions) != jobs {
-		t.Fatalf("%d jobs had an accepted completion, want %d", len(completions), jobs)
-	}
-	for id, k := range completions {
-		if k != 1 {
-			t.Fatalf("job %d completed %d times", id, k)
+	pgtest.Step(t, "exactly one accepted completion per job", func(t *testing.T) {
+		if len(completions) != jobs {
+			t.Fatalf("%d jobs had an accepted completion, want %d", len(completions), jobs)
 		}
-	}
-	// Every handler run was one claim, and every claim one counted attempt.
-	rows, err := pool.Query(ctx, `SELECT id, attempt FROM pgfence_jobs WHERE queue = $1`, qn)
-	if err != nil {
-		t.Fatal(err)
-	}
+		for id, k := range completions {
+			if k != 1 {
+				t.Fatalf("job %d completed %d times", id, k)
+			}
+		}
+	})
 	var totalRuns int64
-	for rows.Next() {
-		var id int64
-		var attempt int
-		rows.Scan(&id, &attempt)
-		if runs[id] != attempt {
-			t.Fatalf("job %d: %d handler runs, attempt column %d", id, runs[id], attempt)
+	pgtest.Step(t, "every handler run was one claim and one counted attempt", func(t *testing.T) {
+		rows, err := pool.Query(ctx, `SELECT id, attempt FROM pgfence_jobs WHERE queue = $1`, qn)
+		if err != nil {
+			t.Fatal(err)
 		}
-		totalRuns += int64(attempt)
-	}
-	if rows.Err() != nil {
-		t.Fatal(rows.Err())
-	}
-	// Each attempt beyond the first of a job was caused by a rescue, and the
-	// rescued attempt's worker had its result refused.
-	if totalRuns != sumAttempts || sumAttempts-jobs < rescued.Load() || int64(outcomes[claim.LeaseLost]) != sumAttempts-jobs {
-		t.Fatalf("attempts %d, runs %d, rescued by the injector %d, outcomes %v", sumAttempts, totalRuns, rescued.Load(), outcomes)
-	}
-	if injected.Load() == 0 || rescued.Load() == 0 || outcomes[claim.LeaseLost] == 0 {
-		t.Fatalf("no lease losses were exercised: injected %d, rescued %d, outcomes %v", injected.Load(), rescued.Load(), outcomes)
-	}
+		for rows.Next() {
+			var id int64
+			var attempt int
+			rows.Scan(&id, &attempt)
+			if runs[id] != attempt {
+				t.Fatalf("job %d: %d handler runs, attempt column %d", id, runs[id], attempt)
+			}
+			totalRuns += int64(attempt)
+		}
+		if rows.Err() != nil {
+			t.Fatal(rows.Err())
+		}
+	})
+	pgtest.Step(t, "each extra attempt came from a rescue whose worker was refused", func(t *testing.T) {
+		if totalRuns != sumAttempts || sumAttempts-jobs < rescued.Load() || int64(outcomes[claim.LeaseLost]) != sumAttempts-jobs {
+			t.Fatalf("attempts %d, runs %d, rescued by the injector %d, outcomes %v", sumAttempts, totalRuns, rescued.Load(), outcomes)
+		}
+		if injected.Load() == 0 || rescued.Load() == 0 || outcomes[claim.LeaseLost] == 0 {
+			t.Fatalf("no lease losses were exercised: injected %d, rescued %d, outcomes %v", injected.Load(), rescued.Load(), outcomes)
+		}
+	})
 	t.Logf("%d jobs, %d workers in %v (%.0f jobs/s): %d leases expired by the injector, %d rescued, %d attempts in all, outcomes %v",
 		jobs, workers, elapsed.Round(time.Millisecond), float64(jobs)/elapsed.Seconds(), injected.Load(), rescued.Load(), sumAttempts, outcomes)
 }
