@@ -67,7 +67,7 @@ func TestMutualExclusion(t *testing.T) {
 					lastFence[keys[k]] = l.Fence()
 					mu.Unlock()
 					entries.Add(1)
-					time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond)
+					time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond) // the point: hold a while, widening any overlap
 					if l.Err() != nil {
 						t.Errorf("lease ended while held: %v", l.Err())
 					}
@@ -196,7 +196,7 @@ func TestRenewDoesNotResurrect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(150 * time.Millisecond)
+	time.Sleep(150 * time.Millisecond) // the point: the 50ms TTL runs out by the database clock
 	if err := l.Renew(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
 		t.Fatalf("renew after expiry: %v, want ErrLeaseLost", err)
 	}
@@ -229,7 +229,7 @@ func TestAutoRenewKeepsLease(t *testing.T) {
 		if l.Err() != nil {
 			t.Fatalf("lease ended: %v", l.Err())
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // the point: sample the lease across 5 TTLs
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -328,8 +328,14 @@ func TestAcquireWaitsAndGivesUp(t *testing.T) {
 	}
 
 	// Released mid-wait: the waiter gets it.
-	go func() { time.Sleep(100 * time.Millisecond); l.Release(context.Background()) }()
+	// Released once the waiter has been refused at least once.
 	w2 := newClient(t, pool, pglease.WithBackoff(5*time.Millisecond, 50*time.Millisecond))
+	go func() {
+		for deadline := time.Now().Add(5 * time.Second); w2.Stats().NotAcquired == 0 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+		l.Release(context.Background())
+	}()
 	got, err := w2.Acquire(ctx, key, time.Second)
 	if err != nil {
 		t.Fatal(err)
