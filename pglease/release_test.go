@@ -84,46 +84,53 @@ func TestReleaseOfLostLeaseSaysHow(t *testing.T) {
 	pool := pgtest.Pool(t)
 	c := newClient(t, pool, pglease.WithoutAutoRenew())
 	key := uniqueKey(t)
-	l, err := c.TryAcquire(ctx, key, 50*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(100 * time.Millisecond)
-	if err := l.Release(ctx); !errors.Is(err, pglease.ErrLeaseLost) || !strings.Contains(err.Error(), "had expired") {
-		t.Fatalf("release after expiry: %v", err)
-	}
+	pgtest.Step(t, "expired", func(t *testing.T) {
+		l, err := c.TryAcquire(ctx, key, 50*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond) // the point: the 50ms TTL runs out by the database clock
+		if err := l.Release(ctx); !errors.Is(err, pglease.ErrLeaseLost) || !strings.Contains(err.Error(), "had expired") {
+			t.Fatalf("release after expiry: %v", err)
+		}
+	})
 
-	l, err = c.TryAcquire(ctx, key, 50*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(100 * time.Millisecond)
-	other := newClient(t, pool)
-	l2, err := other.TryAcquire(ctx, key, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); !errors.Is(err, pglease.ErrLeaseLost) || !strings.Contains(err.Error(), "another owner") {
-		t.Fatalf("release after another owner took the key: %v", err)
-	}
-	var held bool
-	if err := pool.QueryRow(ctx, "SELECT expires_at > now() FROM lock_leases WHERE lock_key = $1", key).Scan(&held); err != nil || !held {
-		t.Fatalf("the stale release touched the new holder's lease: held %v, %v", held, err)
-	}
-	if err := l2.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, "DELETE FROM lock_leases WHERE lock_key = $1", key); err != nil {
-		t.Fatal(err)
-	}
-	l3, err := c.TryAcquire(ctx, key, 50*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, "DELETE FROM lock_leases WHERE lock_key = $1", key); err != nil {
-		t.Fatal(err)
-	}
-	if err := l3.Release(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
-		t.Fatalf("release of a swept row: %v", err)
-	}
+	pgtest.Step(t, "taken by another owner", func(t *testing.T) {
+		l, err := c.TryAcquire(ctx, key, 50*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond) // the point: the 50ms TTL runs out by the database clock
+		other := newClient(t, pool)
+		l2, err := other.TryAcquire(ctx, key, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); !errors.Is(err, pglease.ErrLeaseLost) || !strings.Contains(err.Error(), "another owner") {
+			t.Fatalf("release after another owner took the key: %v", err)
+		}
+		var held bool
+		if err := pool.QueryRow(ctx, "SELECT expires_at > now() FROM lock_leases WHERE lock_key = $1", key).Scan(&held); err != nil || !held {
+			t.Fatalf("the stale release touched the new holder's lease: held %v, %v", held, err)
+		}
+		if err := l2.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	pgtest.Step(t, "the row was swept", func(t *testing.T) {
+		if _, err := pool.Exec(ctx, "DELETE FROM lock_leases WHERE lock_key = $1", key); err != nil {
+			t.Fatal(err)
+		}
+		l3, err := c.TryAcquire(ctx, key, 50*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, "DELETE FROM lock_leases WHERE lock_key = $1", key); err != nil {
+			t.Fatal(err)
+		}
+		if err := l3.Release(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
+			t.Fatalf("release of a swept row: %v", err)
+		}
+	})
 }
