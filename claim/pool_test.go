@@ -272,7 +272,7 @@ func TestPoolGracefulShutdown(t *testing.T) {
 	p, err := claim.NewRunner(c, func(ctx context.Context, j *claim.Job) error {
 		started.Done()
 		if string(j.Payload) == `"quick"` {
-			time.Sleep(200 * time.Millisecond) // finishes within the grace period
+			time.Sleep(200 * time.Millisecond) // the point: a job that finishes within the grace period
 			return nil
 		}
 		<-ctx.Done() // never finishes by itself
@@ -349,7 +349,9 @@ func TestPoolListenNotify(t *testing.T) {
 	pool := pgtest.Pool(t)
 	qn := queue("listen")
 	done := runListening(t, pool, qn, "pgfence test wake")
-	time.Sleep(200 * time.Millisecond) // let the first (empty) claim pass
+	// Let the first (empty) claim pass: the runner signals nothing, and a job
+	// enqueued before it would run without any notification.
+	time.Sleep(200 * time.Millisecond)
 	for range 3 {
 		notifiedRuns(t, pool, done, qn, "pgfence test wake")
 	}

@@ -39,7 +39,7 @@ func TestCampaignOneLeaderRisingEpochs(t *testing.T) {
 				mu.Unlock()
 				// Lead for a while, then the term is cut short: an operator
 				// expires the lease, as a lost renewal would.
-				time.Sleep(30 * time.Millisecond)
+				time.Sleep(30 * time.Millisecond) // the point: a term of some length
 				leading.Add(-1)
 				pool.Exec(context.Background(), "UPDATE lock_leases SET expires_at = now() WHERE lock_key = $1 AND fence = $2", key, epoch)
 				<-ctx.Done()
