@@ -264,68 +264,75 @@ func TestBadInputClaimsNothing(t *testing.T) {
 	qn := queue("bad")
 	c := newClaimer(t, pool, qn)
 	enqueue(t, pool, claim.NewJob{Queue: qn})
-	for _, tc := range []struct {
-		n   int
-		ttl time.Duration
-	}{{0, time.Minute}, {-1, time.Minute}, {claim.MaxBatch + 1, time.Minute}, {1 << 40, time.Minute},
-		{1, 0}, {1, -time.Second}, {1, time.Microsecond}, {1, 25 * time.Hour}} {
-		jobs, err := c.Claim(ctx, tc.n, tc.ttl)
-		if !errors.Is(err, claim.ErrInvalidInput) || jobs != nil {
-			t.Errorf("Claim(%d, %v) = %v, %v; want ErrInvalidInput", tc.n, tc.ttl, jobs, err)
+	t.Run("Claim, Rescue and Complete refuse bad arguments", func(t *testing.T) {
+		for _, tc := range []struct {
+			n   int
+			ttl time.Duration
+		}{{0, time.Minute}, {-1, time.Minute}, {claim.MaxBatch + 1, time.Minute}, {1 << 40, time.Minute},
+			{1, 0}, {1, -time.Second}, {1, time.Microsecond}, {1, 25 * time.Hour}} {
+			jobs, err := c.Claim(ctx, tc.n, tc.ttl)
+			if !errors.Is(err, claim.ErrInvalidInput) || jobs != nil {
+				t.Errorf("Claim(%d, %v) = %v, %v; want ErrInvalidInput", tc.n, tc.ttl, jobs, err)
+			}
 		}
-	}
-	if _, err := c.Rescue(ctx, 0); !errors.Is(err, claim.ErrInvalidInput) {
-		t.Errorf("Rescue(0): %v", err)
-	}
-	if err := c.Complete(ctx, nil); !errors.Is(err, claim.ErrInvalidInput) {
-		t.Errorf("Complete(nil): %v", err)
-	}
+		if _, err := c.Rescue(ctx, 0); !errors.Is(err, claim.ErrInvalidInput) {
+			t.Errorf("Rescue(0): %v", err)
+		}
+		if err := c.Complete(ctx, nil); !errors.Is(err, claim.ErrInvalidInput) {
+			t.Errorf("Complete(nil): %v", err)
+		}
+	})
 
-	bad := func(mod func(*claim.Table)) error {
-		tb := claim.DefaultTable()
-		mod(&tb)
-		_, err := claim.New(ctx, pool, claim.WithTable(tb))
-		return err
-	}
-	for name, mod := range map[string]func(*claim.Table){
-		"injection":     func(tb *claim.Table) { tb.Name = "pgfence_jobs; DROP TABLE pgfence_jobs" },
-		"quote":         func(tb *claim.Table) { tb.State = `state" = 'x` },
-		"NUL":           func(tb *claim.Table) { tb.ID = "id\x00" },
-		"newline":       func(tb *claim.Table) { tb.Owner = "owner\n" },
-		"too long":      func(tb *claim.Table) { tb.Fence = strings.Repeat("f", 64) },
-		"empty":         func(tb *claim.Table) { tb.RunAt = "" },
-		"bad utf8":      func(tb *claim.Table) { tb.Name = "\xff" },
-		"duplicate":     func(tb *claim.Table) { tb.Attempt = "max_attempts" },
-		"missing table": func(tb *claim.Table) { tb.Name = "no_such_table" },
-		"missing col":   func(tb *claim.Table) { tb.Owner = "no_such_column" },
-		"wrong type": func(tb *claim.Table) {
-			tb.Fence = "owner"
-			tb.Owner = "kind"
-			tb.Priority = "attempt"
-			tb.Attempt = "priority"
-		},
-		"fence type": func(tb *claim.Table) { tb.Fence = "attempt"; tb.Attempt = "fence" },
-	} {
-		err := bad(mod)
-		if !errors.Is(err, claim.ErrInvalidInput) {
-			t.Errorf("%s: got %v, want ErrInvalidInput", name, err)
-		} else {
-			t.Logf("%s: %v", name, err)
+	t.Run("New refuses a bad table description", func(t *testing.T) {
+		bad := func(mod func(*claim.Table)) error {
+			tb := claim.DefaultTable()
+			mod(&tb)
+			_, err := claim.New(ctx, pool, claim.WithTable(tb))
+			return err
 		}
-	}
-	if _, err := claim.New(ctx, pool, claim.WithQueue("")); !errors.Is(err, claim.ErrInvalidInput) {
-		t.Errorf("empty queue: %v", err)
-	}
-	var running int
-	pool.QueryRow(ctx, `SELECT count(*) FROM pgfence_jobs WHERE queue = $1 AND (state <> 'available' OR attempt <> 0)`, qn).Scan(&running)
-	if running != 0 {
-		t.Fatalf("%d jobs left the available state after bad input", running)
-	}
-	var exists bool
-	pool.QueryRow(ctx, `SELECT to_regclass('pgfence_jobs') IS NOT NULL`).Scan(&exists)
-	if !exists {
-		t.Fatal("the table is gone")
-	}
+		for name, mod := range map[string]func(*claim.Table){
+			"injection":     func(tb *claim.Table) { tb.Name = "pgfence_jobs; DROP TABLE pgfence_jobs" },
+			"quote":         func(tb *claim.Table) { tb.State = `state" = 'x` },
+			"NUL":           func(tb *claim.Table) { tb.ID = "id\x00" },
+			"newline":       func(tb *claim.Table) { tb.Owner = "owner\n" },
+			"too long":      func(tb *claim.Table) { tb.Fence = strings.Repeat("f", 64) },
+			"empty":         func(tb *claim.Table) { tb.RunAt = "" },
+			"bad utf8":      func(tb *claim.Table) { tb.Name = "\xff" },
+			"duplicate":     func(tb *claim.Table) { tb.Attempt = "max_attempts" },
+			"missing table": func(tb *claim.Table) { tb.Name = "no_such_table" },
+			"missing col":   func(tb *claim.Table) { tb.Owner = "no_such_column" },
+			"wrong type": func(tb *claim.Table) {
+				tb.Fence = "owner"
+				tb.Owner = "kind"
+				tb.Priority = "attempt"
+				tb.Attempt = "priority"
+			},
+			"fence type": func(tb *claim.Table) { tb.Fence = "attempt"; tb.Attempt = "fence" },
+		} {
+			err := bad(mod)
+			if !errors.Is(err, claim.ErrInvalidInput) {
+				t.Errorf("%s: got %v, want ErrInvalidInput", name, err)
+			} else {
+				t.Logf("%s: %v", name, err)
+			}
+		}
+		if _, err := claim.New(ctx, pool, claim.WithQueue("")); !errors.Is(err, claim.ErrInvalidInput) {
+			t.Errorf("empty queue: %v", err)
+		}
+	})
+
+	t.Run("the bad input claimed nothing and dropped nothing", func(t *testing.T) {
+		var running int
+		pool.QueryRow(ctx, `SELECT count(*) FROM pgfence_jobs WHERE queue = $1 AND (state <> 'available' OR attempt <> 0)`, qn).Scan(&running)
+		if running != 0 {
+			t.Fatalf("%d jobs left the available state after bad input", running)
+		}
+		var exists bool
+		pool.QueryRow(ctx, `SELECT to_regclass('pgfence_jobs') IS NOT NULL`).Scan(&exists)
+		if !exists {
+			t.Fatal("the table is gone")
+		}
+	})
 }
 
 // A table of the user's own, with other column names, no queue column and
