@@ -94,58 +94,68 @@ func TestClaimOrderAndFences(t *testing.T) {
 	later := enqueue(t, pool, claim.NewJob{Queue: qn, Priority: 0, Delay: time.Hour})
 	enqueue(t, pool, claim.NewJob{Queue: "other-queue"})
 
-	first, err := c.Claim(ctx, 1, time.Minute)
-	if err != nil || len(first) != 1 || first[0].ID != high {
-		t.Fatalf("first claim = %v, %v; want job %d (priority 1)", first, err, high)
-	}
-	rest, err := c.Claim(ctx, 10, time.Minute)
-	if err != nil || len(rest) != 1 || rest[0].ID != low {
-		t.Fatalf("second claim = %v, %v; want only job %d (job %d is not due, the other is another queue)", rest, err, low, later)
-	}
-	a, b := first[0], rest[0]
-	if a.Attempt != 1 || a.MaxAttempts != 25 || string(b.Payload) != `{"n": 1}` {
-		t.Fatalf("attempt %d max %d payload %s", a.Attempt, a.MaxAttempts, b.Payload)
-	}
-	if a.Fence <= 0 || b.Fence <= a.Fence {
-		t.Fatalf("fences %d then %d: want positive and increasing", a.Fence, b.Fence)
-	}
-	if time.Until(a.Deadline()) < 50*time.Second || a.ExpiresAt().IsZero() {
-		t.Fatalf("deadline %v, expires at %v", a.Deadline(), a.ExpiresAt())
-	}
-	if r := getJob(t, pool, high); r.state != "running" || r.attempt != 1 || *r.fence != a.Fence {
-		t.Fatalf("row after claim: %+v", r)
-	}
-	if err := c.Renew(ctx, a); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Complete(ctx, a); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Complete(ctx, a); err != nil {
-		t.Fatalf("completing twice with the same fence: %v, want nil", err)
-	}
-	if err := c.Release(ctx, b); err != nil {
-		t.Fatal(err)
-	}
-	if r := getJob(t, pool, low); r.state != "available" || r.attempt != 0 {
-		t.Fatalf("released row: %+v; want available with the attempt given back", r)
-	}
-
-	// A batch comes back in claim order, not id order.
-	c2 := newClaimer(t, pool, queue("batch-order"))
-	var want []int64
-	for p := int32(3); p >= 1; p-- {
-		want = append([]int64{enqueue(t, pool, claim.NewJob{Queue: c2.Queue(), Priority: p})}, want...)
-	}
-	batch, err := c2.Claim(ctx, 3, time.Minute)
-	if err != nil || len(batch) != 3 {
-		t.Fatalf("batch %v %v", batch, err)
-	}
-	for i, j := range batch {
-		if j.ID != want[i] {
-			t.Fatalf("batch order %d: job %d, want %d", i, j.ID, want[i])
+	var a, b *claim.Job
+	pgtest.Step(t, "claims come by priority, due jobs of its own queue only", func(t *testing.T) {
+		first, err := c.Claim(ctx, 1, time.Minute)
+		if err != nil || len(first) != 1 || first[0].ID != high {
+			t.Fatalf("first claim = %v, %v; want job %d (priority 1)", first, err, high)
 		}
-	}
+		rest, err := c.Claim(ctx, 10, time.Minute)
+		if err != nil || len(rest) != 1 || rest[0].ID != low {
+			t.Fatalf("second claim = %v, %v; want only job %d (job %d is not due, the other is another queue)", rest, err, low, later)
+		}
+		a, b = first[0], rest[0]
+	})
+
+	pgtest.Step(t, "a claimed job carries its attempt, payload, fence and deadline", func(t *testing.T) {
+		if a.Attempt != 1 || a.MaxAttempts != 25 || string(b.Payload) != `{"n": 1}` {
+			t.Fatalf("attempt %d max %d payload %s", a.Attempt, a.MaxAttempts, b.Payload)
+		}
+		if a.Fence <= 0 || b.Fence <= a.Fence {
+			t.Fatalf("fences %d then %d: want positive and increasing", a.Fence, b.Fence)
+		}
+		if time.Until(a.Deadline()) < 50*time.Second || a.ExpiresAt().IsZero() {
+			t.Fatalf("deadline %v, expires at %v", a.Deadline(), a.ExpiresAt())
+		}
+		if r := getJob(t, pool, high); r.state != "running" || r.attempt != 1 || *r.fence != a.Fence {
+			t.Fatalf("row after claim: %+v", r)
+		}
+	})
+
+	pgtest.Step(t, "renew, complete twice, release", func(t *testing.T) {
+		if err := c.Renew(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Complete(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Complete(ctx, a); err != nil {
+			t.Fatalf("completing twice with the same fence: %v, want nil", err)
+		}
+		if err := c.Release(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		if r := getJob(t, pool, low); r.state != "available" || r.attempt != 0 {
+			t.Fatalf("released row: %+v; want available with the attempt given back", r)
+		}
+	})
+
+	t.Run("a batch comes back in claim order, not id order", func(t *testing.T) {
+		c2 := newClaimer(t, pool, queue("batch-order"))
+		var want []int64
+		for p := int32(3); p >= 1; p-- {
+			want = append([]int64{enqueue(t, pool, claim.NewJob{Queue: c2.Queue(), Priority: p})}, want...)
+		}
+		batch, err := c2.Claim(ctx, 3, time.Minute)
+		if err != nil || len(batch) != 3 {
+			t.Fatalf("batch %v %v", batch, err)
+		}
+		for i, j := range batch {
+			if j.ID != want[i] {
+				t.Fatalf("batch order %d: job %d, want %d", i, j.ID, want[i])
+			}
+		}
+	})
 }
 
 // The four races in which River, Oban, pg-boss and Graphile Worker let a
