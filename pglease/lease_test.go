@@ -131,58 +131,71 @@ func TestExpiryByDatabaseClock(t *testing.T) {
 	b := newClient(t, pool, pglease.WithoutAutoRenew())
 	key := uniqueKey(t)
 
-	la, err := a.TryAcquire(ctx, key, 200*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.TryAcquire(ctx, key, time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
-		t.Fatalf("while held: err = %v, want ErrNotAcquired", err)
-	}
-	select {
-	case <-la.Done():
-	case <-time.After(2 * time.Second):
-		t.Fatal("lease context did not end after its TTL")
-	}
-	if !errors.Is(la.Err(), pglease.ErrLeaseLost) {
-		t.Fatalf("cause = %v, want ErrLeaseLost", la.Err())
-	}
-	// Wait until the database agrees the lease expired.
-	var lb *pglease.Lease
-	for deadline := time.Now().Add(2 * time.Second); ; {
-		lb, err = b.TryAcquire(ctx, key, 5*time.Second)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, pglease.ErrNotAcquired) || time.Now().After(deadline) {
+	var la, lb *pglease.Lease
+	pgtest.Step(t, "a held key is refused to another client", func(t *testing.T) {
+		var err error
+		la, err = a.TryAcquire(ctx, key, 200*time.Millisecond)
+		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if lb.Fence() <= la.Fence() {
-		t.Fatalf("new fence %d not above old %d", lb.Fence(), la.Fence())
-	}
-	if err := la.Renew(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
-		t.Fatalf("renew of expired lease: %v, want ErrLeaseLost", err)
-	}
-	if err := la.Release(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
-		t.Fatalf("release of lost lease: %v, want ErrLeaseLost", err)
-	}
-	row, err := fencedb.New(pool).GetLease(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if row.Fence != lb.Fence() || !row.Held {
-		t.Fatalf("new holder disturbed: row %+v, want fence %d held", row, lb.Fence())
-	}
-	if err := lb.Renew(ctx); err != nil {
-		t.Fatalf("new holder cannot renew: %v", err)
-	}
-	if err := lb.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if sa, sb := a.Stats(), b.Stats(); sa.Acquired != 1 || sa.Lost != 1 || sb.Acquired != 1 || sb.NotAcquired < 1 {
-		t.Fatalf("stats: a %+v, b %+v", sa, sb)
-	}
+		if _, err := b.TryAcquire(ctx, key, time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
+			t.Fatalf("while held: err = %v, want ErrNotAcquired", err)
+		}
+	})
+
+	pgtest.Step(t, "after its TTL the lease ends and another client acquires", func(t *testing.T) {
+		select {
+		case <-la.Done():
+		case <-time.After(2 * time.Second):
+			t.Fatal("lease context did not end after its TTL")
+		}
+		if !errors.Is(la.Err(), pglease.ErrLeaseLost) {
+			t.Fatalf("cause = %v, want ErrLeaseLost", la.Err())
+		}
+		// Polled: wait until the database agrees the lease expired.
+		for deadline := time.Now().Add(2 * time.Second); ; {
+			var err error
+			lb, err = b.TryAcquire(ctx, key, 5*time.Second)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, pglease.ErrNotAcquired) || time.Now().After(deadline) {
+				t.Fatal(err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if lb.Fence() <= la.Fence() {
+			t.Fatalf("new fence %d not above old %d", lb.Fence(), la.Fence())
+		}
+	})
+
+	pgtest.Step(t, "the old lease's Renew and Release leave the new holder alone", func(t *testing.T) {
+		if err := la.Renew(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
+			t.Fatalf("renew of expired lease: %v, want ErrLeaseLost", err)
+		}
+		if err := la.Release(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
+			t.Fatalf("release of lost lease: %v, want ErrLeaseLost", err)
+		}
+		row, err := fencedb.New(pool).GetLease(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if row.Fence != lb.Fence() || !row.Held {
+			t.Fatalf("new holder disturbed: row %+v, want fence %d held", row, lb.Fence())
+		}
+		if err := lb.Renew(ctx); err != nil {
+			t.Fatalf("new holder cannot renew: %v", err)
+		}
+		if err := lb.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("stats count the grant, the loss and the refusal", func(t *testing.T) {
+		if sa, sb := a.Stats(), b.Stats(); sa.Acquired != 1 || sa.Lost != 1 || sb.Acquired != 1 || sb.NotAcquired < 1 {
+			t.Fatalf("stats: a %+v, b %+v", sa, sb)
+		}
+	})
 }
 
 // A renewal of an expired lease must not resurrect it even when nobody else
