@@ -327,46 +327,50 @@ func TestAcquireWaitsAndGivesUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
-	_, err = waiter.Acquire(ctx, key, time.Second)
-	var we *pglease.WaitError
-	if !errors.As(err, &we) || !errors.Is(err, pglease.ErrNotAcquired) {
-		t.Fatalf("err = %v, want *WaitError that is ErrNotAcquired", err)
-	}
-	if waited := time.Since(start); waited < 300*time.Millisecond || waited > 2*time.Second {
-		t.Fatalf("waited %v for a 300ms maximum", waited)
-	}
-	if we.Attempts < 2 || !strings.Contains(err.Error(), "waiting") {
-		t.Fatalf("wait error: %v (attempts %d)", err, we.Attempts)
-	}
-
-	// Released mid-wait: the waiter gets it.
-	// Released once the waiter has been refused at least once.
-	w2 := newClient(t, pool, pglease.WithBackoff(5*time.Millisecond, 50*time.Millisecond))
-	go func() {
-		for deadline := time.Now().Add(5 * time.Second); w2.Stats().NotAcquired == 0 && time.Now().Before(deadline); {
-			time.Sleep(time.Millisecond)
+	pgtest.Step(t, "the wait gives up after the maximum wait", func(t *testing.T) {
+		start := time.Now()
+		_, err := waiter.Acquire(ctx, key, time.Second)
+		var we *pglease.WaitError
+		if !errors.As(err, &we) || !errors.Is(err, pglease.ErrNotAcquired) {
+			t.Fatalf("err = %v, want *WaitError that is ErrNotAcquired", err)
 		}
-		l.Release(context.Background())
-	}()
-	got, err := w2.Acquire(ctx, key, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.Fence() <= l.Fence() {
-		t.Fatalf("fence %d not above %d", got.Fence(), l.Fence())
-	}
-	got.Release(ctx)
+		if waited := time.Since(start); waited < 300*time.Millisecond || waited > 2*time.Second {
+			t.Fatalf("waited %v for a 300ms maximum", waited)
+		}
+		if we.Attempts < 2 || !strings.Contains(err.Error(), "waiting") {
+			t.Fatalf("wait error: %v (attempts %d)", err, we.Attempts)
+		}
+	})
 
-	// The context ends the wait, and the error says so.
-	l3, _ := holder.TryAcquire(ctx, key, 5*time.Second)
-	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	defer cancel()
-	_, err = w2.Acquire(cctx, key, time.Second)
-	if !errors.Is(err, pglease.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("err = %v, want ErrNotAcquired and DeadlineExceeded", err)
-	}
-	l3.Release(ctx)
+	w2 := newClient(t, pool, pglease.WithBackoff(5*time.Millisecond, 50*time.Millisecond))
+	pgtest.Step(t, "released mid-wait, the waiter gets the key", func(t *testing.T) {
+		// Released once the waiter has been refused at least once.
+		go func() {
+			for deadline := time.Now().Add(5 * time.Second); w2.Stats().NotAcquired == 0 && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
+			l.Release(context.Background())
+		}()
+		got, err := w2.Acquire(ctx, key, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Fence() <= l.Fence() {
+			t.Fatalf("fence %d not above %d", got.Fence(), l.Fence())
+		}
+		got.Release(ctx)
+	})
+
+	pgtest.Step(t, "the context ends the wait, and the error says so", func(t *testing.T) {
+		l3, _ := holder.TryAcquire(ctx, key, 5*time.Second)
+		cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		_, err := w2.Acquire(cctx, key, time.Second)
+		if !errors.Is(err, pglease.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v, want ErrNotAcquired and DeadlineExceeded", err)
+		}
+		l3.Release(ctx)
+	})
 }
 
 func TestDoEndsContextOnLoss(t *testing.T) {
