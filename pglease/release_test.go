@@ -23,58 +23,64 @@ func TestCommitDurabilityPerStatement(t *testing.T) {
 		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
 		cfg.MaxConns = 1 // one session, so the traced settings are its own
 	})
-	var inTx []string
-	trace := func(sql string, args ...any) {
-		t.Helper()
-		tx, err := pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback(ctx)
-		rows, err := tx.Query(ctx, sql, args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rows.Close()
-		var s string
-		if err := tx.QueryRow(ctx, "SHOW synchronous_commit").Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		inTx = append(inTx, s)
-	}
 	key := uniqueKey(t)
-	trace(`INSERT INTO lock_leases (lock_key, owner, owner_token, fence, acquired_at, expires_at)
-	       VALUES ($1, 'o', 't', 1, now(), now() + interval '1 minute')`, key)
-	trace(`SELECT pgfence_next_fence()`)
-	trace(`SELECT pgfence_commit_durably()`)
-	if strings.Join(inTx, ",") != "off,on,on" {
-		t.Fatalf("synchronous_commit after a plain insert, a fence draw, pgfence_commit_durably(): %v; want off,on,on", inTx)
-	}
+	t.Run("synchronous_commit is off for a plain write, on for a fence draw or commit_durably", func(t *testing.T) {
+		var inTx []string
+		trace := func(sql string, args ...any) {
+			t.Helper()
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			rows, err := tx.Query(ctx, sql, args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows.Close()
+			var s string
+			if err := tx.QueryRow(ctx, "SHOW synchronous_commit").Scan(&s); err != nil {
+				t.Fatal(err)
+			}
+			inTx = append(inTx, s)
+		}
+		trace(`INSERT INTO lock_leases (lock_key, owner, owner_token, fence, acquired_at, expires_at)
+		       VALUES ($1, 'o', 't', 1, now(), now() + interval '1 minute')`, key)
+		trace(`SELECT pgfence_next_fence()`)
+		trace(`SELECT pgfence_commit_durably()`)
+		if strings.Join(inTx, ",") != "off,on,on" {
+			t.Fatalf("synchronous_commit after a plain insert, a fence draw, pgfence_commit_durably(): %v; want off,on,on", inTx)
+		}
+	})
 
 	// Through the client: the released lease's outcome is right in every case.
-	c := newClient(t, pool)
-	l, err := c.TryAcquire(ctx, key+"/c", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if !errors.Is(context.Cause(l.Context()), pglease.ErrReleased) {
-		t.Fatalf("cause %v, want ErrReleased", context.Cause(l.Context()))
-	}
-	durable := newClient(t, pool, pglease.WithDurableRelease())
-	l, err = durable.TryAcquire(ctx, key+"/c", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var released bool
-	if err := pool.QueryRow(ctx, "SELECT expires_at <= now() FROM lock_leases WHERE lock_key = $1", key+"/c").Scan(&released); err != nil || !released {
-		t.Fatalf("durable release left the lease held: %v %v", released, err)
-	}
+	pgtest.Step(t, "a release ends the lease as released", func(t *testing.T) {
+		c := newClient(t, pool)
+		l, err := c.TryAcquire(ctx, key+"/c", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(context.Cause(l.Context()), pglease.ErrReleased) {
+			t.Fatalf("cause %v, want ErrReleased", context.Cause(l.Context()))
+		}
+	})
+	pgtest.Step(t, "a durable release leaves the row released", func(t *testing.T) {
+		durable := newClient(t, pool, pglease.WithDurableRelease())
+		l, err := durable.TryAcquire(ctx, key+"/c", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var released bool
+		if err := pool.QueryRow(ctx, "SELECT expires_at <= now() FROM lock_leases WHERE lock_key = $1", key+"/c").Scan(&released); err != nil || !released {
+			t.Fatalf("durable release left the lease held: %v %v", released, err)
+		}
+	})
 }
 
 // Release of a lease already lost says how: expired (its row still carries
