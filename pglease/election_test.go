@@ -50,33 +50,39 @@ func TestCampaignOneLeaderRisingEpochs(t *testing.T) {
 			}
 		}()
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		mu.Lock()
-		n := len(epochs)
-		mu.Unlock()
-		if n >= 5 {
-			break
+	pgtest.Step(t, "five terms follow one another", func(t *testing.T) {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			mu.Lock()
+			n := len(epochs)
+			mu.Unlock()
+			if n >= 5 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("only %d terms in 10s", n)
+			}
+			time.Sleep(10 * time.Millisecond) // polled: terms end at the candidates' pace
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d terms in 10s", n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	})
 	cancel()
 	wg.Wait()
 	mu.Lock()
 	defer mu.Unlock()
-	for i := 1; i < len(epochs); i++ {
-		if epochs[i] <= epochs[i-1] {
-			t.Fatalf("epochs not rising: %v", epochs)
+	t.Run("epochs rise with every term", func(t *testing.T) {
+		for i := 1; i < len(epochs); i++ {
+			if epochs[i] <= epochs[i-1] {
+				t.Fatalf("epochs not rising: %v", epochs)
+			}
 		}
-	}
-	h, ok, err := newClient(t, pool).Holder(context.Background(), key)
-	if err != nil || !ok {
-		t.Fatalf("Holder: %v %v", ok, err)
-	}
-	if h.Held {
-		t.Fatalf("a cancelled campaign left the lease held: %+v", h)
-	}
+	})
+	t.Run("cancelled campaigns leave the lease free", func(t *testing.T) {
+		h, ok, err := newClient(t, pool).Holder(context.Background(), key)
+		if err != nil || !ok {
+			t.Fatalf("Holder: %v %v", ok, err)
+		}
+		if h.Held {
+			t.Fatalf("a cancelled campaign left the lease held: %+v", h)
+		}
+	})
 }
