@@ -508,29 +508,33 @@ func TestTxPoolEffectsCommitWithCompletion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	runDone := make(chan error, 1)
-	go func() { runDone <- p.Run(runCtx) }()
-	first, second := <-results, <-results
-	stop()
-	if err := <-runDone; err != nil {
-		t.Fatal(err)
-	}
-	if first.Outcome != claim.Completed || first.Err != nil {
-		t.Fatalf("first job: %v (%v), want completed", first.Outcome, first.Err)
-	}
-	if second.Outcome != claim.LeaseLost {
-		t.Fatalf("stolen job: %v (%v), want lease lost", second.Outcome, second.Err)
-	}
-	rows, _ := pool.Query(ctx, `SELECT job_id FROM txpool_effects ORDER BY job_id`)
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ids) != 1 || ids[0] != good {
-		t.Fatalf("effects %v, want only job %d's (the stolen job's effect must roll back)", ids, good)
-	}
-	if row := getJob(t, pool, good); row.state != "completed" {
-		t.Fatalf("good job %+v", row)
-	}
+	pgtest.Step(t, "the first job completes, the stolen one's result is refused", func(t *testing.T) {
+		runCtx, stop := context.WithCancel(ctx)
+		runDone := make(chan error, 1)
+		go func() { runDone <- p.Run(runCtx) }()
+		first, second := <-results, <-results
+		stop()
+		if err := <-runDone; err != nil {
+			t.Fatal(err)
+		}
+		if first.Outcome != claim.Completed || first.Err != nil {
+			t.Fatalf("first job: %v (%v), want completed", first.Outcome, first.Err)
+		}
+		if second.Outcome != claim.LeaseLost {
+			t.Fatalf("stolen job: %v (%v), want lease lost", second.Outcome, second.Err)
+		}
+	})
+	pgtest.Step(t, "only the completed job's effect is committed", func(t *testing.T) {
+		rows, _ := pool.Query(ctx, `SELECT job_id FROM txpool_effects ORDER BY job_id`)
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ids) != 1 || ids[0] != good {
+			t.Fatalf("effects %v, want only job %d's (the stolen job's effect must roll back)", ids, good)
+		}
+		if row := getJob(t, pool, good); row.state != "completed" {
+			t.Fatalf("good job %+v", row)
+		}
+	})
 }
