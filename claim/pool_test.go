@@ -229,32 +229,39 @@ func TestPoolLeaseLossEndsJobContext(t *testing.T) {
 	go func() { runDone <- p.Run(runCtx) }()
 	defer func() { stop(); <-runDone }()
 
-	j := <-started
-	// The worker stalls (as far as the database can tell): its lease expires,
-	// the job is rescued and claimed by another worker.
-	expire(t, pool, id)
-	if r, err := c.Rescue(ctx, 10); err != nil || r.Requeued != 1 {
-		t.Fatalf("rescue %+v %v", r, err)
-	}
-	thief := claimOne(t, other, time.Minute)
-	if thief.Fence <= j.Fence {
-		t.Fatal("fence did not move")
-	}
-	select {
-	case cause := <-causes:
-		var lle *claim.LeaseLostError
-		if !errors.As(cause, &lle) || lle.Op != "renew" {
-			t.Fatalf("job context cause %v, want a lost renewal", cause)
+	var thief *claim.Job
+	pgtest.Step(t, "the job is rescued and claimed by another worker", func(t *testing.T) {
+		j := <-started
+		// The worker stalls (as far as the database can tell): its lease
+		// expires, the job is rescued and claimed by another worker.
+		expire(t, pool, id)
+		if r, err := c.Rescue(ctx, 10); err != nil || r.Requeued != 1 {
+			t.Fatalf("rescue %+v %v", r, err)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the job's context did not end on lease loss")
-	}
-	if r := <-results; r.Outcome != claim.LeaseLost {
-		t.Fatalf("outcome %v (%v), want lease lost", r.Outcome, r.Err)
-	}
-	if row := getJob(t, pool, id); row.state != "running" || *row.fence != thief.Fence {
-		t.Fatalf("the stale worker touched the row: %+v", row)
-	}
+		thief = claimOne(t, other, time.Minute)
+		if thief.Fence <= j.Fence {
+			t.Fatal("fence did not move")
+		}
+	})
+	pgtest.Step(t, "the stale worker's context ends with a lost renewal", func(t *testing.T) {
+		select {
+		case cause := <-causes:
+			var lle *claim.LeaseLostError
+			if !errors.As(cause, &lle) || lle.Op != "renew" {
+				t.Fatalf("job context cause %v, want a lost renewal", cause)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the job's context did not end on lease loss")
+		}
+		if r := <-results; r.Outcome != claim.LeaseLost {
+			t.Fatalf("outcome %v (%v), want lease lost", r.Outcome, r.Err)
+		}
+	})
+	pgtest.Step(t, "the stale worker leaves the row alone", func(t *testing.T) {
+		if row := getJob(t, pool, id); row.state != "running" || *row.fence != thief.Fence {
+			t.Fatalf("the stale worker touched the row: %+v", row)
+		}
+	})
 }
 
 func TestPoolGracefulShutdown(t *testing.T) {
