@@ -94,58 +94,68 @@ func TestClaimOrderAndFences(t *testing.T) {
 	later := enqueue(t, pool, claim.NewJob{Queue: qn, Priority: 0, Delay: time.Hour})
 	enqueue(t, pool, claim.NewJob{Queue: "other-queue"})
 
-	first, err := c.Claim(ctx, 1, time.Minute)
-	if err != nil || len(first) != 1 || first[0].ID != high {
-		t.Fatalf("first claim = %v, %v; want job %d (priority 1)", first, err, high)
-	}
-	rest, err := c.Claim(ctx, 10, time.Minute)
-	if err != nil || len(rest) != 1 || rest[0].ID != low {
-		t.Fatalf("second claim = %v, %v; want only job %d (job %d is not due, the other is another queue)", rest, err, low, later)
-	}
-	a, b := first[0], rest[0]
-	if a.Attempt != 1 || a.MaxAttempts != 25 || string(b.Payload) != `{"n": 1}` {
-		t.Fatalf("attempt %d max %d payload %s", a.Attempt, a.MaxAttempts, b.Payload)
-	}
-	if a.Fence <= 0 || b.Fence <= a.Fence {
-		t.Fatalf("fences %d then %d: want positive and increasing", a.Fence, b.Fence)
-	}
-	if time.Until(a.Deadline()) < 50*time.Second || a.ExpiresAt().IsZero() {
-		t.Fatalf("deadline %v, expires at %v", a.Deadline(), a.ExpiresAt())
-	}
-	if r := getJob(t, pool, high); r.state != "running" || r.attempt != 1 || *r.fence != a.Fence {
-		t.Fatalf("row after claim: %+v", r)
-	}
-	if err := c.Renew(ctx, a); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Complete(ctx, a); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Complete(ctx, a); err != nil {
-		t.Fatalf("completing twice with the same fence: %v, want nil", err)
-	}
-	if err := c.Release(ctx, b); err != nil {
-		t.Fatal(err)
-	}
-	if r := getJob(t, pool, low); r.state != "available" || r.attempt != 0 {
-		t.Fatalf("released row: %+v; want available with the attempt given back", r)
-	}
-
-	// A batch comes back in claim order, not id order.
-	c2 := newClaimer(t, pool, queue("batch-order"))
-	var want []int64
-	for p := int32(3); p >= 1; p-- {
-		want = append([]int64{enqueue(t, pool, claim.NewJob{Queue: c2.Queue(), Priority: p})}, want...)
-	}
-	batch, err := c2.Claim(ctx, 3, time.Minute)
-	if err != nil || len(batch) != 3 {
-		t.Fatalf("batch %v %v", batch, err)
-	}
-	for i, j := range batch {
-		if j.ID != want[i] {
-			t.Fatalf("batch order %d: job %d, want %d", i, j.ID, want[i])
+	var a, b *claim.Job
+	pgtest.Step(t, "claims come by priority, due jobs of its own queue only", func(t *testing.T) {
+		first, err := c.Claim(ctx, 1, time.Minute)
+		if err != nil || len(first) != 1 || first[0].ID != high {
+			t.Fatalf("first claim = %v, %v; want job %d (priority 1)", first, err, high)
 		}
-	}
+		rest, err := c.Claim(ctx, 10, time.Minute)
+		if err != nil || len(rest) != 1 || rest[0].ID != low {
+			t.Fatalf("second claim = %v, %v; want only job %d (job %d is not due, the other is another queue)", rest, err, low, later)
+		}
+		a, b = first[0], rest[0]
+	})
+
+	pgtest.Step(t, "a claimed job carries its attempt, payload, fence and deadline", func(t *testing.T) {
+		if a.Attempt != 1 || a.MaxAttempts != 25 || string(b.Payload) != `{"n": 1}` {
+			t.Fatalf("attempt %d max %d payload %s", a.Attempt, a.MaxAttempts, b.Payload)
+		}
+		if a.Fence <= 0 || b.Fence <= a.Fence {
+			t.Fatalf("fences %d then %d: want positive and increasing", a.Fence, b.Fence)
+		}
+		if time.Until(a.Deadline()) < 50*time.Second || a.ExpiresAt().IsZero() {
+			t.Fatalf("deadline %v, expires at %v", a.Deadline(), a.ExpiresAt())
+		}
+		if r := getJob(t, pool, high); r.state != "running" || r.attempt != 1 || *r.fence != a.Fence {
+			t.Fatalf("row after claim: %+v", r)
+		}
+	})
+
+	pgtest.Step(t, "renew, complete twice, release", func(t *testing.T) {
+		if err := c.Renew(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Complete(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Complete(ctx, a); err != nil {
+			t.Fatalf("completing twice with the same fence: %v, want nil", err)
+		}
+		if err := c.Release(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		if r := getJob(t, pool, low); r.state != "available" || r.attempt != 0 {
+			t.Fatalf("released row: %+v; want available with the attempt given back", r)
+		}
+	})
+
+	t.Run("a batch comes back in claim order, not id order", func(t *testing.T) {
+		c2 := newClaimer(t, pool, queue("batch-order"))
+		var want []int64
+		for p := int32(3); p >= 1; p-- {
+			want = append([]int64{enqueue(t, pool, claim.NewJob{Queue: c2.Queue(), Priority: p})}, want...)
+		}
+		batch, err := c2.Claim(ctx, 3, time.Minute)
+		if err != nil || len(batch) != 3 {
+			t.Fatalf("batch %v %v", batch, err)
+		}
+		for i, j := range batch {
+			if j.ID != want[i] {
+				t.Fatalf("batch order %d: job %d, want %d", i, j.ID, want[i])
+			}
+		}
+	})
 }
 
 // The four races in which River, Oban, pg-boss and Graphile Worker let a
@@ -264,68 +274,75 @@ func TestBadInputClaimsNothing(t *testing.T) {
 	qn := queue("bad")
 	c := newClaimer(t, pool, qn)
 	enqueue(t, pool, claim.NewJob{Queue: qn})
-	for _, tc := range []struct {
-		n   int
-		ttl time.Duration
-	}{{0, time.Minute}, {-1, time.Minute}, {claim.MaxBatch + 1, time.Minute}, {1 << 40, time.Minute},
-		{1, 0}, {1, -time.Second}, {1, time.Microsecond}, {1, 25 * time.Hour}} {
-		jobs, err := c.Claim(ctx, tc.n, tc.ttl)
-		if !errors.Is(err, claim.ErrInvalidInput) || jobs != nil {
-			t.Errorf("Claim(%d, %v) = %v, %v; want ErrInvalidInput", tc.n, tc.ttl, jobs, err)
+	t.Run("Claim, Rescue and Complete refuse bad arguments", func(t *testing.T) {
+		for _, tc := range []struct {
+			n   int
+			ttl time.Duration
+		}{{0, time.Minute}, {-1, time.Minute}, {claim.MaxBatch + 1, time.Minute}, {1 << 40, time.Minute},
+			{1, 0}, {1, -time.Second}, {1, time.Microsecond}, {1, 25 * time.Hour}} {
+			jobs, err := c.Claim(ctx, tc.n, tc.ttl)
+			if !errors.Is(err, claim.ErrInvalidInput) || jobs != nil {
+				t.Errorf("Claim(%d, %v) = %v, %v; want ErrInvalidInput", tc.n, tc.ttl, jobs, err)
+			}
 		}
-	}
-	if _, err := c.Rescue(ctx, 0); !errors.Is(err, claim.ErrInvalidInput) {
-		t.Errorf("Rescue(0): %v", err)
-	}
-	if err := c.Complete(ctx, nil); !errors.Is(err, claim.ErrInvalidInput) {
-		t.Errorf("Complete(nil): %v", err)
-	}
+		if _, err := c.Rescue(ctx, 0); !errors.Is(err, claim.ErrInvalidInput) {
+			t.Errorf("Rescue(0): %v", err)
+		}
+		if err := c.Complete(ctx, nil); !errors.Is(err, claim.ErrInvalidInput) {
+			t.Errorf("Complete(nil): %v", err)
+		}
+	})
 
-	bad := func(mod func(*claim.Table)) error {
-		tb := claim.DefaultTable()
-		mod(&tb)
-		_, err := claim.New(ctx, pool, claim.WithTable(tb))
-		return err
-	}
-	for name, mod := range map[string]func(*claim.Table){
-		"injection":     func(tb *claim.Table) { tb.Name = "pgfence_jobs; DROP TABLE pgfence_jobs" },
-		"quote":         func(tb *claim.Table) { tb.State = `state" = 'x` },
-		"NUL":           func(tb *claim.Table) { tb.ID = "id\x00" },
-		"newline":       func(tb *claim.Table) { tb.Owner = "owner\n" },
-		"too long":      func(tb *claim.Table) { tb.Fence = strings.Repeat("f", 64) },
-		"empty":         func(tb *claim.Table) { tb.RunAt = "" },
-		"bad utf8":      func(tb *claim.Table) { tb.Name = "\xff" },
-		"duplicate":     func(tb *claim.Table) { tb.Attempt = "max_attempts" },
-		"missing table": func(tb *claim.Table) { tb.Name = "no_such_table" },
-		"missing col":   func(tb *claim.Table) { tb.Owner = "no_such_column" },
-		"wrong type": func(tb *claim.Table) {
-			tb.Fence = "owner"
-			tb.Owner = "kind"
-			tb.Priority = "attempt"
-			tb.Attempt = "priority"
-		},
-		"fence type": func(tb *claim.Table) { tb.Fence = "attempt"; tb.Attempt = "fence" },
-	} {
-		err := bad(mod)
-		if !errors.Is(err, claim.ErrInvalidInput) {
-			t.Errorf("%s: got %v, want ErrInvalidInput", name, err)
-		} else {
-			t.Logf("%s: %v", name, err)
+	t.Run("New refuses a bad table description", func(t *testing.T) {
+		bad := func(mod func(*claim.Table)) error {
+			tb := claim.DefaultTable()
+			mod(&tb)
+			_, err := claim.New(ctx, pool, claim.WithTable(tb))
+			return err
 		}
-	}
-	if _, err := claim.New(ctx, pool, claim.WithQueue("")); !errors.Is(err, claim.ErrInvalidInput) {
-		t.Errorf("empty queue: %v", err)
-	}
-	var running int
-	pool.QueryRow(ctx, `SELECT count(*) FROM pgfence_jobs WHERE queue = $1 AND (state <> 'available' OR attempt <> 0)`, qn).Scan(&running)
-	if running != 0 {
-		t.Fatalf("%d jobs left the available state after bad input", running)
-	}
-	var exists bool
-	pool.QueryRow(ctx, `SELECT to_regclass('pgfence_jobs') IS NOT NULL`).Scan(&exists)
-	if !exists {
-		t.Fatal("the table is gone")
-	}
+		for name, mod := range map[string]func(*claim.Table){
+			"injection":     func(tb *claim.Table) { tb.Name = "pgfence_jobs; DROP TABLE pgfence_jobs" },
+			"quote":         func(tb *claim.Table) { tb.State = `state" = 'x` },
+			"NUL":           func(tb *claim.Table) { tb.ID = "id\x00" },
+			"newline":       func(tb *claim.Table) { tb.Owner = "owner\n" },
+			"too long":      func(tb *claim.Table) { tb.Fence = strings.Repeat("f", 64) },
+			"empty":         func(tb *claim.Table) { tb.RunAt = "" },
+			"bad utf8":      func(tb *claim.Table) { tb.Name = "\xff" },
+			"duplicate":     func(tb *claim.Table) { tb.Attempt = "max_attempts" },
+			"missing table": func(tb *claim.Table) { tb.Name = "no_such_table" },
+			"missing col":   func(tb *claim.Table) { tb.Owner = "no_such_column" },
+			"wrong type": func(tb *claim.Table) {
+				tb.Fence = "owner"
+				tb.Owner = "kind"
+				tb.Priority = "attempt"
+				tb.Attempt = "priority"
+			},
+			"fence type": func(tb *claim.Table) { tb.Fence = "attempt"; tb.Attempt = "fence" },
+		} {
+			err := bad(mod)
+			if !errors.Is(err, claim.ErrInvalidInput) {
+				t.Errorf("%s: got %v, want ErrInvalidInput", name, err)
+			} else {
+				t.Logf("%s: %v", name, err)
+			}
+		}
+		if _, err := claim.New(ctx, pool, claim.WithQueue("")); !errors.Is(err, claim.ErrInvalidInput) {
+			t.Errorf("empty queue: %v", err)
+		}
+	})
+
+	t.Run("the bad input claimed nothing and dropped nothing", func(t *testing.T) {
+		var running int
+		pool.QueryRow(ctx, `SELECT count(*) FROM pgfence_jobs WHERE queue = $1 AND (state <> 'available' OR attempt <> 0)`, qn).Scan(&running)
+		if running != 0 {
+			t.Fatalf("%d jobs left the available state after bad input", running)
+		}
+		var exists bool
+		pool.QueryRow(ctx, `SELECT to_regclass('pgfence_jobs') IS NOT NULL`).Scan(&exists)
+		if !exists {
+			t.Fatal("the table is gone")
+		}
+	})
 }
 
 // A table of the user's own, with other column names, no queue column and

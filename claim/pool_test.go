@@ -126,67 +126,79 @@ func TestPoolManyJobsWithLeaseLosses(t *testing.T) {
 		}
 	}()
 
-	deadline := time.Now().Add(100 * time.Second)
-	for {
-		var done int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pgfence_jobs WHERE queue = $1 AND state = 'completed'`, qn).Scan(&done); err != nil {
+	var elapsed time.Duration
+	pgtest.Step(t, "every job completes while the injector expires leases", func(t *testing.T) {
+		// Polled with a deadline: the jobs finish when the runner gets to
+		// them, which the test does not signal.
+		deadline := time.Now().Add(100 * time.Second)
+		for {
+			var done int
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM pgfence_jobs WHERE queue = $1 AND state = 'completed'`, qn).Scan(&done); err != nil {
+				t.Fatal(err)
+			}
+			if done == jobs {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("only %d of %d jobs completed in time", done, jobs)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err := shutdown(); err != nil {
 			t.Fatal(err)
 		}
-		if done == jobs {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d jobs completed in time", done, jobs)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if err := shutdown(); err != nil {
-		t.Fatal(err)
-	}
-	elapsed := time.Since(start)
+		elapsed = time.Since(start)
+	})
 
-	var n, sumAttempts, notCompleted int64
-	pool.QueryRow(ctx, `SELECT count(*), sum(attempt), count(*) FILTER (WHERE state <> 'completed')
-		FROM pgfence_jobs WHERE queue = $1`, qn).Scan(&n, &sumAttempts, &notCompleted)
-	if n != jobs || notCompleted != 0 {
-		t.Fatalf("%d jobs, %d not completed", n, notCompleted)
-	}
+	var sumAttempts int64
+	pgtest.Step(t, "no job is lost or left unfinished", func(t *testing.T) {
+		var n, notCompleted int64
+		pool.QueryRow(ctx, `SELECT count(*), sum(attempt), count(*) FILTER (WHERE state <> 'completed')
+			FROM pgfence_jobs WHERE queue = $1`, qn).Scan(&n, &sumAttempts, &notCompleted)
+		if n != jobs || notCompleted != 0 {
+			t.Fatalf("%d jobs, %d not completed", n, notCompleted)
+		}
+	})
+	// The runner has stopped: the hook and handler no longer write these maps.
 	mu.Lock()
 	defer mu.Unlock()
-	if len(completions) != jobs {
-		t.Fatalf("%d jobs had an accepted completion, want %d", len(completions), jobs)
-	}
-	for id, k := range completions {
-		if k != 1 {
-			t.Fatalf("job %d completed %d times", id, k)
+	pgtest.Step(t, "exactly one accepted completion per job", func(t *testing.T) {
+		if len(completions) != jobs {
+			t.Fatalf("%d jobs had an accepted completion, want %d", len(completions), jobs)
 		}
-	}
-	// Every handler run was one claim, and every claim one counted attempt.
-	rows, err := pool.Query(ctx, `SELECT id, attempt FROM pgfence_jobs WHERE queue = $1`, qn)
-	if err != nil {
-		t.Fatal(err)
-	}
+		for id, k := range completions {
+			if k != 1 {
+				t.Fatalf("job %d completed %d times", id, k)
+			}
+		}
+	})
 	var totalRuns int64
-	for rows.Next() {
-		var id int64
-		var attempt int
-		rows.Scan(&id, &attempt)
-		if runs[id] != attempt {
-			t.Fatalf("job %d: %d handler runs, attempt column %d", id, runs[id], attempt)
+	pgtest.Step(t, "every handler run was one claim and one counted attempt", func(t *testing.T) {
+		rows, err := pool.Query(ctx, `SELECT id, attempt FROM pgfence_jobs WHERE queue = $1`, qn)
+		if err != nil {
+			t.Fatal(err)
 		}
-		totalRuns += int64(attempt)
-	}
-	if rows.Err() != nil {
-		t.Fatal(rows.Err())
-	}
-	// Each attempt beyond the first of a job was caused by a rescue, and the
-	// rescued attempt's worker had its result refused.
-	if totalRuns != sumAttempts || sumAttempts-jobs < rescued.Load() || int64(outcomes[claim.LeaseLost]) != sumAttempts-jobs {
-		t.Fatalf("attempts %d, runs %d, rescued by the injector %d, outcomes %v", sumAttempts, totalRuns, rescued.Load(), outcomes)
-	}
-	if injected.Load() == 0 || rescued.Load() == 0 || outcomes[claim.LeaseLost] == 0 {
-		t.Fatalf("no lease losses were exercised: injected %d, rescued %d, outcomes %v", injected.Load(), rescued.Load(), outcomes)
-	}
+		for rows.Next() {
+			var id int64
+			var attempt int
+			rows.Scan(&id, &attempt)
+			if runs[id] != attempt {
+				t.Fatalf("job %d: %d handler runs, attempt column %d", id, runs[id], attempt)
+			}
+			totalRuns += int64(attempt)
+		}
+		if rows.Err() != nil {
+			t.Fatal(rows.Err())
+		}
+	})
+	pgtest.Step(t, "each extra attempt came from a rescue whose worker was refused", func(t *testing.T) {
+		if totalRuns != sumAttempts || sumAttempts-jobs < rescued.Load() || int64(outcomes[claim.LeaseLost]) != sumAttempts-jobs {
+			t.Fatalf("attempts %d, runs %d, rescued by the injector %d, outcomes %v", sumAttempts, totalRuns, rescued.Load(), outcomes)
+		}
+		if injected.Load() == 0 || rescued.Load() == 0 || outcomes[claim.LeaseLost] == 0 {
+			t.Fatalf("no lease losses were exercised: injected %d, rescued %d, outcomes %v", injected.Load(), rescued.Load(), outcomes)
+		}
+	})
 	t.Logf("%d jobs, %d workers in %v (%.0f jobs/s): %d leases expired by the injector, %d rescued, %d attempts in all, outcomes %v",
 		jobs, workers, elapsed.Round(time.Millisecond), float64(jobs)/elapsed.Seconds(), injected.Load(), rescued.Load(), sumAttempts, outcomes)
 }
@@ -217,32 +229,39 @@ func TestPoolLeaseLossEndsJobContext(t *testing.T) {
 	go func() { runDone <- p.Run(runCtx) }()
 	defer func() { stop(); <-runDone }()
 
-	j := <-started
-	// The worker stalls (as far as the database can tell): its lease expires,
-	// the job is rescued and claimed by another worker.
-	expire(t, pool, id)
-	if r, err := c.Rescue(ctx, 10); err != nil || r.Requeued != 1 {
-		t.Fatalf("rescue %+v %v", r, err)
-	}
-	thief := claimOne(t, other, time.Minute)
-	if thief.Fence <= j.Fence {
-		t.Fatal("fence did not move")
-	}
-	select {
-	case cause := <-causes:
-		var lle *claim.LeaseLostError
-		if !errors.As(cause, &lle) || lle.Op != "renew" {
-			t.Fatalf("job context cause %v, want a lost renewal", cause)
+	var thief *claim.Job
+	pgtest.Step(t, "the job is rescued and claimed by another worker", func(t *testing.T) {
+		j := <-started
+		// The worker stalls (as far as the database can tell): its lease
+		// expires, the job is rescued and claimed by another worker.
+		expire(t, pool, id)
+		if r, err := c.Rescue(ctx, 10); err != nil || r.Requeued != 1 {
+			t.Fatalf("rescue %+v %v", r, err)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the job's context did not end on lease loss")
-	}
-	if r := <-results; r.Outcome != claim.LeaseLost {
-		t.Fatalf("outcome %v (%v), want lease lost", r.Outcome, r.Err)
-	}
-	if row := getJob(t, pool, id); row.state != "running" || *row.fence != thief.Fence {
-		t.Fatalf("the stale worker touched the row: %+v", row)
-	}
+		thief = claimOne(t, other, time.Minute)
+		if thief.Fence <= j.Fence {
+			t.Fatal("fence did not move")
+		}
+	})
+	pgtest.Step(t, "the stale worker's context ends with a lost renewal", func(t *testing.T) {
+		select {
+		case cause := <-causes:
+			var lle *claim.LeaseLostError
+			if !errors.As(cause, &lle) || lle.Op != "renew" {
+				t.Fatalf("job context cause %v, want a lost renewal", cause)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the job's context did not end on lease loss")
+		}
+		if r := <-results; r.Outcome != claim.LeaseLost {
+			t.Fatalf("outcome %v (%v), want lease lost", r.Outcome, r.Err)
+		}
+	})
+	pgtest.Step(t, "the stale worker leaves the row alone", func(t *testing.T) {
+		if row := getJob(t, pool, id); row.state != "running" || *row.fence != thief.Fence {
+			t.Fatalf("the stale worker touched the row: %+v", row)
+		}
+	})
 }
 
 func TestPoolGracefulShutdown(t *testing.T) {
@@ -260,7 +279,7 @@ func TestPoolGracefulShutdown(t *testing.T) {
 	p, err := claim.NewRunner(c, func(ctx context.Context, j *claim.Job) error {
 		started.Done()
 		if string(j.Payload) == `"quick"` {
-			time.Sleep(200 * time.Millisecond) // finishes within the grace period
+			time.Sleep(200 * time.Millisecond) // the point: a job that finishes within the grace period
 			return nil
 		}
 		<-ctx.Done() // never finishes by itself
@@ -337,7 +356,9 @@ func TestPoolListenNotify(t *testing.T) {
 	pool := pgtest.Pool(t)
 	qn := queue("listen")
 	done := runListening(t, pool, qn, "pgfence test wake")
-	time.Sleep(200 * time.Millisecond) // let the first (empty) claim pass
+	// Let the first (empty) claim pass: the runner signals nothing, and a job
+	// enqueued before it would run without any notification.
+	time.Sleep(200 * time.Millisecond)
 	for range 3 {
 		notifiedRuns(t, pool, done, qn, "pgfence test wake")
 	}
@@ -494,29 +515,33 @@ func TestTxPoolEffectsCommitWithCompletion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	runDone := make(chan error, 1)
-	go func() { runDone <- p.Run(runCtx) }()
-	first, second := <-results, <-results
-	stop()
-	if err := <-runDone; err != nil {
-		t.Fatal(err)
-	}
-	if first.Outcome != claim.Completed || first.Err != nil {
-		t.Fatalf("first job: %v (%v), want completed", first.Outcome, first.Err)
-	}
-	if second.Outcome != claim.LeaseLost {
-		t.Fatalf("stolen job: %v (%v), want lease lost", second.Outcome, second.Err)
-	}
-	rows, _ := pool.Query(ctx, `SELECT job_id FROM txpool_effects ORDER BY job_id`)
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ids) != 1 || ids[0] != good {
-		t.Fatalf("effects %v, want only job %d's (the stolen job's effect must roll back)", ids, good)
-	}
-	if row := getJob(t, pool, good); row.state != "completed" {
-		t.Fatalf("good job %+v", row)
-	}
+	pgtest.Step(t, "the first job completes, the stolen one's result is refused", func(t *testing.T) {
+		runCtx, stop := context.WithCancel(ctx)
+		runDone := make(chan error, 1)
+		go func() { runDone <- p.Run(runCtx) }()
+		first, second := <-results, <-results
+		stop()
+		if err := <-runDone; err != nil {
+			t.Fatal(err)
+		}
+		if first.Outcome != claim.Completed || first.Err != nil {
+			t.Fatalf("first job: %v (%v), want completed", first.Outcome, first.Err)
+		}
+		if second.Outcome != claim.LeaseLost {
+			t.Fatalf("stolen job: %v (%v), want lease lost", second.Outcome, second.Err)
+		}
+	})
+	pgtest.Step(t, "only the completed job's effect is committed", func(t *testing.T) {
+		rows, _ := pool.Query(ctx, `SELECT job_id FROM txpool_effects ORDER BY job_id`)
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ids) != 1 || ids[0] != good {
+			t.Fatalf("effects %v, want only job %d's (the stolen job's effect must roll back)", ids, good)
+		}
+		if row := getJob(t, pool, good); row.state != "completed" {
+			t.Fatalf("good job %+v", row)
+		}
+	})
 }

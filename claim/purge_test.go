@@ -102,7 +102,7 @@ func TestPurgeConcurrentWithClaims(t *testing.T) {
 
 	// work starts 6 workers that claim and complete until the queue is
 	// empty; wait waits for them.
-	work := func() (wait func()) {
+	work := func(t *testing.T) (wait func()) {
 		var wg sync.WaitGroup
 		for range 6 {
 			wg.Add(1)
@@ -127,58 +127,59 @@ func TestPurgeConcurrentWithClaims(t *testing.T) {
 		return wg.Wait
 	}
 
-	// Phase 1: one purge of what finished over an hour ago.
-	wait := work()
-	n, err := c.Purge(ctx, time.Hour)
-	wait()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n != 500 {
-		t.Fatalf("purged %d jobs, want the 500 old ones", n)
-	}
-	if got, want := countJobs(t, pool, "q"), "completed:400"; got != want {
-		t.Fatalf("left %s, want %s (every job completed during the purge)", got, want)
-	}
-
-	// Phase 2: purges with no age limit, back to back, while new jobs are
-	// claimed and completed.
-	insertJobs(t, pool, "q", "available", 400, 0)
-	stop := make(chan struct{})
-	var purged atomic.Int64
-	purgeErr := make(chan error, 1)
-	go func() {
-		defer close(purgeErr)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			n, err := c.Purge(ctx, 0)
-			if err != nil {
-				purgeErr <- err
-				return
-			}
-			purged.Add(n)
+	pgtest.Step(t, "one purge of what finished over an hour ago", func(t *testing.T) {
+		wait := work(t)
+		n, err := c.Purge(ctx, time.Hour)
+		wait()
+		if err != nil {
+			t.Fatal(err)
 		}
-	}()
-	wait = work()
-	wait()
-	close(stop)
-	if err := <-purgeErr; err != nil {
-		t.Fatal(err)
-	}
-	n, err = c.Purge(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if total := purged.Load() + n; total != 800 {
-		t.Fatalf("purged %d jobs in all, want the 800 completed ones", total)
-	}
-	if got := countJobs(t, pool, "q"); got != "" {
-		t.Fatalf("left %s, want nothing", got)
-	}
+		if n != 500 {
+			t.Fatalf("purged %d jobs, want the 500 old ones", n)
+		}
+		if got, want := countJobs(t, pool, "q"), "completed:400"; got != want {
+			t.Fatalf("left %s, want %s (every job completed during the purge)", got, want)
+		}
+	})
+
+	pgtest.Step(t, "purges with no age limit, back to back, while jobs are claimed and completed", func(t *testing.T) {
+		insertJobs(t, pool, "q", "available", 400, 0)
+		stop := make(chan struct{})
+		var purged atomic.Int64
+		purgeErr := make(chan error, 1)
+		go func() {
+			defer close(purgeErr)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				n, err := c.Purge(ctx, 0)
+				if err != nil {
+					purgeErr <- err
+					return
+				}
+				purged.Add(n)
+			}
+		}()
+		wait := work(t)
+		wait()
+		close(stop)
+		if err := <-purgeErr; err != nil {
+			t.Fatal(err)
+		}
+		n, err := c.Purge(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if total := purged.Load() + n; total != 800 {
+			t.Fatalf("purged %d jobs in all, want the 800 completed ones", total)
+		}
+		if got := countJobs(t, pool, "q"); got != "" {
+			t.Fatalf("left %s, want nothing", got)
+		}
+	})
 }
 
 // cancelAfter is a query tracer that cancels a context once n statements

@@ -188,7 +188,7 @@ func (h *harness) run() {
 	}
 	// Let every late write land (a held request was delivered at Heal) and
 	// wait out the leases, then read each row's final value.
-	time.Sleep(ttl)
+	time.Sleep(ttl) // the point: leases expire by the database clock; nothing signals a late write
 	fctx, fcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer fcancel()
 	for k := range keys {
@@ -205,7 +205,7 @@ func (h *harness) readLoop(ctx context.Context) {
 		for k := range keys {
 			h.read(ctx, fmt.Sprintf("k%d", k))
 		}
-		time.Sleep(30 * time.Millisecond)
+		time.Sleep(30 * time.Millisecond) // the reading cadence
 	}
 }
 
@@ -246,7 +246,7 @@ func (h *harness) rescueLoop(ctx context.Context) {
 			}
 		}
 		cancel()
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // a rescuer's cadence, as a deployment's pool has
 	}
 }
 
@@ -329,7 +329,7 @@ func (h *harness) crash(context.Context) string {
 		if err == nil {
 			return "server crash-restart"
 		}
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond) // retry backoff: a start right after SIGKILL may fail
 	}
 	h.t.Errorf("server does not start again after a crash: %v", err) // not Fatal: this is not the test's goroutine
 	return "server crash-restart (no restart)"

@@ -149,7 +149,7 @@ func TestLateDeliveredAcquireNeverHoldsTheKey(t *testing.T) {
 
 	// giveUp sends an acquisition that the proxy delivers delay late, gives
 	// up on it after 300ms, and returns when the request was delivered.
-	giveUp := func(key string, beforeDelivery func()) {
+	giveUp := func(t *testing.T, key string, beforeDelivery func()) {
 		t.Helper()
 		delivered := proxy.DelayDelivery("INSERT INTO /* TEMPLATE: schema */lock_leases", delay)
 		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
@@ -166,7 +166,7 @@ func TestLateDeliveredAcquireNeverHoldsTheKey(t *testing.T) {
 			t.Fatal("the delayed request was never delivered")
 		}
 	}
-	held := func(key string) bool {
+	held := func(t *testing.T, key string) bool {
 		t.Helper()
 		row, err := q.GetLease(ctx, key)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -178,50 +178,57 @@ func TestLateDeliveredAcquireNeverHoldsTheKey(t *testing.T) {
 		return row.Held
 	}
 
-	// Control: without the tombstone, the late request takes the key.
-	control := uniqueKey(t) + "/control"
-	giveUp(control, func() {
-		// After the caller's re-check (~1.5s after giving up), before the
-		// delivery: forget the tombstones, as the old code had none.
-		time.Sleep(delay - time.Second)
-		if _, err := direct.Exec(ctx, "DELETE FROM pgfence_abandoned_tokens"); err != nil {
-			t.Fatal(err)
+	pgtest.Step(t, "control, without the tombstone the late request takes the key", func(t *testing.T) {
+		control := uniqueKey(t) + "/control"
+		giveUp(t, control, func() {
+			// After the caller's re-check (~1.5s after giving up), before the
+			// delivery: forget the tombstones, as the old code had none.
+			time.Sleep(delay - time.Second) // the point: between re-check and delivery
+			if _, err := direct.Exec(ctx, "DELETE FROM pgfence_abandoned_tokens"); err != nil {
+				t.Fatal(err)
+			}
+		})
+		deadline := time.Now().Add(5 * time.Second)
+		for !held(t, control) {
+			if time.Now().After(deadline) {
+				t.Fatal("control: the late request never took the key; the test does not exercise a late delivery")
+			}
+			time.Sleep(20 * time.Millisecond) // polled: the delivery's effect is not signalled
 		}
 	})
-	deadline := time.Now().Add(5 * time.Second)
-	for !held(control) {
-		if time.Now().After(deadline) {
-			t.Fatal("control: the late request never took the key; the test does not exercise a late delivery")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 
 	// The real thing: the tombstone stays, the late request grants nothing.
 	key := uniqueKey(t)
-	giveUp(key, nil)
-	time.Sleep(time.Second) // time for the delivered statement to run
-	if held(key) {
-		t.Fatal("a request delivered after its caller gave up holds the key")
-	}
-	other := newClient(t, direct)
-	l, err := other.TryAcquire(ctx, key, time.Second)
-	if err != nil {
-		t.Fatalf("the key is not free after a late delivery: %v", err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.Step(t, "with the tombstone the late request grants nothing", func(t *testing.T) {
+		giveUp(t, key, nil)
+		// A check that nothing happens: no event marks the end of the late
+		// statement, so it gets a second to run.
+		time.Sleep(time.Second)
+		if held(t, key) {
+			t.Fatal("a request delivered after its caller gave up holds the key")
+		}
+		other := newClient(t, direct)
+		l, err := other.TryAcquire(ctx, key, time.Second)
+		if err != nil {
+			t.Fatalf("the key is not free after a late delivery: %v", err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
 
-	// The sweep keeps fresh tombstones (they must outlive late deliveries).
-	var before int
-	if err := direct.QueryRow(ctx, "SELECT count(*) FROM pgfence_abandoned_tokens").Scan(&before); err != nil || before == 0 {
-		t.Fatalf("no tombstone left by the caller that gave up: %d, %v", before, err)
-	}
-	if _, err := c.SweepExpired(ctx, 0); err != nil {
-		t.Fatal(err)
-	}
-	var after int
-	if err := direct.QueryRow(ctx, "SELECT count(*) FROM pgfence_abandoned_tokens").Scan(&after); err != nil || after != before {
-		t.Fatalf("the sweep deleted fresh tombstones: %d before, %d after, %v", before, after, err)
-	}
+	pgtest.Step(t, "the sweep keeps fresh tombstones", func(t *testing.T) {
+		// They must outlive late deliveries.
+		var before int
+		if err := direct.QueryRow(ctx, "SELECT count(*) FROM pgfence_abandoned_tokens").Scan(&before); err != nil || before == 0 {
+			t.Fatalf("no tombstone left by the caller that gave up: %d, %v", before, err)
+		}
+		if _, err := c.SweepExpired(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		var after int
+		if err := direct.QueryRow(ctx, "SELECT count(*) FROM pgfence_abandoned_tokens").Scan(&after); err != nil || after != before {
+			t.Fatalf("the sweep deleted fresh tombstones: %d before, %d after, %v", before, after, err)
+		}
+	})
 }

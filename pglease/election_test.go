@@ -39,7 +39,7 @@ func TestCampaignOneLeaderRisingEpochs(t *testing.T) {
 				mu.Unlock()
 				// Lead for a while, then the term is cut short: an operator
 				// expires the lease, as a lost renewal would.
-				time.Sleep(30 * time.Millisecond)
+				time.Sleep(30 * time.Millisecond) // the point: a term of some length
 				leading.Add(-1)
 				pool.Exec(context.Background(), "UPDATE lock_leases SET expires_at = now() WHERE lock_key = $1 AND fence = $2", key, epoch)
 				<-ctx.Done()
@@ -50,33 +50,39 @@ func TestCampaignOneLeaderRisingEpochs(t *testing.T) {
 			}
 		}()
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		mu.Lock()
-		n := len(epochs)
-		mu.Unlock()
-		if n >= 5 {
-			break
+	pgtest.Step(t, "five terms follow one another", func(t *testing.T) {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			mu.Lock()
+			n := len(epochs)
+			mu.Unlock()
+			if n >= 5 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("only %d terms in 10s", n)
+			}
+			time.Sleep(10 * time.Millisecond) // polled: terms end at the candidates' pace
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d terms in 10s", n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	})
 	cancel()
 	wg.Wait()
 	mu.Lock()
 	defer mu.Unlock()
-	for i := 1; i < len(epochs); i++ {
-		if epochs[i] <= epochs[i-1] {
-			t.Fatalf("epochs not rising: %v", epochs)
+	t.Run("epochs rise with every term", func(t *testing.T) {
+		for i := 1; i < len(epochs); i++ {
+			if epochs[i] <= epochs[i-1] {
+				t.Fatalf("epochs not rising: %v", epochs)
+			}
 		}
-	}
-	h, ok, err := newClient(t, pool).Holder(context.Background(), key)
-	if err != nil || !ok {
-		t.Fatalf("Holder: %v %v", ok, err)
-	}
-	if h.Held {
-		t.Fatalf("a cancelled campaign left the lease held: %+v", h)
-	}
+	})
+	t.Run("cancelled campaigns leave the lease free", func(t *testing.T) {
+		h, ok, err := newClient(t, pool).Holder(context.Background(), key)
+		if err != nil || !ok {
+			t.Fatalf("Holder: %v %v", ok, err)
+		}
+		if h.Held {
+			t.Fatalf("a cancelled campaign left the lease held: %+v", h)
+		}
+	})
 }

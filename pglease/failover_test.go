@@ -3,7 +3,6 @@ package pglease_test
 import (
 	"context"
 	"fmt"
-
 	"syscall"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/internal/dbenv"
+	"github.com/pgfence/pgfence/internal/pgtest"
 	"github.com/pgfence/pgfence/migrations"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -41,7 +41,7 @@ func TestFencesSurviveCrashAndPromotion(t *testing.T) {
 	if err := primary.Start(ctx, nil, repl...); err != nil {
 		t.Fatal(err)
 	}
-	grant := func(url string, n int) int64 {
+	grant := func(t *testing.T, url string, n int) int64 {
 		t.Helper()
 		pool, err := pgxpool.New(ctx, url)
 		if err != nil {
@@ -81,61 +81,71 @@ func TestFencesSurviveCrashAndPromotion(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool.Close()
-	before := grant(url, 5)
+	before := grant(t, url, 5)
 
-	// 1. Crash-restart: no shutdown checkpoint, recovery from WAL.
-	primary.Kill(syscall.SIGKILL)
-	if err := primary.Start(ctx, nil, repl...); err != nil {
-		t.Fatal(err)
-	}
-	afterCrash := grant(url, 1)
-	if afterCrash <= before {
-		t.Fatalf("after crash-restart fence %d is not above %d", afterCrash, before)
-	}
-	t.Logf("crash-restart: last fence before %d, first after %d", before, afterCrash)
+	pgtest.Step(t, "crash-restart, recovery from WAL keeps fences rising", func(t *testing.T) {
+		// No shutdown checkpoint: the server recovers from WAL.
+		primary.Kill(syscall.SIGKILL)
+		if err := primary.Start(ctx, nil, repl...); err != nil {
+			t.Fatal(err)
+		}
+		afterCrash := grant(t, url, 1)
+		if afterCrash <= before {
+			t.Fatalf("after crash-restart fence %d is not above %d", afterCrash, before)
+		}
+		t.Logf("crash-restart: last fence before %d, first after %d", before, afterCrash)
+	})
 
-	// 2. An asynchronous standby that misses the newest grants.
+	// An asynchronous standby that misses the newest grants.
 	standby, err := dbenv.NewCluster(5434)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { standby.Remove() })
-	out, err := standby.Command(ctx, "pg_basebackup", "-D", standby.DataDir(), "-R", "-c", "fast", "-X", "stream",
-		"-h", primary.SockDir, "-p", "5433", "-U", "postgres").CombinedOutput()
-	if err != nil {
-		t.Fatalf("pg_basebackup: %v: %s", err, out)
-	}
-	if err := standby.Start(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
-	replicated := grant(url, 3)
-	waitFor(t, ctx, standby.URL("postgres"), fmt.Sprintf("SELECT fence = %d FROM lock_leases WHERE lock_key = 'invoice:inv_72'", replicated))
-	standby.Stop() // cut off: it will never see what follows
-	lost := grant(url, 100)
-	primary.Kill(syscall.SIGKILL) // the primary dies for good
-
-	if err := standby.Start(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := pgx.Connect(ctx, standby.URL("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Exec(ctx, "SELECT pg_promote(true, 60)"); err != nil {
-		t.Fatal(err)
-	}
-	conn.Close(ctx)
-	promoted := grant(standby.URL("postgres"), 1)
-	if promoted <= lost {
-		t.Fatalf("promoted standby issued fence %d, not above the old primary's last %d", promoted, lost)
-	}
-	// Show that the timeline, not the sequence, is what saved us.
-	const seqBits = 44
-	if seq, oldSeq := promoted&(1<<seqBits-1), lost&(1<<seqBits-1); seq >= oldSeq {
-		t.Fatalf("scenario not exercised: the standby's sequence (%d) did not fall behind the old primary's (%d)", seq, oldSeq)
-	}
-	t.Logf("promotion: old primary's last fence %d (timeline %d, seq %d); promoted standby's first %d (timeline %d, seq %d)",
-		lost, lost>>seqBits, lost&(1<<seqBits-1), promoted, promoted>>seqBits, promoted&(1<<seqBits-1))
+	pgtest.Step(t, "a standby streams from the primary", func(t *testing.T) {
+		out, err := standby.Command(ctx, "pg_basebackup", "-D", standby.DataDir(), "-R", "-c", "fast", "-X", "stream",
+			"-h", primary.SockDir, "-p", "5433", "-U", "postgres").CombinedOutput()
+		if err != nil {
+			t.Fatalf("pg_basebackup: %v: %s", err, out)
+		}
+		if err := standby.Start(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		replicated := grant(t, url, 3)
+		waitFor(t, ctx, standby.URL("postgres"), fmt.Sprintf("SELECT fence = %d FROM lock_leases WHERE lock_key = 'invoice:inv_72'", replicated))
+	})
+	var lost int64
+	pgtest.Step(t, "the standby is cut off, the primary grants 100 more and dies", func(t *testing.T) {
+		standby.Stop() // it will never see what follows
+		lost = grant(t, url, 100)
+		primary.Kill(syscall.SIGKILL) // the primary dies for good
+	})
+	var promoted int64
+	pgtest.Step(t, "the promoted standby fences above the old primary's last grant", func(t *testing.T) {
+		if err := standby.Start(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		conn, err := pgx.Connect(ctx, standby.URL("postgres"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, "SELECT pg_promote(true, 60)"); err != nil {
+			t.Fatal(err)
+		}
+		conn.Close(ctx)
+		promoted = grant(t, standby.URL("postgres"), 1)
+		if promoted <= lost {
+			t.Fatalf("promoted standby issued fence %d, not above the old primary's last %d", promoted, lost)
+		}
+	})
+	pgtest.Step(t, "the timeline, not the sequence, is what saved us", func(t *testing.T) {
+		const seqBits = 44
+		if seq, oldSeq := promoted&(1<<seqBits-1), lost&(1<<seqBits-1); seq >= oldSeq {
+			t.Fatalf("scenario not exercised: the standby's sequence (%d) did not fall behind the old primary's (%d)", seq, oldSeq)
+		}
+		t.Logf("promotion: old primary's last fence %d (timeline %d, seq %d); promoted standby's first %d (timeline %d, seq %d)",
+			lost, lost>>seqBits, lost&(1<<seqBits-1), promoted, promoted>>seqBits, promoted&(1<<seqBits-1))
+	})
 }
 
 func waitFor(t *testing.T, ctx context.Context, url, query string) {
@@ -154,6 +164,6 @@ func waitFor(t *testing.T, ctx context.Context, url, query string) {
 		if time.Now().After(deadline) {
 			t.Fatalf("waiting for %q: %v", query, err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // polled: replication is not signalled
 	}
 }

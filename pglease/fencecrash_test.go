@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/dbenv"
+	"github.com/pgfence/pgfence/internal/pgtest"
 	"github.com/pgfence/pgfence/migrations"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -56,72 +57,84 @@ func TestFencesDrawnAsynchronouslySurviveCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	var maxBefore int64
-	note := func(f int64, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		maxBefore = max(maxBefore, f)
-	}
 	raw := func() (int64, error) {
 		var f int64
 		err := pool.QueryRow(ctx, "SELECT pgfence_next_fence()").Scan(&f)
 		return f, err
 	}
 	q := fencedb.New(pool)
-	for range 20 {
-		note(q.NextFence(ctx))
-		note(raw())
-	}
-	// The draw right after a checkpoint WAL-logs the sequence; roll it back.
-	if _, err := admin.Exec(ctx, "CHECKPOINT"); err != nil {
-		t.Fatal(err)
-	}
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, "SELECT pgfence_next_fence()"); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for range 5 {
-		note(raw())
-		note(q.NextFence(ctx))
-	}
+	pgtest.Step(t, "draw fences with synchronous_commit off", func(t *testing.T) {
+		note := func(f int64, err error) {
+			t.Helper()
+			if err != nil {
+				t.Fatal(err)
+			}
+			maxBefore = max(maxBefore, f)
+		}
+		for range 20 {
+			note(q.NextFence(ctx))
+			note(raw())
+		}
+		// The draw right after a checkpoint WAL-logs the sequence; roll it back.
+		if _, err := admin.Exec(ctx, "CHECKPOINT"); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, "SELECT pgfence_next_fence()"); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for range 5 {
+			note(raw())
+			note(q.NextFence(ctx))
+		}
+	})
 	pool.Close()
 	admin.Close()
 
-	cl.Kill(syscall.SIGKILL)
-	if err := cl.Start(ctx, nil, settings...); err != nil {
-		t.Fatal(err)
-	}
-	after, err := pgxpool.New(ctx, cl.URL("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	var after *pgxpool.Pool
+	pgtest.Step(t, "crash-restart", func(t *testing.T) {
+		cl.Kill(syscall.SIGKILL)
+		if err := cl.Start(ctx, nil, settings...); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		after, err = pgxpool.New(ctx, cl.URL("postgres"))
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
 	defer after.Close()
-	next, err := fencedb.New(after).NextFence(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if next <= maxBefore {
-		t.Fatalf("after the crash NextFence returned %d, not above %d returned before it", next, maxBefore)
-	}
-	c, err := pglease.New(after, pglease.WithoutAutoRenew())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	l, err := c.TryAcquire(ctx, "after-crash", time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l.Fence() <= maxBefore {
-		t.Fatalf("after the crash a lease got fence %d, not above %d returned before it", l.Fence(), maxBefore)
-	}
-	l.Release(ctx)
+	var next int64
+	t.Run("NextFence after the crash is above every fence before", func(t *testing.T) {
+		var err error
+		next, err = fencedb.New(after).NextFence(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if next <= maxBefore {
+			t.Fatalf("after the crash NextFence returned %d, not above %d returned before it", next, maxBefore)
+		}
+	})
+	t.Run("a lease after the crash is fenced above every fence before", func(t *testing.T) {
+		c, err := pglease.New(after, pglease.WithoutAutoRenew())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		l, err := c.TryAcquire(ctx, "after-crash", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Fence() <= maxBefore {
+			t.Fatalf("after the crash a lease got fence %d, not above %d returned before it", l.Fence(), maxBefore)
+		}
+		l.Release(ctx)
+	})
 	t.Logf("highest fence before the crash %d, first after %d", maxBefore, next)
 }

@@ -128,7 +128,7 @@ func TestGroupAcquireCallerGivesUpInFlight(t *testing.T) {
 	if _, err := tx.Exec(ctx, "SELECT 1 FROM lock_leases WHERE lock_key = ANY ($1) FOR UPDATE", append(slices.Clone(firsts), late)); err != nil {
 		t.Fatal(err)
 	}
-	lockWaits := func(n int) func() bool {
+	lockWaits := func(t *testing.T, n int) func() bool {
 		return func() bool {
 			var waiting int
 			if err := direct.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()").Scan(&waiting); err != nil {
@@ -141,52 +141,66 @@ func TestGroupAcquireCallerGivesUpInFlight(t *testing.T) {
 	// The first attempts run alone and wait for their row locks until their
 	// lock_timeout: the others queue behind them.
 	firstErr := make(chan error, len(firsts))
-	for _, k := range firsts {
-		go func() { _, err := c.TryAcquire(ctx, k, time.Hour); firstErr <- err }()
-	}
-	waitUntil(t, "the first attempts wait for their row locks", lockWaits(len(firsts)))
+	pgtest.Step(t, "the first attempts wait for their row locks", func(t *testing.T) {
+		for _, k := range firsts {
+			go func() { _, err := c.TryAcquire(ctx, k, time.Hour); firstErr <- err }()
+		}
+		waitUntil(t, "the first attempts wait for their row locks", lockWaits(t, len(firsts)))
+	})
 
 	type result struct {
 		l   *pglease.Lease
 		err error
 	}
 	freeRes, lateRes := make(chan result, 1), make(chan result, 1)
-	go func() { l, err := c.TryAcquire(ctx, free, time.Hour); freeRes <- result{l, err} }()
 	lateCtx, giveUp := context.WithCancel(ctx)
 	defer giveUp()
-	go func() { l, err := c.TryAcquire(lateCtx, late, time.Hour); lateRes <- result{l, err} }()
-	waitUntil(t, "two attempts queue", func() bool { return pglease.GroupPending(c) == 2 })
+	pgtest.Step(t, "two more attempts queue behind them", func(t *testing.T) {
+		go func() { l, err := c.TryAcquire(ctx, free, time.Hour); freeRes <- result{l, err} }()
+		go func() { l, err := c.TryAcquire(lateCtx, late, time.Hour); lateRes <- result{l, err} }()
+		waitUntil(t, "two attempts queue", func() bool { return pglease.GroupPending(c) == 2 })
+	})
 
-	for range firsts {
-		if err := <-firstErr; !errors.Is(err, pglease.ErrNotAcquired) {
-			t.Fatalf("first attempt: want ErrNotAcquired after its lock wait, got %v", err)
+	pgtest.Step(t, "the first attempts give up at their lock_timeout", func(t *testing.T) {
+		for range firsts {
+			if err := <-firstErr; !errors.Is(err, pglease.ErrNotAcquired) {
+				t.Fatalf("first attempt: want ErrNotAcquired after its lock wait, got %v", err)
+			}
 		}
-	}
-	// The batch (free, late) is in flight, waiting for late's row lock.
-	waitUntil(t, "the batch waits for the row lock", lockWaits(1))
-	giveUp()
-	if r := <-lateRes; r.err == nil || !errors.Is(r.err, context.Canceled) {
-		t.Fatalf("caller that gave up: want context.Canceled, got %v, %v", r.l, r.err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	r := <-freeRes
-	if r.err != nil {
-		t.Fatalf("the other caller of the batch lost its attempt: %v", r.err)
-	}
-	defer r.l.Release(ctx)
-	if pglease.GroupBatched(c) != 2 {
-		t.Fatalf("want one batch of 2, got %d batched attempts", pglease.GroupBatched(c))
-	}
-	// The batch granted late (its row lock came free in time); the caller
-	// had gone, so the grant is given back, not held for an hour.
-	waitUntil(t, "the grant of the caller that gave up is released", func() bool {
-		row, err := q.GetLease(ctx, late)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	})
+	pgtest.Step(t, "a caller of the batch in flight gives up", func(t *testing.T) {
+		// The batch (free, late) is in flight, waiting for late's row lock.
+		waitUntil(t, "the batch waits for the row lock", lockWaits(t, 1))
+		giveUp()
+		if r := <-lateRes; r.err == nil || !errors.Is(r.err, context.Canceled) {
+			t.Fatalf("caller that gave up: want context.Canceled, got %v, %v", r.l, r.err)
+		}
+	})
+	var freeLease *pglease.Lease
+	pgtest.Step(t, "the other caller of the batch gets its lease", func(t *testing.T) {
+		if err := tx.Commit(ctx); err != nil {
 			t.Fatal(err)
 		}
-		return err == nil && !row.Held && row.Fence > lateFence
+		r := <-freeRes
+		if r.err != nil {
+			t.Fatalf("the other caller of the batch lost its attempt: %v", r.err)
+		}
+		freeLease = r.l
+		if pglease.GroupBatched(c) != 2 {
+			t.Fatalf("want one batch of 2, got %d batched attempts", pglease.GroupBatched(c))
+		}
+	})
+	defer freeLease.Release(ctx)
+	pgtest.Step(t, "the grant of the caller that gave up is released", func(t *testing.T) {
+		// The batch granted late (its row lock came free in time); the caller
+		// had gone, so the grant is given back, not held for an hour.
+		waitUntil(t, "the grant of the caller that gave up is released", func() bool {
+			row, err := q.GetLease(ctx, late)
+			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				t.Fatal(err)
+			}
+			return err == nil && !row.Held && row.Fence > lateFence
+		})
 	})
 }
 

@@ -67,7 +67,7 @@ func TestMutualExclusion(t *testing.T) {
 					lastFence[keys[k]] = l.Fence()
 					mu.Unlock()
 					entries.Add(1)
-					time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond)
+					time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond) // the point: hold a while, widening any overlap
 					if l.Err() != nil {
 						t.Errorf("lease ended while held: %v", l.Err())
 					}
@@ -131,58 +131,71 @@ func TestExpiryByDatabaseClock(t *testing.T) {
 	b := newClient(t, pool, pglease.WithoutAutoRenew())
 	key := uniqueKey(t)
 
-	la, err := a.TryAcquire(ctx, key, 200*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.TryAcquire(ctx, key, time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
-		t.Fatalf("while held: err = %v, want ErrNotAcquired", err)
-	}
-	select {
-	case <-la.Done():
-	case <-time.After(2 * time.Second):
-		t.Fatal("lease context did not end after its TTL")
-	}
-	if !errors.Is(la.Err(), pglease.ErrLeaseLost) {
-		t.Fatalf("cause = %v, want ErrLeaseLost", la.Err())
-	}
-	// Wait until the database agrees the lease expired.
-	var lb *pglease.Lease
-	for deadline := time.Now().Add(2 * time.Second); ; {
-		lb, err = b.TryAcquire(ctx, key, 5*time.Second)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, pglease.ErrNotAcquired) || time.Now().After(deadline) {
+	var la, lb *pglease.Lease
+	pgtest.Step(t, "a held key is refused to another client", func(t *testing.T) {
+		var err error
+		la, err = a.TryAcquire(ctx, key, 200*time.Millisecond)
+		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if lb.Fence() <= la.Fence() {
-		t.Fatalf("new fence %d not above old %d", lb.Fence(), la.Fence())
-	}
-	if err := la.Renew(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
-		t.Fatalf("renew of expired lease: %v, want ErrLeaseLost", err)
-	}
-	if err := la.Release(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
-		t.Fatalf("release of lost lease: %v, want ErrLeaseLost", err)
-	}
-	row, err := fencedb.New(pool).GetLease(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if row.Fence != lb.Fence() || !row.Held {
-		t.Fatalf("new holder disturbed: row %+v, want fence %d held", row, lb.Fence())
-	}
-	if err := lb.Renew(ctx); err != nil {
-		t.Fatalf("new holder cannot renew: %v", err)
-	}
-	if err := lb.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if sa, sb := a.Stats(), b.Stats(); sa.Acquired != 1 || sa.Lost != 1 || sb.Acquired != 1 || sb.NotAcquired < 1 {
-		t.Fatalf("stats: a %+v, b %+v", sa, sb)
-	}
+		if _, err := b.TryAcquire(ctx, key, time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
+			t.Fatalf("while held: err = %v, want ErrNotAcquired", err)
+		}
+	})
+
+	pgtest.Step(t, "after its TTL the lease ends and another client acquires", func(t *testing.T) {
+		select {
+		case <-la.Done():
+		case <-time.After(2 * time.Second):
+			t.Fatal("lease context did not end after its TTL")
+		}
+		if !errors.Is(la.Err(), pglease.ErrLeaseLost) {
+			t.Fatalf("cause = %v, want ErrLeaseLost", la.Err())
+		}
+		// Polled: wait until the database agrees the lease expired.
+		for deadline := time.Now().Add(2 * time.Second); ; {
+			var err error
+			lb, err = b.TryAcquire(ctx, key, 5*time.Second)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, pglease.ErrNotAcquired) || time.Now().After(deadline) {
+				t.Fatal(err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if lb.Fence() <= la.Fence() {
+			t.Fatalf("new fence %d not above old %d", lb.Fence(), la.Fence())
+		}
+	})
+
+	pgtest.Step(t, "the old lease's Renew and Release leave the new holder alone", func(t *testing.T) {
+		if err := la.Renew(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
+			t.Fatalf("renew of expired lease: %v, want ErrLeaseLost", err)
+		}
+		if err := la.Release(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
+			t.Fatalf("release of lost lease: %v, want ErrLeaseLost", err)
+		}
+		row, err := fencedb.New(pool).GetLease(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if row.Fence != lb.Fence() || !row.Held {
+			t.Fatalf("new holder disturbed: row %+v, want fence %d held", row, lb.Fence())
+		}
+		if err := lb.Renew(ctx); err != nil {
+			t.Fatalf("new holder cannot renew: %v", err)
+		}
+		if err := lb.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("stats count the grant, the loss and the refusal", func(t *testing.T) {
+		if sa, sb := a.Stats(), b.Stats(); sa.Acquired != 1 || sa.Lost != 1 || sb.Acquired != 1 || sb.NotAcquired < 1 {
+			t.Fatalf("stats: a %+v, b %+v", sa, sb)
+		}
+	})
 }
 
 // A renewal of an expired lease must not resurrect it even when nobody else
@@ -196,7 +209,7 @@ func TestRenewDoesNotResurrect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(150 * time.Millisecond)
+	time.Sleep(150 * time.Millisecond) // the point: the 50ms TTL runs out by the database clock
 	if err := l.Renew(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
 		t.Fatalf("renew after expiry: %v, want ErrLeaseLost", err)
 	}
@@ -229,7 +242,7 @@ func TestAutoRenewKeepsLease(t *testing.T) {
 		if l.Err() != nil {
 			t.Fatalf("lease ended: %v", l.Err())
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // the point: sample the lease across 5 TTLs
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -314,40 +327,50 @@ func TestAcquireWaitsAndGivesUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
-	_, err = waiter.Acquire(ctx, key, time.Second)
-	var we *pglease.WaitError
-	if !errors.As(err, &we) || !errors.Is(err, pglease.ErrNotAcquired) {
-		t.Fatalf("err = %v, want *WaitError that is ErrNotAcquired", err)
-	}
-	if waited := time.Since(start); waited < 300*time.Millisecond || waited > 2*time.Second {
-		t.Fatalf("waited %v for a 300ms maximum", waited)
-	}
-	if we.Attempts < 2 || !strings.Contains(err.Error(), "waiting") {
-		t.Fatalf("wait error: %v (attempts %d)", err, we.Attempts)
-	}
+	pgtest.Step(t, "the wait gives up after the maximum wait", func(t *testing.T) {
+		start := time.Now()
+		_, err := waiter.Acquire(ctx, key, time.Second)
+		var we *pglease.WaitError
+		if !errors.As(err, &we) || !errors.Is(err, pglease.ErrNotAcquired) {
+			t.Fatalf("err = %v, want *WaitError that is ErrNotAcquired", err)
+		}
+		if waited := time.Since(start); waited < 300*time.Millisecond || waited > 2*time.Second {
+			t.Fatalf("waited %v for a 300ms maximum", waited)
+		}
+		if we.Attempts < 2 || !strings.Contains(err.Error(), "waiting") {
+			t.Fatalf("wait error: %v (attempts %d)", err, we.Attempts)
+		}
+	})
 
-	// Released mid-wait: the waiter gets it.
-	go func() { time.Sleep(100 * time.Millisecond); l.Release(context.Background()) }()
 	w2 := newClient(t, pool, pglease.WithBackoff(5*time.Millisecond, 50*time.Millisecond))
-	got, err := w2.Acquire(ctx, key, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.Fence() <= l.Fence() {
-		t.Fatalf("fence %d not above %d", got.Fence(), l.Fence())
-	}
-	got.Release(ctx)
+	pgtest.Step(t, "released mid-wait, the waiter gets the key", func(t *testing.T) {
+		// Released once the waiter has been refused at least once.
+		go func() {
+			for deadline := time.Now().Add(5 * time.Second); w2.Stats().NotAcquired == 0 && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
+			l.Release(context.Background())
+		}()
+		got, err := w2.Acquire(ctx, key, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Fence() <= l.Fence() {
+			t.Fatalf("fence %d not above %d", got.Fence(), l.Fence())
+		}
+		got.Release(ctx)
+	})
 
-	// The context ends the wait, and the error says so.
-	l3, _ := holder.TryAcquire(ctx, key, 5*time.Second)
-	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	defer cancel()
-	_, err = w2.Acquire(cctx, key, time.Second)
-	if !errors.Is(err, pglease.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("err = %v, want ErrNotAcquired and DeadlineExceeded", err)
-	}
-	l3.Release(ctx)
+	pgtest.Step(t, "the context ends the wait, and the error says so", func(t *testing.T) {
+		l3, _ := holder.TryAcquire(ctx, key, 5*time.Second)
+		cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		_, err := w2.Acquire(cctx, key, time.Second)
+		if !errors.Is(err, pglease.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v, want ErrNotAcquired and DeadlineExceeded", err)
+		}
+		l3.Release(ctx)
+	})
 }
 
 func TestDoEndsContextOnLoss(t *testing.T) {

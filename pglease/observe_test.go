@@ -86,54 +86,66 @@ func TestObserveFollowsFailovers(t *testing.T) {
 	}()
 
 	var all []pglease.Holder
-	first, seen := next(t, ch, "the first leader", func(h pglease.Holder) bool { return h.Held })
-	all = append(all, seen...)
-	if _, ok := cancels[first.Owner]; !ok || first.Fence <= 0 || first.Since.IsZero() {
-		t.Fatalf("first leader %+v: not a candidate, or no epoch or start", first)
-	}
-
-	// Failover 1: the leader resigns.
-	cancels[first.Owner]()
-	second, seen := next(t, ch, "a leader after the resignation", func(h pglease.Holder) bool { return h.Held && h.Fence != first.Fence })
-	all = append(all, seen...)
-	if second.Owner == first.Owner || second.Fence <= first.Fence {
-		t.Fatalf("after %s (epoch %d) resigned, observer saw %+v: want another candidate with a higher epoch", first.Owner, first.Fence, second)
-	}
-	if _, ok := cancels[second.Owner]; !ok {
-		t.Fatalf("second leader %+v is not a candidate", second)
-	}
-
-	// Failover 2: the leader is cut off. Its lease expires under it (as a
-	// lost renewal would end it); expiry sends no notification.
-	if _, err := pool.Exec(ctx, "UPDATE lock_leases SET expires_at = now() WHERE lock_key = $1 AND fence = $2", key, second.Fence); err != nil {
-		t.Fatal(err)
-	}
-	third, seen := next(t, ch, "a leader after the cut-off", func(h pglease.Holder) bool { return h.Held && h.Fence != second.Fence })
-	all = append(all, seen...)
-	if third.Fence <= second.Fence {
-		t.Fatalf("after epoch %d was cut off, observer saw %+v: want a higher epoch", second.Fence, third)
-	}
-
-	var lastFence int64
-	for i, h := range all {
-		if h.Key != key {
-			t.Fatalf("value %d is for key %q: %+v", i, h.Key, h)
+	var first, second pglease.Holder
+	pgtest.Step(t, "the observer sees the first leader", func(t *testing.T) {
+		var seen []pglease.Holder
+		first, seen = next(t, ch, "the first leader", func(h pglease.Holder) bool { return h.Held })
+		all = append(all, seen...)
+		if _, ok := cancels[first.Owner]; !ok || first.Fence <= 0 || first.Since.IsZero() {
+			t.Fatalf("first leader %+v: not a candidate, or no epoch or start", first)
 		}
-		if h.Held {
-			if _, ok := cancels[h.Owner]; !ok {
-				t.Fatalf("value %d names %q, not a candidate: %+v", i, h.Owner, all)
+	})
+
+	pgtest.Step(t, "failover 1, the leader resigns", func(t *testing.T) {
+		cancels[first.Owner]()
+		var seen []pglease.Holder
+		second, seen = next(t, ch, "a leader after the resignation", func(h pglease.Holder) bool { return h.Held && h.Fence != first.Fence })
+		all = append(all, seen...)
+		if second.Owner == first.Owner || second.Fence <= first.Fence {
+			t.Fatalf("after %s (epoch %d) resigned, observer saw %+v: want another candidate with a higher epoch", first.Owner, first.Fence, second)
+		}
+		if _, ok := cancels[second.Owner]; !ok {
+			t.Fatalf("second leader %+v is not a candidate", second)
+		}
+	})
+
+	pgtest.Step(t, "failover 2, the leader is cut off", func(t *testing.T) {
+		// Its lease expires under it (as a lost renewal would end it); expiry
+		// sends no notification.
+		if _, err := pool.Exec(ctx, "UPDATE lock_leases SET expires_at = now() WHERE lock_key = $1 AND fence = $2", key, second.Fence); err != nil {
+			t.Fatal(err)
+		}
+		third, seen := next(t, ch, "a leader after the cut-off", func(h pglease.Holder) bool { return h.Held && h.Fence != second.Fence })
+		all = append(all, seen...)
+		if third.Fence <= second.Fence {
+			t.Fatalf("after epoch %d was cut off, observer saw %+v: want a higher epoch", second.Fence, third)
+		}
+	})
+
+	t.Run("every value names a candidate and epochs only rise", func(t *testing.T) {
+		var lastFence int64
+		for i, h := range all {
+			if h.Key != key {
+				t.Fatalf("value %d is for key %q: %+v", i, h.Key, h)
+			}
+			if h.Held {
+				if _, ok := cancels[h.Owner]; !ok {
+					t.Fatalf("value %d names %q, not a candidate: %+v", i, h.Owner, all)
+				}
+			}
+			if h.Fence < lastFence {
+				t.Fatalf("epochs went backwards: %+v", all)
+			}
+			lastFence = h.Fence
+		}
+	})
+	t.Run("no value repeats the one before", func(t *testing.T) {
+		for i := 1; i < len(all); i++ {
+			if all[i].Fence == all[i-1].Fence && all[i].Held == all[i-1].Held {
+				t.Fatalf("value %d repeats value %d (renewals are not changes): %+v", i, i-1, all)
 			}
 		}
-		if h.Fence < lastFence {
-			t.Fatalf("epochs went backwards: %+v", all)
-		}
-		lastFence = h.Fence
-	}
-	for i := 1; i < len(all); i++ {
-		if all[i].Fence == all[i-1].Fence && all[i].Held == all[i-1].Held {
-			t.Fatalf("value %d repeats value %d (renewals are not changes): %+v", i, i-1, all)
-		}
-	}
+	})
 }
 
 // A release is seen as "no holder" with the last fence, and a reader that
@@ -176,7 +188,7 @@ func TestObserveReleaseAndSlowReader(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // the point: the observer polls while nobody reads
 	h = <-ch
 	if h.Held || h.Fence != final {
 		t.Fatalf("slow reader got %+v, want the latest state: released, fence %d", h, final)

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/internal/dbenv"
+	"github.com/pgfence/pgfence/internal/pgtest"
 	"github.com/pgfence/pgfence/migrations"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -50,66 +51,74 @@ func TestServerRestartUnderLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// 1. A 600ms outage: shorter than TTL - margin - renew interval.
-	cl.Stop()
-	time.Sleep(600 * time.Millisecond)
-	if err := cl.Start(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(time.Second) // time for a renewal to land after the restart
-	if l.Err() != nil {
-		t.Fatalf("a short outage lost the lease: %v", l.Err())
-	}
-	if err := l.Renew(ctx); err != nil {
-		t.Fatalf("renew after restart: %v", err)
-	}
-	if c.Stats().RenewFailures == 0 {
-		t.Fatal("no renewal failed during the outage: the test did not exercise the retry")
-	}
-
-	// 2. An outage longer than the TTL: the lease ends at the local deadline.
-	deadline := l.Deadline()
-	cl.Stop()
-	select {
-	case <-l.Done():
-	case <-time.After(ttl + time.Second):
-		t.Fatal("lease still alive long after its TTL with the database down")
-	}
-	if late := time.Since(deadline); late > 100*time.Millisecond {
-		t.Fatalf("lease ended %v after its local deadline", late)
-	}
-	if !errors.Is(l.Err(), pglease.ErrLeaseLost) {
-		t.Fatalf("cause %v, want ErrLeaseLost", l.Err())
-	}
-
-	// 3. A waiter started during the outage gets the key once the server is
-	// back and the old lease has expired by the database clock.
-	waiter := newClient(t, pool, pglease.WithBackoff(20*time.Millisecond, 200*time.Millisecond), pglease.WithMaxWait(30*time.Second))
-	got := make(chan *pglease.Lease, 1)
-	errs := make(chan error, 1)
-	go func() {
-		l2, err := waiter.Acquire(ctx, "report:nightly", ttl)
-		if err != nil {
-			errs <- err
-			return
-		}
-		got <- l2
-	}()
-	time.Sleep(500 * time.Millisecond)
-	if err := cl.Start(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case l2 := <-got:
-		if l2.Fence() <= l.Fence() {
-			t.Fatalf("fence %d not above %d", l2.Fence(), l.Fence())
-		}
-		if err := l2.Release(ctx); err != nil {
+	pgtest.Step(t, "a short outage is ridden out by retried renewals", func(t *testing.T) {
+		// 600ms: shorter than TTL - margin - renew interval.
+		cl.Stop()
+		time.Sleep(600 * time.Millisecond) // the outage itself
+		if err := cl.Start(ctx, nil); err != nil {
 			t.Fatal(err)
 		}
-	case err := <-errs:
-		t.Fatalf("Acquire through the outage: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("Acquire did not get the key after the server came back")
-	}
+		// A renewal after the restart moves the local deadline on.
+		before := l.Deadline()
+		for limit := time.Now().Add(5 * time.Second); l.Deadline().Equal(before) && l.Err() == nil && time.Now().Before(limit); {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if l.Err() != nil {
+			t.Fatalf("a short outage lost the lease: %v", l.Err())
+		}
+		if err := l.Renew(ctx); err != nil {
+			t.Fatalf("renew after restart: %v", err)
+		}
+		if c.Stats().RenewFailures == 0 {
+			t.Fatal("no renewal failed during the outage: the test did not exercise the retry")
+		}
+	})
+
+	pgtest.Step(t, "an outage longer than the TTL ends the lease at its local deadline", func(t *testing.T) {
+		deadline := l.Deadline()
+		cl.Stop()
+		select {
+		case <-l.Done():
+		case <-time.After(ttl + time.Second):
+			t.Fatal("lease still alive long after its TTL with the database down")
+		}
+		if late := time.Since(deadline); late > 100*time.Millisecond {
+			t.Fatalf("lease ended %v after its local deadline", late)
+		}
+		if !errors.Is(l.Err(), pglease.ErrLeaseLost) {
+			t.Fatalf("cause %v, want ErrLeaseLost", l.Err())
+		}
+	})
+
+	pgtest.Step(t, "a waiter started during the outage gets the key once the server is back", func(t *testing.T) {
+		// It gets the key once the old lease has expired by the database clock.
+		waiter := newClient(t, pool, pglease.WithBackoff(20*time.Millisecond, 200*time.Millisecond), pglease.WithMaxWait(30*time.Second))
+		got := make(chan *pglease.Lease, 1)
+		errs := make(chan error, 1)
+		go func() {
+			l2, err := waiter.Acquire(ctx, "report:nightly", ttl)
+			if err != nil {
+				errs <- err
+				return
+			}
+			got <- l2
+		}()
+		time.Sleep(500 * time.Millisecond) // the waiter retries against the stopped server meanwhile
+		if err := cl.Start(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case l2 := <-got:
+			if l2.Fence() <= l.Fence() {
+				t.Fatalf("fence %d not above %d", l2.Fence(), l.Fence())
+			}
+			if err := l2.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		case err := <-errs:
+			t.Fatalf("Acquire through the outage: %v", err)
+		case <-time.After(20 * time.Second):
+			t.Fatal("Acquire did not get the key after the server came back")
+		}
+	})
 }

@@ -47,59 +47,65 @@ func TestReleaseNotifies(t *testing.T) {
 		}
 	}
 
-	// A client without the option releases silently: notifying is opt-in,
-	// since notifying transactions commit one at a time.
-	quiet := newClient(t, pool)
-	ql, err := quiet.TryAcquire(ctx, key, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ql.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if p, ok := next(100 * time.Millisecond); ok {
-		t.Fatalf("a release without WithWakeOnRelease notified %q", p)
-	}
+	pgtest.Step(t, "a client without the option releases silently", func(t *testing.T) {
+		// Notifying is opt-in, since notifying transactions commit one at a time.
+		quiet := newClient(t, pool)
+		ql, err := quiet.TryAcquire(ctx, key, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ql.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if p, ok := next(100 * time.Millisecond); ok {
+			t.Fatalf("a release without WithWakeOnRelease notified %q", p)
+		}
+	})
 
-	c := newClient(t, pool, pglease.WithWakeOnRelease())
-	l, err := c.TryAcquire(ctx, key, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p, ok := next(100 * time.Millisecond); ok {
-		t.Fatalf("acquire notified %q", p)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if p, ok := next(2 * time.Second); !ok || p != key {
-		t.Fatalf("after Release: notification %q, %v; want %q", p, ok, key)
-	}
-	if p, ok := next(100 * time.Millisecond); ok {
-		t.Fatalf("second notification %q after one Release", p)
-	}
+	pgtest.Step(t, "with the option, acquire is silent and release notifies once", func(t *testing.T) {
+		c := newClient(t, pool, pglease.WithWakeOnRelease())
+		l, err := c.TryAcquire(ctx, key, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p, ok := next(100 * time.Millisecond); ok {
+			t.Fatalf("acquire notified %q", p)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if p, ok := next(2 * time.Second); !ok || p != key {
+			t.Fatalf("after Release: notification %q, %v; want %q", p, ok, key)
+		}
+		if p, ok := next(100 * time.Millisecond); ok {
+			t.Fatalf("second notification %q after one Release", p)
+		}
+	})
 
-	// A stale fence matches no row: no notification.
 	q := fencedb.New(pool)
-	if _, err := q.ReleaseNotify(ctx, fencedb.ReleaseNotifyParams{LockKey: key, Fence: -1}); err == nil {
-		t.Fatal("Release with a stale fence found a row")
-	}
-	if p, ok := next(100 * time.Millisecond); ok {
-		t.Fatalf("a Release that released nothing notified %q", p)
-	}
+	pgtest.Step(t, "a stale fence matches no row and notifies nothing", func(t *testing.T) {
+		if _, err := q.ReleaseNotify(ctx, fencedb.ReleaseNotifyParams{LockKey: key, Fence: -1}); err == nil {
+			t.Fatal("Release with a stale fence found a row")
+		}
+		if p, ok := next(100 * time.Millisecond); ok {
+			t.Fatalf("a Release that released nothing notified %q", p)
+		}
+	})
 
-	// The ambiguous-acquire path. A token of its own: Abandon tombstones it
-	// for good, and the test may run again on the same database.
-	token := "tok-" + key
-	if _, err := q.Acquire(ctx, fencedb.AcquireParams{LockKey: key, Owner: "t", OwnerToken: token, TtlMicros: 5e6}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := q.Abandon(ctx, fencedb.AbandonParams{LockKey: key, OwnerToken: token, Notify: true}); err != nil {
-		t.Fatal(err)
-	}
-	if p, ok := next(2 * time.Second); !ok || p != key {
-		t.Fatalf("after Abandon: notification %q, %v; want %q", p, ok, key)
-	}
+	pgtest.Step(t, "Abandon on the ambiguous-acquire path notifies", func(t *testing.T) {
+		// A token of its own: Abandon tombstones it for good, and the test
+		// may run again on the same database.
+		token := "tok-" + key
+		if _, err := q.Acquire(ctx, fencedb.AcquireParams{LockKey: key, Owner: "t", OwnerToken: token, TtlMicros: 5e6}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q.Abandon(ctx, fencedb.AbandonParams{LockKey: key, OwnerToken: token, Notify: true}); err != nil {
+			t.Fatal(err)
+		}
+		if p, ok := next(2 * time.Second); !ok || p != key {
+			t.Fatalf("after Abandon: notification %q, %v; want %q", p, ok, key)
+		}
+	})
 }
 
 // wakeRound holds key with holder, lets waiter wait in Acquire for hold,
@@ -124,7 +130,7 @@ func wakeRound(t testing.TB, holder, waiter *pglease.Client, key string, hold ti
 		l, err := waiter.Acquire(actx, key, 10*time.Second)
 		got <- result{time.Now(), l, err}
 	}()
-	time.Sleep(hold)
+	time.Sleep(hold) // the point: the waiter waits in Acquire this long
 	released := time.Now()
 	if err := hl.Release(ctx); err != nil {
 		t.Fatal(err)
