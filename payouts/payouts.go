@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/inschema"
@@ -106,6 +107,20 @@ type config struct {
 	hook    func(context.Context, *pgguard.StaleFenceError)
 	own     bool
 	schema  string
+	meter   metric.MeterProvider
+}
+
+// WithMeterProvider sets where the OpenTelemetry metrics of the Intents'
+// Guard go: stale transitions refused count in pgfence.guard.stale (README,
+// "Metrics"). Default: the global provider.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(o *config) error {
+		if mp == nil {
+			return invalid("nil meter provider")
+		}
+		o.meter = mp
+		return nil
+	}
 }
 
 // WithSchema puts the Intents on the payout_intents table and the pgfence
@@ -212,6 +227,9 @@ func New(ctx context.Context, db fencedb.DBTX, opts ...Option) (*Intents, error)
 	}
 	if cfg.schema != "" {
 		gopts = append(gopts, pgguard.WithSchema(cfg.schema))
+	}
+	if cfg.meter != nil {
+		gopts = append(gopts, pgguard.WithMeterProvider(cfg.meter))
 	}
 	g, err := pgguard.NewGuard(ctx, db, pgguard.Table{Schema: cfg.schema, Name: TableName, KeyColumn: "payout_id"}, gopts...)
 	if err != nil {

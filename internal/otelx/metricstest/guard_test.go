@@ -2,12 +2,14 @@ package metricstest_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/pgfence/pgfence/internal/otelx/otelxtest"
 	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/payouts"
 	"github.com/pgfence/pgfence/pgguard"
 )
 
@@ -73,5 +75,33 @@ func TestMetricsGuardedWrites(t *testing.T) {
 	}
 	if s.Unit("pgfence.guard.writes") != "{write}" || s.Unit("pgfence.guard.stale") != "{write}" {
 		t.Errorf("units %q %q", s.Unit("pgfence.guard.writes"), s.Unit("pgfence.guard.stale"))
+	}
+}
+
+// A payout transition refused as stale counts in pgfence.guard.stale for
+// payout_intents, through the Intents' Guard.
+func TestMetricsPayoutStale(t *testing.T) {
+	ctx := context.Background()
+	r := otelxtest.New(t)
+	pool := pgtest.Pool(t)
+	counter := new(pgguard.Counter)
+	intents, err := payouts.New(ctx, pool, payouts.WithCounter(counter), payouts.WithMeterProvider(r.Provider))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := intents.Create(ctx, pool, "po_metrics", 100, "EUR"); err != nil {
+		t.Fatal(err)
+	}
+	f := fences(t, pool, 2)
+	older, newer := f[0], f[1]
+	if _, err := intents.BeginSubmit(ctx, pool, "po_metrics", newer); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := intents.BeginSubmit(ctx, pool, "po_metrics", older); !errors.Is(err, pgguard.ErrStaleFence) {
+		t.Fatalf("older holder's transition: %v, want ErrStaleFence", err)
+	}
+	s := r.Collect()
+	if got := s.Value("pgfence.guard.stale", attribute.String("table", intents.Table())); got != 1 {
+		t.Errorf("stale{table=%s} = %v, want 1 (Counter: %v)", intents.Table(), got, counter.ByTable())
 	}
 }
