@@ -206,6 +206,9 @@ func (q *queueStats) read(ctx context.Context) (available, running int64, age fl
 		if err != nil {
 			q.ok = false
 			q.logger.Warn("claim: queue depth query for metrics failed", "err", err)
+			// Try again after a second, not a whole interval: one slow
+			// answer under load should not blank the gauges for long.
+			q.at = time.Now().Add(min(q.every, time.Second) - q.every)
 		} else {
 			q.ok, q.available, q.runng, q.age = true, a, r, oldest
 		}
