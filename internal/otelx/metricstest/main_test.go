@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -46,6 +47,10 @@ func newClaimer(t *testing.T, pool *pgxpool.Pool, queue string, opts ...claim.Op
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A Claimer's gauges end when it is garbage collected (it has no
+	// Close); keep it reachable until the test ends, or a collection
+	// after its last use would read as a missing point (CI saw it).
+	t.Cleanup(func() { runtime.KeepAlive(c) })
 	return c
 }
 
