@@ -105,7 +105,9 @@ type AcquireRow struct {
 //     waited for the row can never write a fence below the row's.
 //
 // pgfence_draw_fence() is inlined into this statement, no function call. A
-// fence is drawn on every call, granted or not; gaps are harmless.
+// fence is drawn on every call, granted or not; gaps are harmless. The key is
+// not checked here (the table has no CHECK constraints: migration 000008):
+// pglease refuses keys outside 1-512 bytes before they are sent.
 func (q *Queries) Acquire(ctx context.Context, arg AcquireParams) (AcquireRow, error) {
 	row := q.db.QueryRow(ctx, Acquire,
 		arg.LockKey,

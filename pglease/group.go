@@ -20,8 +20,7 @@ import (
 // one AcquireBatch statement with one durable commit. Profiled at 8 clients
 // (BENCHMARKS.md, Profiles), much of the server's cost of an acquisition is
 // per statement and per transaction, not per row: executor start-up, the
-// table's CHECK constraints parsed anew for each statement, the commit, the
-// round trip. A batch pays it once.
+// commit, the round trip. A batch pays it once.
 //
 // An attempt that finds fewer in flight runs its single Acquire on its own
 // goroutine as before, so a lone caller waits for nothing more. Queued

@@ -16,7 +16,9 @@
 --     the one just drawn: an acquisition that drew its fence early and then
 --     waited for the row can never write a fence below the row's.
 -- pgfence_draw_fence() is inlined into this statement, no function call. A
--- fence is drawn on every call, granted or not; gaps are harmless.
+-- fence is drawn on every call, granted or not; gaps are harmless. The key is
+-- not checked here (the table has no CHECK constraints: migration 000008):
+-- pglease refuses keys outside 1-512 bytes before they are sent.
 INSERT INTO /* TEMPLATE: schema */lock_leases AS l (lock_key, owner, owner_token, fence, acquired_at, expires_at)
 SELECT sqlc.arg(lock_key)::text, sqlc.arg(owner)::text, sqlc.arg(owner_token)::text,
        /* TEMPLATE: schema */pgfence_draw_fence(), now(),
