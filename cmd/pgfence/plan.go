@@ -5,6 +5,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/pgfence/pgfence/internal/keepalive"
 	"github.com/pgfence/pgfence/pglease"
 )
 
@@ -78,12 +79,9 @@ func (a *app) cmdPlan(args []string) error {
 	if ttl < pglease.MinTTL || ttl > pglease.MaxTTL {
 		return fail(exitUsage, "pgfence plan: --ttl %v is outside [%v, %v]", ttl, pglease.MinTTL, pglease.MaxTTL)
 	}
-	if renew == 0 {
-		renew = ttl / 3
-	}
-	if margin == 0 {
-		margin = ttl / 10
-	}
+	// pglease's defaults for whatever was not given: one Schedule for both.
+	s := keepalive.Schedule{TTL: ttl, Margin: margin, Every: renew}
+	renew, margin = s.Interval(), s.SafetyMargin()
 	if renew >= ttl {
 		return fail(exitUsage, "pgfence plan: --renew %v must be shorter than --ttl %v: the lease would expire before it is renewed (pglease refuses this)", renew, ttl)
 	}

@@ -14,8 +14,8 @@ type Schedule struct {
 	Every  time.Duration // renewal interval; 0: TTL/3
 }
 
-// margin is the safety margin in effect.
-func (s Schedule) margin() time.Duration {
+// SafetyMargin is the margin in effect: Margin, or TTL/10 when it is zero.
+func (s Schedule) SafetyMargin() time.Duration {
 	if s.Margin > 0 {
 		return s.Margin
 	}
@@ -45,7 +45,7 @@ func (s Schedule) Next(ok bool) time.Duration {
 
 // Deadline is the local deadline of a lease whose acquire or renew was sent
 // at sent (read just before sending, so it carries the monotonic clock).
-func (s Schedule) Deadline(sent time.Time) time.Time { return sent.Add(s.TTL - s.margin()) }
+func (s Schedule) Deadline(sent time.Time) time.Time { return sent.Add(s.TTL - s.SafetyMargin()) }
 
 // Extend is the local deadline after a successful renewal sent at sent, of a
 // lease whose deadline was cur: the later of the two, so that a slow
