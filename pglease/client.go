@@ -85,7 +85,12 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Client, error) {
 
 // Close stops every renewal and the wake-on-release listener, releases every
 // lease this client still holds (best effort, each within a few seconds) and
-// waits for the client's goroutines to end. Later calls fail with ErrClosed.
+// waits for the client's goroutines to end. Those include the second give-back
+// of an acquisition whose answer was lost, which runs once the lost
+// statement's lock waits are surely over (a second per key it carried, plus
+// half a second, after the loss): so Close may take that long after a broken
+// connection, rather than leave such a grant held until its TTL. Later calls
+// fail with ErrClosed.
 // Close the client before its pool: the listener's connection is no longer
 // the pool's, so only Close ends it.
 func (c *Client) Close() error {

@@ -1,0 +1,196 @@
+package pglease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/pglease"
+)
+
+// batchMarker is in the AcquireBatch statement only (queries/leases.sql).
+const batchMarker = "ROWS FROM (unnest("
+
+// batchResult is what one caller of a batch got.
+type batchResult struct {
+	key string
+	l   *pglease.Lease
+	err error
+}
+
+// runFaultedBatch puts n attempts of c (callers with callerCtx) into one
+// AcquireBatch statement: c's first GroupMaxInFlight attempts run alone and
+// wait on row locks that a transaction of the test holds, n more queue
+// behind them, and the transaction ends, so the queued ones go out together.
+// arm runs just before that, to set the fault the batch meets. It returns
+// the batch's results in key order.
+func runFaultedBatch(t *testing.T, c *pglease.Client, direct *pgxpool.Pool, n int, callerCtx context.Context, arm func()) (batch []batchResult) {
+	t.Helper()
+	ctx := context.Background()
+	base := uniqueKey(t)
+	var firstKeys []string
+	for i := range pglease.GroupMaxInFlight {
+		firstKeys = append(firstKeys, fmt.Sprintf("%s/first%d", base, i))
+	}
+	other := newClient(t, direct)
+	for _, k := range firstKeys { // rows to lock, released
+		l, err := other.TryAcquire(ctx, k, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tx, err := direct.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM lock_leases WHERE lock_key = ANY ($1) FOR UPDATE", firstKeys); err != nil {
+		t.Fatal(err)
+	}
+	firstErr := make(chan error, len(firstKeys))
+	for _, k := range firstKeys {
+		go func() {
+			l, err := c.TryAcquire(ctx, k, time.Second)
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			firstErr <- err
+		}()
+	}
+	waitUntil(t, "the first attempts wait for their row locks", func() bool {
+		var waiting int
+		if err := direct.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()").Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		return waiting >= len(firstKeys)
+	})
+	results := make(chan batchResult, n)
+	for i := range n {
+		k := fmt.Sprintf("%s/batch%d", base, i)
+		go func() { l, err := c.TryAcquire(callerCtx, k, time.Hour); results <- batchResult{k, l, err} }()
+	}
+	waitUntil(t, "the attempts queue for a batch", func() bool { return pglease.GroupPending(c) == n })
+	arm()
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range firstKeys {
+		// Granted once the locks went, or refused at their lock_timeout.
+		if err := <-firstErr; err != nil && !errors.Is(err, pglease.ErrNotAcquired) {
+			t.Fatalf("a first attempt: %v", err)
+		}
+	}
+	for range n {
+		batch = append(batch, <-results)
+	}
+	slices.SortFunc(batch, func(a, b batchResult) int { return strings.Compare(a.key, b.key) })
+	if got := pglease.GroupBatched(c); got != int64(n) {
+		t.Fatalf("%d attempts went out in batches, want one batch of %d", got, n)
+	}
+	return batch
+}
+
+// A batch's statement runs on the server but its answer is lost (the
+// connection breaks): every caller still waiting asks by its owner token
+// and keeps its own grant, exactly as a lone acquisition does.
+func TestGroupAcquireBatchAnswerLostGrantsKept(t *testing.T) {
+	ctx := context.Background()
+	pool, proxy := proxiedPoolN(t, 4)
+	direct := pgtest.Pool(t)
+	q := fencedb.New(direct)
+	c := newClient(t, pool, pglease.WithoutAutoRenew())
+
+	var fired <-chan struct{}
+	batch := runFaultedBatch(t, c, direct, 4, ctx, func() {
+		fired = proxy.CutAfterSending(batchMarker, 200*time.Millisecond)
+	})
+	select {
+	case <-fired:
+	default:
+		t.Fatal("the fault never fired: the batch's answer was not cut")
+	}
+	for _, r := range batch {
+		if r.err != nil {
+			t.Fatalf("%s: the batch ran but its caller was not given its grant: %v", r.key, r.err)
+		}
+		row, err := q.GetLease(ctx, r.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !row.Held || row.Fence != r.l.Fence() {
+			t.Fatalf("%s: row %+v, lease fence %d", r.key, row, r.l.Fence())
+		}
+		if err := r.l.Renew(ctx); err != nil {
+			t.Fatalf("%s: adopted lease cannot renew: %v", r.key, err)
+		}
+		if err := r.l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := c.Stats(); s.AmbiguousAcquires < int64(len(batch)) {
+		t.Fatalf("Stats.AmbiguousAcquires = %d, want at least %d (one per caller of the cut batch)", s.AmbiguousAcquires, len(batch))
+	}
+}
+
+// The batch's answer never comes and every caller gives up: the statement
+// is cancelled, and what it granted on the server is given back, so the
+// keys are free long before their hour-long TTL (measured: 2 ms after the
+// callers returned). The client's Close then waits about 4.5 s for the
+// second give-back of the 4 keys (recheckLater).
+func TestGroupAcquireBatchAnswerLostCallersGiveUp(t *testing.T) {
+	ctx := context.Background()
+	pool, proxy := proxiedPoolN(t, 4)
+	direct := pgtest.Pool(t)
+	q := fencedb.New(direct)
+	c := newClient(t, pool, pglease.WithoutAutoRenew())
+
+	callerCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var fired <-chan struct{}
+	batch := runFaultedBatch(t, c, direct, 4, callerCtx, func() {
+		fired = proxy.CutAfterSending(batchMarker, time.Minute) // the answer never arrives
+		go func() { <-fired; cancel() }()                       // the callers give up once it ran
+	})
+	for _, r := range batch {
+		if r.err == nil {
+			t.Fatalf("%s: acquisition with no answer succeeded", r.key)
+		}
+		if !errors.Is(r.err, context.Canceled) {
+			t.Fatalf("%s: want the caller's context.Canceled, got %v", r.key, r.err)
+		}
+	}
+	other := newClient(t, direct)
+	for _, r := range batch {
+		waitUntil(t, r.key+" is free again", func() bool {
+			row, err := q.GetLease(ctx, r.key)
+			if errors.Is(err, pgx.ErrNoRows) {
+				// The cancel reached the statement before it wrote (the
+				// callers give up as soon as it is sent): nothing to give back.
+				return true
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			return !row.Held
+		})
+		l, err := other.TryAcquire(ctx, r.key, time.Second)
+		if err != nil {
+			t.Fatalf("%s: the abandoned batch's grant still blocks the key: %v", r.key, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
