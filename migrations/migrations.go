@@ -273,8 +273,19 @@ type tracked struct {
 
 // add is the AfterConnect hook: it refuses a connection that goes through a
 // pooler (PgBouncer answers with a backend key of its own, so the pid the
-// connection announced is not the server's) and records the others.
+// connection announced is not the server's) and records the others. A
+// connection it refuses is closed here: pgx's stdlib connector drops it
+// without closing it, and it is not recorded for closeAll, so it would keep
+// a server session (or a pooler's client slot) until garbage collection.
 func (t *tracked) add(ctx context.Context, c *pgx.Conn) error {
+	err := t.admit(ctx, c)
+	if err != nil {
+		c.PgConn().Conn().Close()
+	}
+	return err
+}
+
+func (t *tracked) admit(ctx context.Context, c *pgx.Conn) error {
 	behind, err := pgmode.BehindPooler(ctx, c)
 	if err != nil {
 		return err

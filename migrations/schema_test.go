@@ -240,7 +240,7 @@ func TestSchemasSideBySide(t *testing.T) {
 func TestSchemaInput(t *testing.T) {
 	ctx := context.Background()
 	base := bareDatabase(t)
-	for _, bad := range []string{`x"; DROP TABLE y; --`, " lead", "a/*b"} {
+	for _, bad := range []string{`x"; DROP TABLE y; --`, " lead", "a/*b", "x$$y"} {
 		if err := migrations.Up(ctx, base, migrations.WithSchema(bad)); !errors.Is(err, migrations.ErrInvalidInput) {
 			t.Errorf("Up(WithSchema(%q)) = %v, want ErrInvalidInput", bad, err)
 		}
@@ -258,6 +258,21 @@ func TestSchemaInput(t *testing.T) {
 	}
 	if err := migrations.Down(ctx, base, migrations.WithSchema("missing")); !errors.Is(err, migrations.ErrNoSuchSchema) {
 		t.Fatalf("Down on a missing schema: %v, want ErrNoSuchSchema", err)
+	}
+	// The connections those calls opened and refused are closed, not left
+	// to the garbage collector: the database's only sessions are the pool's.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var sessions int32
+		if err := base.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()").Scan(&sessions); err != nil {
+			t.Fatal(err)
+		}
+		if pooled := base.Stat().TotalConns(); sessions <= pooled {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("%d server sessions on the database, the pool has %d: refused migration connections were left open", sessions, pooled)
+		}
+		time.Sleep(50 * time.Millisecond) // a closed socket's backend exits shortly after
 	}
 	closesWithin(t, base)
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"regexp"
 	"strings"
@@ -315,13 +316,19 @@ func describe(cfg *pgxpool.Config) string {
 }
 
 // isUnreachable reports errors that mean no answer from a working server:
-// network failures, timeouts, and a server that is starting, stopping or
-// out of connections.
+// network failures (refused, reset, DNS, a closed connection), timeouts, and
+// a server that is starting, stopping or out of connections. Anything else
+// that did not come from the server (a missing schema found by a query, a
+// TLS certificate that does not verify, a bad option) is not: exec
+// --fail-open must not run a command without a lease for those.
 func isUnreachable(err error) bool {
 	if pgerr.FromServer(err) {
 		return pgerr.IsUnavailable(err)
 	}
-	return err != nil && !errors.Is(err, context.Canceled)
+	var netErr net.Error
+	return errors.As(err, &netErr) || pgconn.Timeout(err) ||
+		errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 const migrateHint = "pgfence's schema is missing from this database: run `pgfence migrate up` first"
@@ -330,7 +337,7 @@ const migrateHint = "pgfence's schema is missing from this database: run `pgfenc
 func dbError(where string, err error) error {
 	var missing *inschema.MissingError
 	switch {
-	case errors.Is(err, migrations.ErrBehindPooler):
+	case errors.Is(err, migrations.ErrBehindPooler), errors.Is(err, migrations.ErrNoSuchSchema):
 		return fail(exitDBError, "pgfence: database %s: %v", where, err)
 	case pgerr.IsDuplicate(err): // an object pgfence's migrations would create
 		return fail(exitDBError, "pgfence: database %s: %v: an object of that name already exists and is not pgfence's; "+

@@ -47,6 +47,14 @@ func TestSchemaFlag(t *testing.T) {
 	if !strings.Contains(r.stderr, "pgfence migrate up --schema never_made") {
 		t.Fatalf("list in an unmigrated schema: %s", r)
 	}
+	// The server answered: a missing schema is not an unreachable database.
+	for _, args := range [][]string{{"migrate", "version"}, {"migrate", "down", "--yes"}} {
+		r = pgfence(t, nil, append(args, "--schema", "never_made", "--database-url", db)...)
+		wantCode(t, r, exitDBError)
+		if !strings.Contains(r.stderr, "no such schema") {
+			t.Fatalf("%v in a missing schema: %s", args, r)
+		}
+	}
 	r = pgfence(t, nil, "--schema", `bad"name`, "list", "--database-url", db)
 	wantCode(t, r, exitUsage)
 	if !strings.Contains(r.stderr, "schema") {

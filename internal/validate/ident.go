@@ -16,12 +16,14 @@ const MaxIdentBytes = 63
 // any name safe; this check is so that an injection attempt or a confused
 // caller gets a clear error instead of a strange table name. It refuses
 // names that are empty, longer than MaxIdentBytes, not UTF-8, or that hold
-// quotes, semicolons, backslashes, comment markers, control characters,
-// whitespace other than a plain inner space, or leading or trailing spaces.
+// quotes, semicolons, backslashes, comment markers, "$$" (it would end the
+// dollar-quoted function bodies a schema name is written into by the
+// migrations), control characters, whitespace other than a plain inner
+// space, or leading or trailing spaces.
 // A plain inner space is allowed: "My Emails" is a legitimate quoted name.
 // what names the parameter in the message.
 func Identifier(what, s string) error {
-	const refused = "identifiers with quotes, semicolons, backslashes, comment markers, control characters or whitespace other than an inner space are refused"
+	const refused = "identifiers with quotes, semicolons, backslashes, comment markers, $$, control characters or whitespace other than an inner space are refused"
 	switch {
 	case s == "":
 		return fmt.Errorf("%s is empty", what)
@@ -37,9 +39,9 @@ func Identifier(what, s string) error {
 			return fmt.Errorf("%s %q contains %q; %s", what, s, r, refused)
 		}
 	}
-	for _, marker := range []string{"--", "/*", "*/"} {
+	for _, marker := range []string{"--", "/*", "*/", "$$"} {
 		if strings.Contains(s, marker) {
-			return fmt.Errorf("%s %q contains the comment marker %q; %s", what, s, marker, refused)
+			return fmt.Errorf("%s %q contains %q; %s", what, s, marker, refused)
 		}
 	}
 	return nil

@@ -52,6 +52,8 @@ func TestIdentifier(t *testing.T) {
 		`a\b`:                    false,
 		"a--b":                   false,
 		"a/*b":                   false,
+		"x$$y":                   false, // ends a dollar-quoted body (migrations)
+		"x$y":                    true,
 		"a*/b":                   false,
 		"tab\tname":              false,
 		"new\nline":              false,
