@@ -34,10 +34,12 @@ type Counter struct {
 	take string
 }
 
-// NewCounter checks spec against the catalog through q (the quantity column
-// must be smallint, integer or bigint) and prepares the statement.
+// NewCounter checks spec against the catalog through q (the key column must
+// have a unique index or constraint of its own, so that a key names one row;
+// the quantity column must be smallint, integer or bigint) and prepares the
+// statement.
 func NewCounter(ctx context.Context, q fencedb.DBTX, spec CounterSpec) (*Counter, error) {
-	cols, err := spec.Table.columns(ctx, q)
+	cols, err := spec.Table.keyedColumns(ctx, q, spec.Key)
 	if err != nil {
 		return nil, err
 	}

@@ -53,7 +53,7 @@ func NewInsertOnce(ctx context.Context, q fencedb.DBTX, spec InsertOnceSpec) (*I
 	if err := spec.Table.need(cols, "conflict", spec.ConflictOn...); err != nil {
 		return nil, err
 	}
-	if err := spec.Table.uniqueOn(ctx, q, rel, spec.ConflictOn); err != nil {
+	if err := spec.Table.uniqueOn(ctx, q, rel, spec.ConflictOn, "so INSERT ... ON CONFLICT cannot use it"); err != nil {
 		return nil, err
 	}
 	pos := map[string]int{}

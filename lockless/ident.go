@@ -88,14 +88,22 @@ func (t Table) resolve(ctx context.Context, q fencedb.DBTX) (*catalog.Relation, 
 	return rel, nil
 }
 
-// columns returns the table's columns and their types (format_type), after
-// checking that it is a table.
-func (t Table) columns(ctx context.Context, q fencedb.DBTX) (map[string]string, error) {
+// keyedColumns returns the columns and their types (format_type) of a
+// table whose rows key names one each: it checks that it is a table and
+// that key has a unique index of its own (uniqueOn).
+func (t Table) keyedColumns(ctx context.Context, q fencedb.DBTX, key string) (map[string]string, error) {
 	rel, err := t.resolve(ctx, q)
 	if err != nil {
 		return nil, err
 	}
-	return columnTypes(rel), nil
+	cols := columnTypes(rel)
+	if err := t.need(cols, "key", key); err != nil {
+		return nil, err
+	}
+	if err := t.uniqueOn(ctx, q, rel, []string{key}, "so a key could name several rows and one update change them all"); err != nil {
+		return nil, err
+	}
+	return cols, nil
 }
 
 func columnTypes(rel *catalog.Relation) map[string]string {
@@ -131,20 +139,21 @@ func isInt(typ string) bool { return typ == "smallint" || typ == "integer" || ty
 
 // uniqueOn checks that a valid, immediate, non-partial unique index (a
 // primary key or unique constraint will do) has exactly cols as its key
-// columns, in any order: the index that INSERT ... ON CONFLICT (cols) infers
-// as its arbiter. Without one, every insert would fail with SQLSTATE 42P10;
-// a partial, expression or deferrable index cannot serve ON CONFLICT (cols)
-// either.
-func (t Table) uniqueOn(ctx context.Context, q fencedb.DBTX, rel *catalog.Relation, cols []string) error {
+// columns, in any order. For InsertOnce it is the index that INSERT ... ON
+// CONFLICT (cols) infers as its arbiter (without one every insert fails
+// with SQLSTATE 42P10); for Versioned and Counter it is what makes their
+// key name one row, so that a write meant for one row never changes
+// several. A partial, expression or deferrable index does not count.
+func (t Table) uniqueOn(ctx context.Context, q fencedb.DBTX, rel *catalog.Relation, cols []string, why string) error {
 	indexes, err := catalog.UniqueIndexes(ctx, q, rel)
 	if err != nil {
 		return fmt.Errorf("lockless: reading the indexes of %s: %w", t.ident(), err)
 	}
 	ok := slices.ContainsFunc(indexes, func(ix catalog.Index) bool { return ix.Immediate && ix.UniqueOn(cols...) })
 	if !ok {
-		return invalid("table %s has no unique index or constraint on exactly (%s), so INSERT ... ON CONFLICT cannot use it "+
+		return invalid("table %s has no unique index or constraint on exactly (%s), %s "+
 			"(a partial, expression or deferrable one does not count): add one, e.g. ALTER TABLE %s ADD UNIQUE (%s)",
-			t.ident(), quoteAll(cols), t.ident(), quoteAll(cols))
+			t.ident(), quoteAll(cols), why, t.ident(), quoteAll(cols))
 	}
 	return nil
 }

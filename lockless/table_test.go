@@ -27,3 +27,21 @@ func TestTableMustBeATable(t *testing.T) {
 		}
 	}
 }
+
+// Versioned and Counter refuse a key without a unique index of its own: an
+// update meant for one row would change every row with that key.
+func TestKeyMustBeUnique(t *testing.T) {
+	ctx := context.Background()
+	pool := setup(t)
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS loose_accounts (owner text, version bigint, quantity bigint, UNIQUE (owner, version))`); err != nil {
+		t.Fatal(err)
+	}
+	table := lockless.Table{Name: "loose_accounts"}
+	const want = `no unique index or constraint on exactly ("owner")`
+	if _, err := lockless.NewVersioned(ctx, pool, lockless.VersionedSpec{Table: table, Key: "owner", Version: "version"}); !errors.Is(err, lockless.ErrInvalidInput) || !strings.Contains(err.Error(), want) {
+		t.Errorf("NewVersioned on a non-unique key: %v, want invalid input with %q", err, want)
+	}
+	if _, err := lockless.NewCounter(ctx, pool, lockless.CounterSpec{Table: table, Key: "owner", Quantity: "quantity"}); !errors.Is(err, lockless.ErrInvalidInput) || !strings.Contains(err.Error(), want) {
+		t.Errorf("NewCounter on a non-unique key: %v, want invalid input with %q", err, want)
+	}
+}

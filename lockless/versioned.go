@@ -56,11 +56,13 @@ type Versioned struct {
 	get  string
 }
 
-// NewVersioned checks spec against the catalog through q (the version
-// column must be smallint, integer or bigint) and remembers the table's
-// columns, so that Update can refuse unknown ones without a round trip.
+// NewVersioned checks spec against the catalog through q (the key column
+// must have a unique index or constraint of its own, so that a key names
+// one row; the version column must be smallint, integer or bigint) and
+// remembers the table's columns, so that Update can refuse unknown ones
+// without a round trip.
 func NewVersioned(ctx context.Context, q fencedb.DBTX, spec VersionedSpec) (*Versioned, error) {
-	cols, err := spec.Table.columns(ctx, q)
+	cols, err := spec.Table.keyedColumns(ctx, q, spec.Key)
 	if err != nil {
 		return nil, err
 	}

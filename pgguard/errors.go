@@ -169,17 +169,7 @@ func Classify(err error) error {
 	switch pgErr.Code {
 	case SQLStateStaleFence:
 		e := &StaleFenceError{Err: err}
-		for _, field := range strings.Fields(pgErr.Detail) {
-			name, value, _ := strings.Cut(field, "=")
-			switch name {
-			case "table":
-				e.Table = value
-			case "presented":
-				e.Presented, _ = strconv.ParseInt(value, 10, 64)
-			case "current":
-				e.Current, _ = strconv.ParseInt(value, 10, 64)
-			}
-		}
+		e.Table, e.Presented, e.Current = parseStaleDetail(pgErr.Detail)
 		return e
 	case SQLStateNoFence, SQLStateUnboundFence:
 		return fmt.Errorf("%w: %w", ErrNoFence, err)
@@ -187,6 +177,22 @@ func Classify(err error) error {
 		return fmt.Errorf("%w: %w", ErrFenceAboveCeiling, err)
 	}
 	return err
+}
+
+// parseStaleDetail reads the trigger's DETAIL, "table=T presented=P
+// current=C", from the right: the numbers hold no space, while a quoted
+// table name may ("public.\"My Jobs\"").
+func parseStaleDetail(detail string) (table string, presented, current int64) {
+	if i := strings.LastIndex(detail, " current="); i >= 0 {
+		current, _ = strconv.ParseInt(detail[i+len(" current="):], 10, 64)
+		detail = detail[:i]
+	}
+	if i := strings.LastIndex(detail, " presented="); i >= 0 {
+		presented, _ = strconv.ParseInt(detail[i+len(" presented="):], 10, 64)
+		detail = detail[:i]
+	}
+	table, _ = strings.CutPrefix(detail, "table=")
+	return table, presented, current
 }
 
 // AsStaleFence reports whether err is a stale-fence refusal, from a guarded

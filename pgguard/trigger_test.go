@@ -436,3 +436,43 @@ func TestRunFencedCountsOnce(t *testing.T) {
 		t.Fatalf("err %v, counted %d; want ErrStaleFence counted once", err, c.Total())
 	}
 }
+
+// A table whose name needs quotes (a space) is named in full in the
+// trigger's stale-fence refusal, as the Guard names it, so that counters by
+// table add both up under one name.
+func TestTriggerStaleNamesQuotedTable(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	name := fmt.Sprintf("My Jobs %d", tableSeq.Add(1))
+	tbl := pgguard.Table{Name: name, KeyColumn: "id"}
+	ident := pgx.Identifier{name}.Sanitize()
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+ident+" (id integer PRIMARY KEY, balance integer NOT NULL DEFAULT 0); INSERT INTO "+ident+" (id) VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgguard.AddFenceColumn(ctx, pool, tbl); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgguard.InstallTrigger(ctx, pool, tbl, pgguard.Strict); err != nil {
+		t.Fatal(err)
+	}
+	g, err := pgguard.NewGuard(ctx, pool, tbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := fences(t, pool, 2)
+	older, newer := f[0], f[1]
+	if err := raw(ctx, pool, newer, "UPDATE "+ident+" SET balance = 1 WHERE id = 1"); err != nil {
+		t.Fatal(err)
+	}
+	err = raw(ctx, pool, older, "UPDATE "+ident+" SET balance = 2 WHERE id = 1")
+	se, ok := pgguard.AsStaleFence(err)
+	if !ok {
+		t.Fatalf("stale write through the trigger: %v, want a stale fence refusal", err)
+	}
+	if want := `public."` + name + `"`; se.Table != want || se.Table != g.Table() {
+		t.Fatalf("refusal names table %q, want %q (the Guard says %q)", se.Table, want, g.Table())
+	}
+	if se.Presented != older || se.Current != newer {
+		t.Fatalf("presented %d current %d, want %d and %d", se.Presented, se.Current, older, newer)
+	}
+}
