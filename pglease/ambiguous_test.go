@@ -3,6 +3,7 @@ package pglease_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -229,6 +230,92 @@ func TestLateDeliveredAcquireNeverHoldsTheKey(t *testing.T) {
 		var after int
 		if err := direct.QueryRow(ctx, "SELECT count(*) FROM pgfence_abandoned_tokens").Scan(&after); err != nil || after != before {
 			t.Fatalf("the sweep deleted fresh tombstones: %d before, %d after, %v", before, after, err)
+		}
+	})
+}
+
+// An acquisition whose answer is lost while the client closes: its grant
+// lands on the server only after the caller's first give-back (the row was
+// locked by another transaction then), and the second give-back, which
+// Close no longer waits for, runs on the caller's goroutine instead of being
+// dropped. The key is not left held for the hour-long TTL.
+func TestCloseDuringAmbiguousAcquireStillGivesBack(t *testing.T) {
+	ctx := context.Background()
+	var open atomic.Bool
+	open.Store(true)
+	pool, proxy := pgtest.ProxiedPoolGated(t, open.Load, func(cfg *pgxpool.Config) { cfg.MaxConns = 2 })
+	for range 2 { // two connections made while the gate is open
+		conns := make([]*pgxpool.Conn, 0, 2)
+		for range 2 {
+			conn, err := pool.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			conns = append(conns, conn)
+		}
+		for _, conn := range conns {
+			conn.Release()
+		}
+	}
+	direct := pgtest.Pool(t)
+	q := fencedb.New(direct)
+	c, err := pglease.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	key := uniqueKey(t)
+	tombstones := func() (n int) {
+		if err := direct.QueryRow(ctx, "SELECT count(*) FROM pgfence_abandoned_tokens").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := tombstones()
+
+	// An uncommitted row for key: the acquisition waits for it, and the
+	// first give-back cannot see it.
+	tx, err := direct.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "INSERT INTO lock_leases VALUES ($1, 'blocker', 'blocker-token', 1, now(), now())", key); err != nil {
+		t.Fatal(err)
+	}
+	fired := proxy.CutAfterSending("INSERT INTO /* TEMPLATE: schema */lock_leases", 300*time.Millisecond)
+	res := make(chan error, 1)
+	go func() { _, err := c.TryAcquire(ctx, key, time.Hour); res <- err }()
+	pgtest.Step(t, "the client closes while the answer is lost", func(t *testing.T) {
+		<-fired
+		open.Store(false) // no cancel request reaches the server
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	pgtest.Step(t, "the caller gives the grant back once; the row is locked then", func(t *testing.T) {
+		waitUntil(t, "the caller tombstones its token", func() bool { return tombstones() > before })
+	})
+	pgtest.Step(t, "the blocker goes; the waiting acquisition is granted", func(t *testing.T) {
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, "the late grant lands", func() bool {
+			row, err := q.GetLease(ctx, key)
+			return err == nil && row.Owner == c.Owner()
+		})
+	})
+	pgtest.Step(t, "the second give-back releases it", func(t *testing.T) {
+		if err := <-res; err == nil {
+			t.Fatal("the acquisition whose answer was lost succeeded after Close")
+		}
+		row, err := q.GetLease(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if row.Held {
+			t.Fatalf("the late grant is still held (%v left): the second give-back was dropped",
+				time.Duration(row.RemainingMicros)*time.Microsecond)
 		}
 	})
 }

@@ -89,8 +89,9 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Client, error) {
 // of an acquisition whose answer was lost, which runs once the lost
 // statement's lock waits are surely over (a second per key it carried, plus
 // half a second, after the loss): so Close may take that long after a broken
-// connection, rather than leave such a grant held until its TTL. Later calls
-// fail with ErrClosed.
+// connection, rather than leave such a grant held until its TTL (an
+// acquisition still in flight when Close returns waits for its own second
+// give-back before it returns its error). Later calls fail with ErrClosed.
 // Close the client before its pool: the listener's connection is no longer
 // the pool's, so only Close ends it.
 func (c *Client) Close() error {
@@ -152,11 +153,14 @@ func (c *Client) checkArgs(key string, ttl time.Duration) error {
 	if ttl < MinTTL || ttl > MaxTTL {
 		return invalid("TTL %v is outside [%v, %v]", ttl, MinTTL, MaxTTL)
 	}
-	if c.cfg.autoRenew && c.cfg.renewInterval >= ttl {
-		return invalid("renew interval %v must be shorter than the TTL %v (a third of it is the default)", c.cfg.renewInterval, ttl)
-	}
 	if c.cfg.safetyMargin >= ttl {
 		return invalid("safety margin %v must be shorter than the TTL %v", c.cfg.safetyMargin, ttl)
+	}
+	if s := c.schedule(ttl); c.cfg.autoRenew && s.Interval() >= ttl-s.SafetyMargin() {
+		// The local deadline (TTL - margin after the grant) would pass before
+		// the first renewal is due: every lease would be lost.
+		return invalid("renew interval %v must be shorter than the TTL %v minus the safety margin %v (defaults: a third and a tenth of the TTL)",
+			s.Interval(), ttl, s.SafetyMargin())
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -255,6 +259,9 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (_ 
 // every protected write, so that the resource can refuse it if the lease was
 // lost on the way. The error joins fn's error and the release's.
 func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context, l *Lease) error) error {
+	if fn == nil {
+		return invalid("Do needs a function to run")
+	}
 	l, err := c.Acquire(ctx, key, ttl)
 	if err != nil {
 		return err
@@ -266,6 +273,9 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 // ErrNotAcquired at once without running fn. It suits scheduled work, where a
 // held key means another instance is doing this tick's work.
 func (c *Client) TryDo(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context, l *Lease) error) error {
+	if fn == nil {
+		return invalid("TryDo needs a function to run")
+	}
 	l, err := c.TryAcquire(ctx, key, ttl)
 	if err != nil {
 		return err
@@ -273,16 +283,20 @@ func (c *Client) TryDo(ctx context.Context, key string, ttl time.Duration, fn fu
 	return c.run(ctx, l, fn)
 }
 
-func (c *Client) run(ctx context.Context, l *Lease, fn func(context.Context, *Lease) error) error {
+// run runs fn under l and releases l when fn returns, or panics: a panic
+// goes on up once the lease is given back, rather than leaving it held and
+// renewed until Close.
+func (c *Client) run(ctx context.Context, l *Lease, fn func(context.Context, *Lease) error) (err error) {
 	fnCtx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
-	fnErr := fn(fnCtx, l)
-	stop()
-	cancel(nil)
-	relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer relCancel()
-	relErr := l.Release(relCtx)
-	return errors.Join(fnErr, relErr)
+	defer func() {
+		stop()
+		cancel(nil)
+		relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer relCancel()
+		err = errors.Join(err, l.Release(relCtx))
+	}()
+	return fn(fnCtx, l)
 }
 
 func newToken() string {
@@ -385,15 +399,22 @@ func (c *Client) abandon(ctx context.Context, key, token string) (bool, error) {
 // (for keys attempts) must have ended: lock_timeout bounds each of its row
 // lock waits, one per key.
 func (c *Client) recheckLater(key, token string, keys int) {
-	if !c.track() {
-		return
-	}
-	go func() {
-		defer c.wg.Done()
+	recheck := func() {
 		time.Sleep(time.Duration(keys)*acquireLockTimeout + 500*time.Millisecond)
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.resolveWait)
 		defer cancel()
 		c.abandon(ctx, key, token)
+	}
+	if !c.track() {
+		// Closed meanwhile, so Close waits for no goroutine of ours: the
+		// caller (whose acquisition failed) waits for the recheck instead,
+		// rather than leave a late grant held until its TTL.
+		recheck()
+		return
+	}
+	go func() {
+		defer c.wg.Done()
+		recheck()
 	}()
 }
 

@@ -58,10 +58,22 @@ func (c *Client) startLease(key, token string, fence int64, expiresAt time.Time,
 		deadline:  c.schedule(ttl).Deadline(sent),
 		expiresAt: expiresAt,
 	}
+	// The timers exist before the lease is published in c.leases: Close
+	// (or a Release racing this) may take it from there at once.
+	l.mu.Lock()
+	l.timer = time.AfterFunc(time.Until(l.deadline), l.deadlinePassed)
+	if c.cfg.autoRenew {
+		l.renewTimer = time.AfterFunc(c.schedule(ttl).Interval(), l.renewDue)
+	}
+	l.mu.Unlock()
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		// Closed while acquiring: give the grant back.
+		l.mu.Lock()
+		l.ended = true
+		l.stopTimers()
+		l.mu.Unlock()
 		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer rcancel()
 		c.release(rctx, key, fence)
@@ -72,13 +84,6 @@ func (c *Client) startLease(key, token string, fence int64, expiresAt time.Time,
 	c.mu.Unlock()
 	c.stats.acquired.Add(1)
 	c.met.leaseStarted()
-
-	l.mu.Lock()
-	l.timer = time.AfterFunc(time.Until(l.deadline), l.deadlinePassed)
-	if c.cfg.autoRenew {
-		l.renewTimer = time.AfterFunc(c.schedule(ttl).Interval(), l.renewDue)
-	}
-	l.mu.Unlock()
 	return l, nil
 }
 
@@ -149,15 +154,20 @@ func (l *Lease) lose(cause error) bool {
 		return false
 	}
 	l.ended = true
-	l.timer.Stop()
-	if l.renewTimer != nil {
-		l.renewTimer.Stop()
-	}
+	l.stopTimers()
 	l.mu.Unlock()
 	l.cancel(cause)
 	l.c.stats.lost.Add(1)
 	l.c.cfg.logger.Warn("pglease: lease lost", "key", l.key, "fence", l.fence, "cause", cause)
 	return true
+}
+
+// stopTimers stops both timers; l.mu is held.
+func (l *Lease) stopTimers() {
+	l.timer.Stop()
+	if l.renewTimer != nil {
+		l.renewTimer.Stop()
+	}
 }
 
 func (l *Lease) deadlinePassed() {

@@ -498,3 +498,60 @@ func TestCloseReleasesLeases(t *testing.T) {
 	}
 	l2.Release(ctx)
 }
+
+// A panic in Do's function goes on up, after the lease is released; a nil
+// function is refused before anything is acquired.
+func TestDoReleasesOnPanic(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	q := fencedb.New(pool)
+	c := newClient(t, pool)
+	key := uniqueKey(t)
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("the panic did not reach Do's caller")
+			}
+		}()
+		c.Do(ctx, key, time.Hour, func(context.Context, *pglease.Lease) error { panic("boom") })
+	}()
+	row, err := q.GetLease(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if row.Held {
+		t.Fatal("the lease stayed held after its function panicked")
+	}
+	if err := c.Do(ctx, key, time.Second, nil); !errors.Is(err, pglease.ErrInvalidInput) {
+		t.Fatalf("Do(nil) = %v, want ErrInvalidInput", err)
+	}
+	if err := c.TryDo(ctx, key, time.Second, nil); !errors.Is(err, pglease.ErrInvalidInput) {
+		t.Fatalf("TryDo(nil) = %v, want ErrInvalidInput", err)
+	}
+}
+
+// A renew interval that does not come before the local deadline (TTL minus
+// the safety margin) could never keep a lease: it is refused per call.
+func TestRenewIntervalBeforeLocalDeadline(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	for _, tc := range []struct {
+		name string
+		opts []pglease.Option
+	}{
+		{"margin leaves less than the default interval", []pglease.Option{pglease.WithSafetyMargin(900 * time.Millisecond)}},
+		{"interval past TTL minus the default margin", []pglease.Option{pglease.WithRenewInterval(950 * time.Millisecond)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newClient(t, pool, tc.opts...)
+			if _, err := c.TryAcquire(ctx, uniqueKey(t), time.Second); !errors.Is(err, pglease.ErrInvalidInput) {
+				t.Fatalf("TryAcquire with TTL 1s = %v, want ErrInvalidInput", err)
+			}
+			l, err := c.TryAcquire(ctx, uniqueKey(t), 10*time.Second) // the same options fit a longer TTL
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.Release(ctx)
+		})
+	}
+}

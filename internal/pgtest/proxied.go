@@ -19,6 +19,14 @@ import (
 // configuration after that, as for Pool. Both end with the test.
 func ProxiedPool(t testing.TB, opts ...func(*pgxpool.Config)) (*pgxpool.Pool, *faultproxy.Proxy) {
 	t.Helper()
+	return ProxiedPoolGated(t, nil, opts...)
+}
+
+// ProxiedPoolGated is ProxiedPool whose proxy opens a server connection
+// only while open() says so (nil: always): a test closes the gate to keep
+// new connections, pgx's cancel requests included, from reaching the server.
+func ProxiedPoolGated(t testing.TB, open func() bool, opts ...func(*pgxpool.Config)) (*pgxpool.Pool, *faultproxy.Proxy) {
+	t.Helper()
 	var proxy *faultproxy.Proxy
 	pool := Pool(t, func(cfg *pgxpool.Config) {
 		up := cfg.ConnConfig
@@ -27,7 +35,12 @@ func ProxiedPool(t testing.TB, opts ...func(*pgxpool.Config)) (*pgxpool.Pool, *f
 			network, addr = "unix", filepath.Join(up.Host, ".s.PGSQL."+strconv.Itoa(int(up.Port)))
 		}
 		var err error
-		proxy, err = faultproxy.New(func() (net.Conn, error) { return net.Dial(network, addr) })
+		proxy, err = faultproxy.New(func() (net.Conn, error) {
+			if open != nil && !open() {
+				return nil, net.ErrClosed
+			}
+			return net.Dial(network, addr)
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
