@@ -319,3 +319,44 @@ func TestCloseDuringAmbiguousAcquireStillGivesBack(t *testing.T) {
 		}
 	})
 }
+
+// A caller whose context ends while it waits for a pool connection sent
+// nothing: it gets its context's error at once, not the outcome-unknown path
+// (which wrote a tombstone and kept it up to 5 s past its deadline on a pool
+// that had no connection to spare).
+func TestPoolWaitIsNotAmbiguous(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t, func(cfg *pgxpool.Config) { cfg.MaxConns = 1 })
+	direct := pgtest.Pool(t)
+	c := newClient(t, pool)
+	key := uniqueKey(t)
+	var before int
+	if err := direct.QueryRow(ctx, "SELECT count(*) FROM pgfence_abandoned_tokens").Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	held, err := pool.Acquire(ctx) // the pool's only connection
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release()
+
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_, err = c.TryAcquire(cctx, key, time.Minute)
+	took := time.Since(start)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("TryAcquire with no connection to take: %v, want context.DeadlineExceeded", err)
+	}
+	var amb *pglease.AmbiguousError
+	if errors.As(err, &amb) || c.Stats().AmbiguousAcquires != 0 {
+		t.Fatalf("a statement never sent was taken for one whose answer was lost: %v, stats %+v", err, c.Stats())
+	}
+	if took > time.Second {
+		t.Fatalf("TryAcquire returned %v after its 100ms deadline", took-100*time.Millisecond)
+	}
+	var after int
+	if err := direct.QueryRow(ctx, "SELECT count(*) FROM pgfence_abandoned_tokens").Scan(&after); err != nil || after != before {
+		t.Fatalf("tombstones %d -> %d (err %v): nothing was sent, nothing to abandon", before, after, err)
+	}
+}

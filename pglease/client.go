@@ -16,6 +16,7 @@ import (
 
 	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/inschema"
+	"github.com/pgfence/pgfence/internal/notsent"
 	"github.com/pgfence/pgfence/internal/pgerr"
 	"github.com/pgfence/pgfence/internal/pgmode"
 	"github.com/pgfence/pgfence/internal/validate"
@@ -72,8 +73,11 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Client, error) {
 		}
 	}
 	// inschema.Wrap names WithSchema's schema in every statement (the pool itself without one).
-	c := &Client{pool: pool, direct: fencedb.New(inschema.Wrap(pool, cfg.schema)),
-		pooled: fencedb.New(inschema.Wrap(pgmode.Wrap(pool), cfg.schema)),
+	// Through notsent, a statement that never got a connection is told from
+	// one whose answer was lost (mayHaveExecuted).
+	db := notsent.Wrap(pool)
+	c := &Client{pool: pool, direct: fencedb.New(inschema.Wrap(db, cfg.schema)),
+		pooled: fencedb.New(inschema.Wrap(pgmode.Wrap(db), cfg.schema)),
 		mode:   pgmode.NewAuto(pool), cfg: cfg, leases: map[*Lease]struct{}{}}
 	c.met = newMetrics(cfg.meterProvider, pool)
 	c.closing, c.stopClosing = context.WithCancel(context.Background())
@@ -431,6 +435,9 @@ func (c *Client) explain(key string, err error) error {
 func mayHaveExecuted(err error) bool {
 	if pgerr.FromServer(err) {
 		return false // the server answered: the statement failed as a whole
+	}
+	if notsent.Is(err) {
+		return false // no connection was taken: nothing was sent
 	}
 	return !pgconn.SafeToRetry(err)
 }

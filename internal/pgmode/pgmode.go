@@ -2,7 +2,6 @@ package pgmode
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -95,8 +94,8 @@ func PipelineSafe(ctx context.Context, pool interface {
 // go through Wrap, which is safe everywhere.
 type Auto struct {
 	pool  *pgxpool.Pool
-	state atomic.Int32 // autoUnknown, autoDirect or autoPooled
-	mu    sync.Mutex   // one check at a time
+	state atomic.Int32  // autoUnknown, autoDirect or autoPooled
+	check chan struct{} // a token: one check at a time, waited for within each caller's ctx
 }
 
 const (
@@ -106,7 +105,7 @@ const (
 )
 
 // NewAuto returns the chooser for pool.
-func NewAuto(pool *pgxpool.Pool) *Auto { return &Auto{pool: pool} }
+func NewAuto(pool *pgxpool.Pool) *Auto { return &Auto{pool: pool, check: make(chan struct{}, 1)} }
 
 // Direct tells whether statements may run in the pool's own mode, checking
 // the pool once (bounded by ctx) the first time it is asked.
@@ -117,8 +116,12 @@ func (a *Auto) Direct(ctx context.Context) bool {
 	case autoPooled:
 		return false
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	select {
+	case a.check <- struct{}{}:
+		defer func() { <-a.check }()
+	case <-ctx.Done():
+		return false // the caller's statement fails on its own ctx, in the safe mode
+	}
 	if s := a.state.Load(); s != autoUnknown {
 		return s == autoDirect
 	}
