@@ -87,6 +87,9 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
+// closeReleases is how many releases Close runs at once.
+const closeReleases = 8
+
 // Close stops every renewal and the wake-on-release listener, releases every
 // lease this client still holds (best effort, each within a few seconds) and
 // waits for the client's goroutines to end. Those include the second give-back
@@ -114,14 +117,23 @@ func (c *Client) Close() error {
 	if c.wake != nil {
 		c.wake.stop()
 	}
-	var errs []error
-	for _, l := range held {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := l.Release(ctx); err != nil && !errors.Is(err, ErrLeaseLost) {
-			errs = append(errs, err)
-		}
-		cancel()
+	// Released a few at a time, each within 5 s: against a server that went
+	// silent, Close takes seconds, not 5 s per lease held.
+	errs := make([]error, len(held))
+	sem := make(chan struct{}, closeReleases)
+	var wg sync.WaitGroup
+	for i, l := range held {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := l.Release(ctx); err != nil && !errors.Is(err, ErrLeaseLost) {
+				errs[i] = err
+			}
+		})
 	}
+	wg.Wait()
 	c.wg.Wait()
 	c.met.close()
 	return errors.Join(errs...)
