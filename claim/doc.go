@@ -63,7 +63,9 @@
 // when a claim is due (one durable commit for both), so a worker takes its
 // next job while the last one's completion is written. Each job learns on its own
 // whether its completion counted (LeaseLost when it did not), and [Completed]
-// is reported only after the completion committed durably. A completion
+// is reported only after the completion committed durably. A handler that
+// returns nil after its context ended with a lost lease gets no completion:
+// LeaseLost, and Rescue takes the job back after its expiry. A completion
 // whose answer was lost (connection cut) is settled before it is reported:
 // it is sent again and the rows are read back by id + fence on another
 // connection, within the write timeout; WriteError only when even that

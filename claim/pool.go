@@ -18,7 +18,12 @@ import (
 // (context.Cause is then a *LeaseLostError), when the runner's shutdown grace
 // period ends (ErrShutdown), or when the job ends. Returning nil completes the
 // job; an error fails it (retried after the backoff, dead after its last
-// attempt); a panic counts as an error. Make the job's effects fenced or
+// attempt); a panic counts as an error. If the job's lease was lost before
+// the handler returned (its context ended with a *LeaseLostError), returning
+// nil does not complete the job: the runner writes nothing, reports the
+// outcome LeaseLost (counted in pgfence.job.lease_lost, op complete), and
+// Rescue takes the job back once its lease expires in the database, so it
+// runs again (at least once). Make the job's effects fenced or
 // idempotent: a handler may run again after a lost lease, and the database,
 // not the handler, decides which attempt's completion counts (see
 // Claimer.CompleteTx for effects in the same database).
@@ -46,8 +51,10 @@ const (
 	// Released: shutdown interrupted the handler; the job went back to the
 	// queue without counting the attempt.
 	Released
-	// LeaseLost: the database refused the completion, failure or release:
-	// the job was rescued or claimed again meanwhile. This attempt does not
+	// LeaseLost: the database refused the completion, failure or release
+	// (the job was rescued or claimed again meanwhile), or the handler
+	// returned nil after its lease was lost (its context ended with a
+	// *LeaseLostError), so no completion was sent. This attempt does not
 	// count.
 	LeaseLost
 	// WriteError: the completion, failure or release could not be written,
@@ -488,6 +495,16 @@ func (p *Runner) process(base context.Context, r *run, j *Job) {
 	cancel(nil)
 
 	if herr == nil && p.txh == nil {
+		if errors.Is(cause, ErrLeaseLost) {
+			// The lease was lost (local deadline passed, or a renewal
+			// found the job gone) before the handler returned: its work
+			// may overlap another attempt's, so it is not completed.
+			// Rescue takes the job back once its lease expires.
+			r.renew.remove(j)
+			p.c.met.leaseLost(opComplete)
+			p.report(j, Result{Outcome: LeaseLost, Err: cause})
+			return
+		}
 		// The renewer keeps the lease until the completion is written.
 		r.completions <- j
 		return
@@ -627,6 +644,7 @@ func (p *Runner) callTx(ctx context.Context, j *Job) error {
 		return err
 	}
 	if cause := context.Cause(ctx); errors.Is(cause, ErrLeaseLost) {
+		p.c.met.leaseLost(opComplete)
 		return &completedInTx{outcome: LeaseLost, err: cause}
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.writeTimeout)
