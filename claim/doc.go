@@ -79,7 +79,9 @@
 // job (CompleteTx), so a job's effects in this database count only if its
 // completion does. That is one transaction, and one durable commit, per job:
 // it does not batch completions, and runs at a fraction of Runner's rate (see
-// BenchmarkJobThroughput). A [TxHandler] that returns nil after its context
+// BenchmarkJobThroughput). Each worker holds a pool connection for its
+// handler's transaction, so the pool's MaxConns must be at least workers + 2
+// (+1 with WithListen); NewTxRunner refuses a smaller pool. A [TxHandler] that returns nil after its context
 // ended with a lost lease is LeaseLost and its effects roll back; a commit
 // whose answer was lost is settled by reading the row back by id + fence
 // (completed under this fence: Completed; still running under it: the

@@ -232,6 +232,17 @@ type Runner struct {
 
 // NewTxRunner returns a runner whose handler runs in a transaction that
 // also completes the job (see TxHandler). Start it with Run.
+//
+// Each worker holds one of the claimer's pool connections (its transaction)
+// for the whole of its handler, while the renewals, the claims and the
+// rescues need connections of their own from the same pool: the renewer
+// and the claiming loop each send one statement at a time, and the rescue
+// loop's short statement shares with them. So the pool's MaxConns must be at
+// least workers + 2 (one for renewals, one for claims and rescues), and
+// workers + 3 with WithListen, whose listener holds a connection for the
+// length of Run. A smaller pool would starve the renewals of connections
+// while the handlers run, and every job longer than its lease would lose it;
+// NewTxRunner refuses it with ErrInvalidInput.
 func NewTxRunner(c *Claimer, h TxHandler, opts ...RunnerOption) (*Runner, error) {
 	if h == nil {
 		return nil, invalid("nil handler")
@@ -239,6 +250,15 @@ func NewTxRunner(c *Claimer, h TxHandler, opts ...RunnerOption) (*Runner, error)
 	p, err := NewRunner(c, func(context.Context, *Job) error { return nil }, opts...)
 	if err != nil {
 		return nil, err
+	}
+	need, why := p.cfg.workers+2, "one for renewals, one for claims"
+	if p.cfg.listen != "" {
+		need, why = need+1, why+", one held by WithListen's listener"
+	}
+	if have := int(c.pool.Config().MaxConns); have < need {
+		return nil, invalid("the pool's MaxConns %d is too small for a transaction runner with %d workers: "+
+			"each worker holds a connection for its handler's transaction, so set MaxConns to at least %d "+
+			"(workers + %d: %s), or use fewer workers", have, p.cfg.workers, need, need-p.cfg.workers, why)
 	}
 	p.h, p.txh = nil, h
 	return p, nil
