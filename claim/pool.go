@@ -688,7 +688,7 @@ func (p *Runner) settleTx(j *Job, commitErr error) error {
 	p.c.cfg.logger.Warn("claim: commit answer lost; reading the job back", "job", j.ID, "fence", j.Fence, "err", commitErr)
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.writeTimeout)
 	defer cancel()
-	states, err := p.c.readBack(ctx, []*Job{j})
+	states, err := p.c.readBack(ctx, nil, []*Job{j})
 	switch {
 	case err != nil:
 		return &completedInTx{outcome: WriteError, err: fmt.Errorf("%w; reading the job back: %w", commitErr, err)}
