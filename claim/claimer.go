@@ -221,9 +221,18 @@ func (c *Claimer) checkJob(j *Job) error {
 // job's local deadline moves too. ErrLeaseLost (a *LeaseLostError) means stop
 // working on the job; any other error is transient and the lease stays
 // valid until Deadline.
+//
+// The TTL is the one the job was claimed with (Job.TTL), which only Claim
+// sets: a Job built by hand (&Job{ID: …, Fence: …}) has none, and Renew
+// refuses it with ErrInvalidInput, sending nothing, rather than guess a
+// TTL (the Claimer has no TTL of its own; each Claim names one). Complete,
+// Fail and Release need only ID and Fence and take such a Job.
 func (c *Claimer) Renew(ctx context.Context, j *Job) error {
 	if err := c.checkJob(j); err != nil {
 		return err
+	}
+	if j.ttl == 0 {
+		return invalid("job %d has no TTL: renew a Job returned by Claim (it carries the TTL it was claimed with), not one built by hand", j.ID)
 	}
 	sent := time.Now()
 	var until time.Time
