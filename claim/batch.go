@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/pgerr"
 	"github.com/pgfence/pgfence/internal/pgmode"
 )
@@ -132,11 +133,15 @@ func (c *Claimer) completeAndClaim(ctx context.Context, done []*Job, n int, ttl 
 // readBack reports, for each job (by id + fence), the state of its row if
 // the row still carries the job's fence (absent when it does not: another
 // claim has the job since). It waits for any transaction still holding one of the rows, so the
-// states it returns are final, and it runs on whichever pool connection is
-// free: never the one whose answer was lost, which pgx has closed.
-func (c *Claimer) readBack(ctx context.Context, jobs []*Job) (map[attemptKey]string, error) {
+// states it returns are final. On the pool (q nil) it runs on whichever
+// connection is free: never the one whose answer was lost, which pgx has
+// closed; Claimer.complete passes the caller's transaction instead.
+func (c *Claimer) readBack(ctx context.Context, q fencedb.DBTX, jobs []*Job) (map[attemptKey]string, error) {
+	if q == nil {
+		q = c.pool
+	}
 	ids, fences := idsAndFences(jobs)
-	rows, err := pgmode.Wrap(c.pool).Query(ctx, c.sql.readBack, ids, fences)
+	rows, err := pgmode.Wrap(q).Query(ctx, c.sql.readBack, ids, fences)
 	if err != nil {
 		return nil, fmt.Errorf("claim: read back %d jobs: %w", len(jobs), err)
 	}
@@ -169,7 +174,7 @@ func (c *Claimer) settleMany(ctx context.Context, jobs []*Job) ([]error, error) 
 	if len(rest) == 0 {
 		return res, nil
 	}
-	states, err := c.readBack(ctx, rest)
+	states, err := c.readBack(ctx, nil, rest)
 	if err != nil {
 		return nil, err
 	}

@@ -221,9 +221,18 @@ func (c *Claimer) checkJob(j *Job) error {
 // job's local deadline moves too. ErrLeaseLost (a *LeaseLostError) means stop
 // working on the job; any other error is transient and the lease stays
 // valid until Deadline.
+//
+// The TTL is the one the job was claimed with (Job.TTL), which only Claim
+// sets: a Job built by hand (&Job{ID: …, Fence: …}) has none, and Renew
+// refuses it with ErrInvalidInput, sending nothing, rather than guess a
+// TTL (the Claimer has no TTL of its own; each Claim names one). Complete,
+// Fail and Release need only ID and Fence and take such a Job.
 func (c *Claimer) Renew(ctx context.Context, j *Job) error {
 	if err := c.checkJob(j); err != nil {
 		return err
+	}
+	if j.ttl == 0 {
+		return invalid("job %d has no TTL: renew a Job returned by Claim (it carries the TTL it was claimed with), not one built by hand", j.ID)
 	}
 	sent := time.Now()
 	var until time.Time
@@ -240,7 +249,8 @@ func (c *Claimer) Renew(ctx context.Context, j *Job) error {
 
 // Complete marks the job completed if it still runs under this fence.
 // Completing twice with the same fence (a retry after a lost answer) is not
-// an error. ErrLeaseLost means another worker has or had the job since: this
+// an error, also when the retry waited for the first attempt's transaction
+// (the row is read back after the wait when the statement changed nothing). ErrLeaseLost means another worker has or had the job since: this
 // attempt's result does not count.
 func (c *Claimer) Complete(ctx context.Context, j *Job) error {
 	return c.complete(ctx, c.pool, j)
@@ -265,6 +275,24 @@ func (c *Claimer) complete(ctx context.Context, q fencedb.DBTX, j *Job) error {
 	var ok bool
 	if err := pgmode.Wrap(q).QueryRow(ctx, c.sql.complete, j.ID, j.Fence).Scan(&ok); err != nil {
 		return fmt.Errorf("claim: complete job %d: %w", j.ID, err)
+	}
+	if !ok {
+		// The statement's "already completed under this fence" check
+		// reads its own snapshot, taken before its UPDATE waited for the
+		// row lock. A retry (after a lost answer) queued behind the first
+		// attempt's lock sees the row still running there: the UPDATE,
+		// re-checking the committed row version after the wait, changes
+		// nothing, and the check finds no completed row, although the
+		// first attempt completed the job under this fence. So on this
+		// (rare) path the row is read back in a second statement, a new
+		// snapshot taken after the wait (in the caller's transaction for
+		// CompleteTx, whose READ COMMITTED statements each take their
+		// own), and a completion under this fence counts as success.
+		states, err := c.readBack(ctx, q, []*Job{j})
+		if err != nil {
+			return fmt.Errorf("claim: complete job %d: %w", j.ID, err)
+		}
+		ok = states[attemptOf(j)] == "completed"
 	}
 	if !ok {
 		c.met.leaseLost(opComplete)

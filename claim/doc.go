@@ -63,7 +63,9 @@
 // when a claim is due (one durable commit for both), so a worker takes its
 // next job while the last one's completion is written. Each job learns on its own
 // whether its completion counted (LeaseLost when it did not), and [Completed]
-// is reported only after the completion committed durably. A completion
+// is reported only after the completion committed durably. A handler that
+// returns nil after its context ended with a lost lease gets no completion:
+// LeaseLost, and Rescue takes the job back after its expiry. A completion
 // whose answer was lost (connection cut) is settled before it is reported:
 // it is sent again and the rows are read back by id + fence on another
 // connection, within the write timeout; WriteError only when even that
@@ -77,7 +79,9 @@
 // job (CompleteTx), so a job's effects in this database count only if its
 // completion does. That is one transaction, and one durable commit, per job:
 // it does not batch completions, and runs at a fraction of Runner's rate (see
-// BenchmarkJobThroughput). A [TxHandler] that returns nil after its context
+// BenchmarkJobThroughput). Each worker holds a pool connection for its
+// handler's transaction, so the pool's MaxConns must be at least workers + 2
+// (+1 with WithListen); NewTxRunner refuses a smaller pool. A [TxHandler] that returns nil after its context
 // ended with a lost lease is LeaseLost and its effects roll back; a commit
 // whose answer was lost is settled by reading the row back by id + fence
 // (completed under this fence: Completed; still running under it: the

@@ -86,7 +86,7 @@ func newMetrics(c *Claimer) *metrics {
 		completedN: counter("pgfence.job.completed", "Completions accepted (CompleteTx: before the caller's commit)."),
 		failedN:    counter("pgfence.job.failed", "Failed attempts recorded, by outcome: retry or dead."),
 		rescuedN:   counter("pgfence.job.rescued", "Jobs whose lease expired, taken back by Rescue, by outcome: requeued or dead."),
-		lostN:      counter("pgfence.job.lease_lost", "Completions, failures and releases refused because the job's lease was lost, by op."),
+		lostN:      counter("pgfence.job.lease_lost", "Completions, failures and releases refused because the job's lease was lost, by op (complete also counts a Runner handler that returned nil after its lease was lost: no completion is sent)."),
 		queue:      otelx.NewAttrs(q),
 		failRetry:  out("retry"), failDead: out("dead"),
 		rescueAvail: out("requeued"), rescueDead: out("dead"),

@@ -18,7 +18,12 @@ import (
 // (context.Cause is then a *LeaseLostError), when the runner's shutdown grace
 // period ends (ErrShutdown), or when the job ends. Returning nil completes the
 // job; an error fails it (retried after the backoff, dead after its last
-// attempt); a panic counts as an error. Make the job's effects fenced or
+// attempt); a panic counts as an error. If the job's lease was lost before
+// the handler returned (its context ended with a *LeaseLostError), returning
+// nil does not complete the job: the runner writes nothing, reports the
+// outcome LeaseLost (counted in pgfence.job.lease_lost, op complete), and
+// Rescue takes the job back once its lease expires in the database, so it
+// runs again (at least once). Make the job's effects fenced or
 // idempotent: a handler may run again after a lost lease, and the database,
 // not the handler, decides which attempt's completion counts (see
 // Claimer.CompleteTx for effects in the same database).
@@ -46,8 +51,10 @@ const (
 	// Released: shutdown interrupted the handler; the job went back to the
 	// queue without counting the attempt.
 	Released
-	// LeaseLost: the database refused the completion, failure or release:
-	// the job was rescued or claimed again meanwhile. This attempt does not
+	// LeaseLost: the database refused the completion, failure or release
+	// (the job was rescued or claimed again meanwhile), or the handler
+	// returned nil after its lease was lost (its context ended with a
+	// *LeaseLostError), so no completion was sent. This attempt does not
 	// count.
 	LeaseLost
 	// WriteError: the completion, failure or release could not be written,
@@ -225,6 +232,17 @@ type Runner struct {
 
 // NewTxRunner returns a runner whose handler runs in a transaction that
 // also completes the job (see TxHandler). Start it with Run.
+//
+// Each worker holds one of the claimer's pool connections (its transaction)
+// for the whole of its handler, while the renewals, the claims and the
+// rescues need connections of their own from the same pool: the renewer
+// and the claiming loop each send one statement at a time, and the rescue
+// loop's short statement shares with them. So the pool's MaxConns must be at
+// least workers + 2 (one for renewals, one for claims and rescues), and
+// workers + 3 with WithListen, whose listener holds a connection for the
+// length of Run. A smaller pool would starve the renewals of connections
+// while the handlers run, and every job longer than its lease would lose it;
+// NewTxRunner refuses it with ErrInvalidInput.
 func NewTxRunner(c *Claimer, h TxHandler, opts ...RunnerOption) (*Runner, error) {
 	if h == nil {
 		return nil, invalid("nil handler")
@@ -232,6 +250,15 @@ func NewTxRunner(c *Claimer, h TxHandler, opts ...RunnerOption) (*Runner, error)
 	p, err := NewRunner(c, func(context.Context, *Job) error { return nil }, opts...)
 	if err != nil {
 		return nil, err
+	}
+	need, why := p.cfg.workers+2, "one for renewals, one for claims"
+	if p.cfg.listen != "" {
+		need, why = need+1, why+", one held by WithListen's listener"
+	}
+	if have := int(c.pool.Config().MaxConns); have < need {
+		return nil, invalid("the pool's MaxConns %d is too small for a transaction runner with %d workers: "+
+			"each worker holds a connection for its handler's transaction, so set MaxConns to at least %d "+
+			"(workers + %d: %s), or use fewer workers", have, p.cfg.workers, need, need-p.cfg.workers, why)
 	}
 	p.h, p.txh = nil, h
 	return p, nil
@@ -488,6 +515,16 @@ func (p *Runner) process(base context.Context, r *run, j *Job) {
 	cancel(nil)
 
 	if herr == nil && p.txh == nil {
+		if errors.Is(cause, ErrLeaseLost) {
+			// The lease was lost (local deadline passed, or a renewal
+			// found the job gone) before the handler returned: its work
+			// may overlap another attempt's, so it is not completed.
+			// Rescue takes the job back once its lease expires.
+			r.renew.remove(j)
+			p.c.met.leaseLost(opComplete)
+			p.report(j, Result{Outcome: LeaseLost, Err: cause})
+			return
+		}
 		// The renewer keeps the lease until the completion is written.
 		r.completions <- j
 		return
@@ -627,6 +664,7 @@ func (p *Runner) callTx(ctx context.Context, j *Job) error {
 		return err
 	}
 	if cause := context.Cause(ctx); errors.Is(cause, ErrLeaseLost) {
+		p.c.met.leaseLost(opComplete)
 		return &completedInTx{outcome: LeaseLost, err: cause}
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.writeTimeout)
@@ -650,7 +688,7 @@ func (p *Runner) settleTx(j *Job, commitErr error) error {
 	p.c.cfg.logger.Warn("claim: commit answer lost; reading the job back", "job", j.ID, "fence", j.Fence, "err", commitErr)
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.writeTimeout)
 	defer cancel()
-	states, err := p.c.readBack(ctx, []*Job{j})
+	states, err := p.c.readBack(ctx, nil, []*Job{j})
 	switch {
 	case err != nil:
 		return &completedInTx{outcome: WriteError, err: fmt.Errorf("%w; reading the job back: %w", commitErr, err)}

@@ -103,7 +103,10 @@ type CompleteJobParams struct {
 }
 
 // Completes job $1 under fence $2; true also when it is already completed
-// under that fence (a retry after a lost answer).
+// under that fence (a retry after a lost answer) as of the statement's
+// snapshot. That snapshot is taken before the UPDATE waits for the row lock,
+// so a retry queued behind the completing transaction answers false: on
+// false, claim reads the row back in a new statement (ReadBackJobs).
 func (q *Queries) CompleteJob(ctx context.Context, arg CompleteJobParams) (pgtype.Bool, error) {
 	row := q.db.QueryRow(ctx, CompleteJob, arg.ID, arg.Fence)
 	var column_1 pgtype.Bool

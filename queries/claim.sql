@@ -33,7 +33,10 @@ RETURNING /* TEMPLATE: col */expires_at;
 
 -- name: CompleteJob :one
 -- Completes job $1 under fence $2; true also when it is already completed
--- under that fence (a retry after a lost answer).
+-- under that fence (a retry after a lost answer) as of the statement's
+-- snapshot. That snapshot is taken before the UPDATE waits for the row lock,
+-- so a retry queued behind the completing transaction answers false: on
+-- false, claim reads the row back in a new statement (ReadBackJobs).
 WITH upd AS (
   UPDATE /* TEMPLATE: table */pgfence_jobs SET /* TEMPLATE: col */state = 'completed'/* TEMPLATE_IF: finished_at */, /* TEMPLATE: col */finished_at = now()/* TEMPLATE_END */
    WHERE /* TEMPLATE: col */id = $1 AND /* TEMPLATE: col */fence = $2 AND /* TEMPLATE: col */state = 'running'
