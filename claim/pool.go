@@ -699,6 +699,7 @@ func (p *Runner) settleTx(j *Job, commitErr error) error {
 		// attempt failed, its effects are gone.
 		return commitErr
 	}
+	p.c.met.leaseLost(opComplete)
 	return &completedInTx{outcome: LeaseLost, err: &LeaseLostError{Op: "complete", JobID: j.ID, Fence: j.Fence}}
 }
 
