@@ -109,6 +109,11 @@ func (c *Client) observeLoop(ctx context.Context, key string, last Holder, ch ch
 			cur.Held = false // wait a full interval, not until an expiry already passed
 			continue
 		}
+		if h.Fence == 0 && last.Fence != 0 {
+			// The row was swept after its lease ended: the last grant's
+			// fence still stands, and a 0 would run fences backwards.
+			h, h.Held, h.Remaining = last, false, 0
+		}
 		cur = h
 		// One grant is one fence: a renewal keeps it, a new grant (even to
 		// the same owner) takes a new one, and an end clears Held.

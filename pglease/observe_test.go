@@ -286,3 +286,47 @@ func TestObserveWakesOnRelease(t *testing.T) {
 	}
 	t.Logf("release seen after %v", time.Since(start))
 }
+
+// A sweep that deletes an ended lease's row changes nothing an observer
+// sees: the last grant's fence still stands (a 0 would run fences
+// backwards), and the next grant comes with a larger one.
+func TestObserveKeepsFenceAcrossSweep(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	key := uniqueKey(t)
+	c := newClient(t, pool, pglease.WithObserveInterval(20*time.Millisecond))
+	l, err := c.TryAcquire(ctx, key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := c.Observe(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := <-ch; !h.Held || h.Fence != l.Fence() {
+		t.Fatalf("first: %+v, want held with fence %d", h, l.Fence())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if h := <-ch; h.Held || h.Fence != l.Fence() {
+		t.Fatalf("after release: %+v, want not held with fence %d", h, l.Fence())
+	}
+	time.Sleep(5 * time.Millisecond) // the released row's expiry falls behind now(): sweepable with grace 0
+	if n, err := c.SweepExpired(ctx, 0); err != nil || n < 1 {
+		t.Fatalf("SweepExpired = %d, %v; want the released row deleted", n, err)
+	}
+	select {
+	case h := <-ch:
+		t.Fatalf("the sweep was reported as a change: %+v", h)
+	case <-time.After(150 * time.Millisecond): // several polls
+	}
+	l2, err := c.TryAcquire(ctx, key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Release(ctx)
+	if h := <-ch; !h.Held || h.Fence != l2.Fence() || h.Fence <= l.Fence() {
+		t.Fatalf("after the next grant: %+v, want held with fence %d > %d", h, l2.Fence(), l.Fence())
+	}
+}
