@@ -9,8 +9,14 @@
 // afterwards: the row writes against a fenced-register model with the
 // porcupine linearizability checker, the jobs directly (every acknowledged
 // completion present, no job's effect applied twice), the lease grants for
-// rising fences. An unfenced control run of the same workload must be
-// flagged, so the checker is known to bite.
+// rising fences. Mutual exclusion itself is checked on the database's own
+// record of every lease row version (a trigger the suite installs): each
+// grant's fence is higher than the previous holder's and it was granted no
+// earlier than that holder's lease expired. Likewise every committed update
+// of a fenced row is recorded, and the fence it applied must never go down,
+// even where no read saw it. An unfenced control run of the same workload
+// must be flagged, and overlapping grants and a hidden stale write injected
+// after the fenced run must be reported, so the checkers are known to bite.
 //
 // The short run is part of go test; PGFENCE_SOAK=10m makes it a soak of
 // that length (see README, "Reliability").

@@ -94,6 +94,12 @@ func newHarness(t *testing.T, cfg config) *harness {
 			t.Fatal(err)
 		}
 	}
+	if err := installLeaseAudit(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if err := installRegisterAudit(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
 	for k := range keys {
 		if _, err := pool.Exec(ctx, `INSERT INTO fs_rows (k) VALUES ($1)`, fmt.Sprintf("k%d", k)); err != nil {
 			t.Fatal(err)
@@ -346,10 +352,12 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 
 // verdict is what the checks found.
 type verdict struct {
-	register   porcupine.CheckResult
-	info       porcupine.LinearizationInfo
-	violations []string // from the direct checks
-	ops        map[string]int
+	register    porcupine.CheckResult
+	info        porcupine.LinearizationInfo
+	violations  []string // from the direct checks
+	ops         map[string]int
+	leaseGrants int // grants the lease audit checked for mutual exclusion
+	rowUpdates  int // row updates the register audit checked for falling fences
 }
 
 // history turns the workers' records into register operations, lease
@@ -431,6 +439,18 @@ func (h *harness) check(timeout time.Duration) verdict {
 		h.t.Fatal(err)
 	}
 	v.violations = append(v.violations, jv...)
+	n, lv, err := checkLeaseAudit(ctx, h.pool)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	v.leaseGrants = n
+	v.violations = append(v.violations, lv...)
+	n, rv, err := checkRegisterAudit(ctx, h.pool)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	v.rowUpdates = n
+	v.violations = append(v.violations, rv...)
 	return v
 }
 
@@ -566,6 +586,8 @@ func (h *harness) report(v verdict) {
 	sort.Strings(faults)
 	h.t.Logf("%d operations (%s)", total, strings.Join(ops, ", "))
 	h.t.Logf("%d faults injected (%s)", nf, strings.Join(faults, ", "))
+	h.t.Logf("lease audit: %d grants checked for mutual exclusion (database row versions)", v.leaseGrants)
+	h.t.Logf("register audit: %d row updates checked for a falling fence (database row versions)", v.rowUpdates)
 	h.t.Logf("register check: %s; direct-check violations: %d", v.register, len(v.violations))
 	for i, s := range v.violations {
 		if i == 20 {
@@ -615,6 +637,14 @@ func TestFencedUnderFaults(t *testing.T) {
 	if len(v.violations) > 0 {
 		t.Errorf("%d violations in the lease and job history (listed above)", len(v.violations))
 	}
+	if v.leaseGrants == 0 {
+		t.Error("the lease audit checked no grant: mutual exclusion went unchecked")
+	}
+	if v.rowUpdates == 0 {
+		t.Error("the register audit checked no row update: applied fences went unchecked")
+	}
+	checkLeaseAuditBites(t, h.pool)
+	checkRegisterAuditBites(t, h.pool)
 	for _, w := range h.workers {
 		if s := w.stderr.String(); strings.Contains(s, "panic") || strings.Contains(s, "DATA RACE") {
 			t.Errorf("worker %d: %s", w.id, s)
