@@ -156,7 +156,11 @@ func TestPlanFigures(t *testing.T) {
 		{30 * time.Second, 15 * time.Second, 0, 15 * time.Second, 0, 0},
 		{30 * time.Second, 5 * time.Second, 20 * time.Second, 25 * time.Second, 4, 0},
 		{30 * time.Second, 29 * time.Second, time.Second, time.Second, 0, 0},
-		{10 * time.Second, 3 * time.Second, 8 * time.Second, 7 * time.Second, 2, time.Second},
+		// Renewals due at or after the local deadline (TTL - TTL/10) do not
+		// count: the holder has stopped itself by then.
+		{10 * time.Second, 3 * time.Second, 8 * time.Second, 7 * time.Second, 1, time.Second},
+		{30 * time.Second, 14 * time.Second, 0, 16 * time.Second, 0, 0},
+		{30 * time.Second, 9500 * time.Millisecond, 0, 20500 * time.Millisecond, 1, 0},
 	} {
 		p := plan(tc.ttl, tc.renew, tc.ttl/10, tc.freeze)
 		if p.Absorbed != tc.absorbed || p.FailuresTolerated != tc.tolerated || p.StaleWorst != tc.staleWorst {

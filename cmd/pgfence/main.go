@@ -54,7 +54,10 @@ func fail(code int, format string, args ...any) *exitError {
 }
 
 // app holds what every subcommand shares: output streams that never show a
-// password, and the scrubber behind them.
+// password, and the scrubber behind them. stdout carries data (keys, fences,
+// times), where a short password may occur inside a number by chance: it is
+// scrubbed by whole tokens (dsn.Scrubber.Tokens); stderr, errors and logs,
+// everywhere.
 type app struct {
 	stdout, stderr io.Writer
 	scrub          *dsn.Scrubber
@@ -64,7 +67,7 @@ type app struct {
 
 func main() {
 	scrub := &dsn.Scrubber{}
-	a := &app{stdout: scrub.Writer(os.Stdout), stderr: scrub.Writer(os.Stderr), scrub: scrub}
+	a := &app{stdout: scrub.TokenWriter(os.Stdout), stderr: scrub.Writer(os.Stderr), scrub: scrub}
 	os.Exit(a.run(context.Background(), os.Args[1:]))
 }
 

@@ -36,9 +36,10 @@ type planResult struct {
 func plan(ttl, renew, margin, freeze time.Duration) planResult {
 	p := planResult{TTL: ttl, Renew: renew, Margin: margin, Freeze: freeze}
 	p.Absorbed = ttl - renew
-	// Renewals fall due at R, 2R, ...; those strictly before the TTL count,
-	// and the last of them must succeed.
-	attempts := int((ttl - 1) / renew)
+	// Renewals fall due at R, 2R, ...; those strictly before the holder's
+	// local deadline (TTL - margin) count, since at that deadline it stops
+	// itself, and the last of them must succeed.
+	attempts := int((ttl - margin - 1) / renew)
 	p.FailuresTolerated = max(attempts-1, 0)
 	if freeze > p.Absorbed {
 		p.StaleWorst = freeze - p.Absorbed
@@ -94,7 +95,7 @@ func (a *app) cmdPlan(args []string) error {
 	fmt.Fprintf(tw, "renew interval\t%v\t(%.1f renewals per minute per held lease)\n", p.Renew, float64(time.Minute)/float64(p.Renew))
 	fmt.Fprintf(tw, "worst-case freeze absorbed\t%v\t(TTL - renew interval: the holder freezes just as a renewal falls due)\n", p.Absorbed)
 	fmt.Fprintf(tw, "best-case freeze absorbed\t%v\t(the freeze starts right after a renewal)\n", p.TTL)
-	fmt.Fprintf(tw, "renewals that may fail in a row\t%d\t(of the renewals due every %v before the TTL runs out; pglease retries a failed one sooner)\n", p.FailuresTolerated, p.Renew)
+	fmt.Fprintf(tw, "renewals that may fail in a row\t%d\t(of the renewals due every %v before the holder's local deadline; pglease retries a failed one sooner)\n", p.FailuresTolerated, p.Renew)
 	fmt.Fprintf(tw, "holder's local deadline\t%v\t(TTL - safety margin %v: the holder stops itself this long after its last successful renewal was sent)\n", p.TTL-p.Margin, p.Margin)
 	fmt.Fprintf(tw, "key blocked after a crash\tup to %v\t(until the TTL runs out by the database clock)\n", p.TTL)
 	if freeze > 0 {

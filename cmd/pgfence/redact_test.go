@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -101,4 +102,43 @@ func roleOf(t *testing.T, u string) string {
 		t.Fatal(err)
 	}
 	return p.User.Username()
+}
+
+// A short password that occurs inside a number by chance leaves the number
+// whole on stdout (every fence starts with 175921860444…, so "1759" once
+// made `list --json` print xxxxx2186044417, which is not JSON), while a key
+// that holds the password as a token of its own is still masked.
+func TestShortPasswordLeavesDataWhole(t *testing.T) {
+	t.Parallel()
+	const password = "1759"
+	db := passwordRole(t, password)
+	held := randomName("pw-data:")
+	l := holdKey(t, held)
+	leak := randomName("pw-key:") + "-" + password
+	holdKey(t, leak)
+
+	r := pgfence(t, nil, "list", "--json", "--held", "--database-url", db)
+	wantCode(t, r, 0)
+	var rows []struct {
+		Key   string `json:"key"`
+		Fence int64  `json:"fence"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil {
+		t.Fatalf("list --json with password %q is not JSON: %v\n%s", password, err, r.stdout)
+	}
+	var found bool
+	for _, x := range rows {
+		if x.Key == held {
+			found = true
+			if x.Fence != l.Fence() {
+				t.Fatalf("fence %d printed as %d", l.Fence(), x.Fence)
+			}
+		}
+		if strings.Contains(x.Key, "-"+password) {
+			t.Fatalf("a key holding the password as a token was printed unmasked: %q", x.Key)
+		}
+	}
+	if !found {
+		t.Fatalf("list --json lacks %s:\n%s", held, r.stdout)
+	}
 }

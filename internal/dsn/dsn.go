@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Mask replaces a password in everything printed.
@@ -217,18 +219,69 @@ func (s *Scrubber) String(text string) string {
 	return redactText(text)
 }
 
-// Writer returns a writer that scrubs each Write before passing it to w. A
-// secret split across two Write calls is not caught; fmt.Fprint and the log
-// package write each message in one call.
-func (s *Scrubber) Writer(w io.Writer) io.Writer { return &scrubWriter{s: s, w: w} }
+// Tokens is String for data (a list of leases, fences, keys), where a short
+// secret may occur by coincidence inside other characters: a registered
+// secret is masked only where it stands as a whole token, with no letter or
+// digit right before or after it. A password "1759" then leaves fence
+// 17592186044417 whole (String made it xxxxx2186044417, breaking list
+// --json), while a key or owner that is the password, or holds it between
+// separators, is still masked. The password patterns of Redact are masked as
+// in String.
+func (s *Scrubber) Tokens(text string) string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, v := range s.secrets {
+		text = replaceTokens(text, v)
+	}
+	return redactText(text)
+}
+
+// replaceTokens replaces each occurrence of v in text that has no letter or
+// digit on either side (beyond v's own ends) with Mask.
+func replaceTokens(text, v string) string {
+	var b strings.Builder
+	rest := text
+	for {
+		i := strings.Index(rest, v)
+		if i < 0 {
+			break
+		}
+		j := i + len(v)
+		before, _ := utf8.DecodeLastRuneInString(rest[:i])
+		after, _ := utf8.DecodeRuneInString(rest[j:])
+		if (i > 0 && alnum(before)) || (j < len(rest) && alnum(after)) {
+			b.WriteString(rest[:i+1]) // not a token here: look again one byte on
+			rest = rest[i+1:]
+			continue
+		}
+		b.WriteString(rest[:i])
+		b.WriteString(Mask)
+		rest = rest[j:]
+	}
+	if b.Len() == 0 {
+		return text
+	}
+	b.WriteString(rest)
+	return b.String()
+}
+
+func alnum(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) }
+
+// Writer returns a writer that scrubs each Write with String before passing
+// it to w. A secret split across two Write calls is not caught; fmt.Fprint
+// and the log package write each message in one call.
+func (s *Scrubber) Writer(w io.Writer) io.Writer { return &scrubWriter{scrub: s.String, w: w} }
+
+// TokenWriter is Writer with Tokens, for output that is data.
+func (s *Scrubber) TokenWriter(w io.Writer) io.Writer { return &scrubWriter{scrub: s.Tokens, w: w} }
 
 type scrubWriter struct {
-	s *Scrubber
-	w io.Writer
+	scrub func(string) string
+	w     io.Writer
 }
 
 func (sw *scrubWriter) Write(p []byte) (int, error) {
-	out := sw.s.String(string(p))
+	out := sw.scrub(string(p))
 	if _, err := io.WriteString(sw.w, out); err != nil {
 		return 0, err
 	}

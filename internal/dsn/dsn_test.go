@@ -70,3 +70,24 @@ func TestDescribeSaysWhereSettingsCameFrom(t *testing.T) {
 		t.Errorf("Describe(FromFlag) = %q", got)
 	}
 }
+
+// Tokens masks a secret only where no letter or digit touches it.
+func TestScrubberTokens(t *testing.T) {
+	s := &Scrubber{}
+	s.Add("1759", "pwx")
+	for in, want := range map[string]string{
+		"fence 17592186044417":         "fence 17592186044417",
+		"1759":                         Mask,
+		"key k-1759, owner 1759":       "key k-" + Mask + ", owner " + Mask,
+		"a17591759":                    "a17591759",
+		"(1759)17591":                  "(" + Mask + ")17591",
+		"é1759 1759é 1759":             "é1759 1759é " + Mask,
+		"pwx pwxd pwx":                 Mask + " pwxd " + Mask,
+		"postgres://u:secret@h/db":     "postgres://u:" + Mask + "@h/db",
+		"no secrets here at all 1758 ": "no secrets here at all 1758 ",
+	} {
+		if got := s.Tokens(in); got != want {
+			t.Errorf("Tokens(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
