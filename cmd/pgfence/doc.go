@@ -14,7 +14,8 @@
 //	    and PGFENCE_OWNER to it. Forwards SIGINT, SIGTERM, SIGHUP and SIGQUIT.
 //	    Releases the lease when the command ends and exits with its code. If
 //	    the lease is lost, sends SIGTERM to the command's process group, SIGKILL
-//	    after --grace, and exits 83.
+//	    after --grace (to whatever of the group still runs, even if the command
+//	    itself has exited), and exits 83.
 //	list [--json] [--held]
 //	    Every lease row: owner, fence, held or expired, time left by the
 //	    database clock.

@@ -37,8 +37,12 @@ the lease is released and pgfence exits with the command's code.
 If the lease is lost while the command runs (renewals failed until the local
 deadline, TTL minus a tenth, or the process was frozen past the TTL),
 pgfence sends SIGTERM to the command's process group, SIGKILL after --grace,
-and exits 83. Work the command already sent may still land: only the fence
-checked at the resource stops it.
+and exits 83. The grace holds for the whole group: a process of the group
+still running when it ends is killed, even if the command itself has exited.
+After a forwarded signal, processes the command leaves behind in its group
+get --grace too, then SIGKILL; the lease is held until they are gone. Work
+the command already sent may still land: only the fence checked at the
+resource stops it.
 
 Without --wait, a key held by another owner ends pgfence at once, with exit
 code 81 or the one --conflict-exit-code sets (0 for cron and systemd, where
@@ -310,27 +314,66 @@ func (a *app) runHolding(path string, o execOpts, lease *pglease.Lease, sigCh ch
 
 	var lost error
 	leaseDone := lease.Done()
-	var kill <-chan time.Time
-	for waiting := true; waiting; {
+	var kill <-chan time.Time // SIGKILL for the whole group: --grace after a loss or a forwarded signal
+	var killed bool
+	var signalled bool // a signal was forwarded: the command is being stopped
+	var exited bool    // the direct child has exited; its group may live on
+	var poll *time.Ticker
+	var pollC <-chan time.Time
+	defer func() {
+		if poll != nil {
+			poll.Stop()
+		}
+	}()
+	onLoss := func() {
+		leaseDone = nil
+		lost = lease.Err()
+		fmt.Fprintf(a.stderr, "pgfence: LEASE LOST on %q (fence %d): %v\npgfence: sending SIGTERM to %s (process group %d); SIGKILL in %v if it has not exited\n",
+			o.key, lease.Fence(), lost, o.argv[0], pgid, o.grace)
+		syscall.Kill(-pgid, syscall.SIGTERM)
+		if kill == nil && !killed {
+			kill = time.After(o.grace)
+		}
+	}
+	for {
+		if exited {
+			// The direct child is gone. After a loss or a forwarded signal,
+			// whatever is left of its group gets the rest of the grace, then
+			// SIGKILL: nothing of the command may outlive the grace after a
+			// loss (and, after a signal, the lease is held until it is gone).
+			if killed || !groupRunning(pgid) || (lost == nil && !signalled) {
+				break
+			}
+			if kill == nil {
+				kill = time.After(o.grace)
+			}
+			if poll == nil {
+				poll = time.NewTicker(50 * time.Millisecond)
+				pollC = poll.C
+			}
+		}
 		select {
 		case s := <-sigCh:
+			signalled = true
 			syscall.Kill(-pgid, s.(syscall.Signal))
 		case <-leaseDone:
-			leaseDone = nil
-			lost = lease.Err()
-			fmt.Fprintf(a.stderr, "pgfence: LEASE LOST on %q (fence %d): %v\npgfence: sending SIGTERM to %s (process group %d); SIGKILL in %v if it has not exited\n",
-				o.key, lease.Fence(), lost, o.argv[0], pgid, o.grace)
-			syscall.Kill(-pgid, syscall.SIGTERM)
-			kill = time.After(o.grace)
+			onLoss()
 		case <-kill:
 			kill = nil
-			fmt.Fprintf(a.stderr, "pgfence: %s still running %v after SIGTERM: sending SIGKILL\n", o.argv[0], o.grace)
+			killed = true
+			fmt.Fprintf(a.stderr, "pgfence: %s (process group %d) still running %v after SIGTERM: sending SIGKILL\n", o.argv[0], pgid, o.grace)
 			syscall.Kill(-pgid, syscall.SIGKILL)
+			waitGroupGone(pgid, 2*time.Second)
+		case <-pollC:
 		case <-done:
-			waiting = false
+			done = nil
+			exited = true
 		}
 	}
 	status := exitStatus(cmd.ProcessState)
+	if lost == nil && groupRunning(pgid) {
+		fmt.Fprintf(a.stderr, "pgfence: warning: processes of %s's group %d still run after it exited; they run without the lease\n", o.argv[0], pgid)
+	}
 	if lost != nil {
 		fmt.Fprintf(a.stderr, "pgfence: %s was stopped (status %d) because the lease on %q was lost; exit %d\n", o.argv[0], status, o.key, exitLeaseLost)
 		return exitLeaseLost
@@ -343,6 +386,14 @@ func (a *app) runHolding(path string, o execOpts, lease *pglease.Lease, sigCh ch
 		fmt.Fprintf(a.stderr, "pgfence: warning: %v\n", err)
 	}
 	return status
+}
+
+// waitGroupGone waits up to limit for process group pgid to have no
+// running member (after SIGKILL: until the kernel has ended them).
+func waitGroupGone(pgid int, limit time.Duration) {
+	for end := time.Now().Add(limit); groupRunning(pgid) && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func (a *app) release(lease *pglease.Lease) error {

@@ -9,3 +9,10 @@ import "syscall"
 func procAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }
+
+// groupRunning reports whether process group pgid has a member (zombies
+// included: there is no portable way to tell them apart).
+func groupRunning(pgid int) bool {
+	err := syscall.Kill(-pgid, 0)
+	return err == nil || err == syscall.EPERM
+}
