@@ -368,19 +368,48 @@ func (a *app) runHolding(path string, o execOpts, lease *pglease.Lease, sigCh ch
 		case <-done:
 			done = nil
 			exited = true
+			// The loss and the exit may have been ready at once, and select
+			// picked the exit: the loss still counts, and what is left of
+			// the group gets the loss's treatment.
+			if leaseDone != nil && lease.Err() != nil {
+				onLoss()
+			}
 		}
 	}
 	status := exitStatus(cmd.ProcessState)
 	if lost == nil && groupRunning(pgid) {
 		fmt.Fprintf(a.stderr, "pgfence: warning: processes of %s's group %d still run after it exited; they run without the lease\n", o.argv[0], pgid)
 	}
+	return a.finishHolding(o.argv[0], o.key, status, lost, lease)
+}
+
+// heldLease is what finishHolding needs of a *pglease.Lease.
+type heldLease interface {
+	Err() error
+	Release(ctx context.Context) error
+}
+
+// finishHolding decides pgfence's exit once the command has ended with
+// status: 83 if the lease was lost (seen by the wait loop, lost != nil, or
+// ended meanwhile: the lease's context says so even when the wait loop saw
+// the command's exit first and the database cannot be reached to release),
+// else the command's status after releasing the lease.
+func (a *app) finishHolding(name, key string, status int, lost error, lease heldLease) int {
+	if lost == nil {
+		if err := lease.Err(); err != nil && errors.Is(err, pglease.ErrLeaseLost) {
+			fmt.Fprintf(a.stderr, "pgfence: %s exited with %d, but the lease on %q was lost: %v; exit %d\n", name, status, key, err, exitLeaseLost)
+			return exitLeaseLost
+		}
+	}
 	if lost != nil {
-		fmt.Fprintf(a.stderr, "pgfence: %s was stopped (status %d) because the lease on %q was lost; exit %d\n", o.argv[0], status, o.key, exitLeaseLost)
+		fmt.Fprintf(a.stderr, "pgfence: %s was stopped (status %d) because the lease on %q was lost; exit %d\n", name, status, key, exitLeaseLost)
 		return exitLeaseLost
 	}
-	if err := a.release(lease); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := lease.Release(ctx); err != nil {
 		if errors.Is(err, pglease.ErrLeaseLost) {
-			fmt.Fprintf(a.stderr, "pgfence: %s exited with %d, but the lease on %q had been lost before it ended: %v; exit %d\n", o.argv[0], status, o.key, err, exitLeaseLost)
+			fmt.Fprintf(a.stderr, "pgfence: %s exited with %d, but the lease on %q had been lost before it ended: %v; exit %d\n", name, status, key, err, exitLeaseLost)
 			return exitLeaseLost
 		}
 		fmt.Fprintf(a.stderr, "pgfence: warning: %v\n", err)
