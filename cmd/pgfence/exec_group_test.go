@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -112,5 +113,38 @@ func TestExecSignalKillsGroup(t *testing.T) {
 	row, err = fencedb.New(pgtest.Pool(t)).GetLease(context.Background(), key)
 	if err != nil || row.Held {
 		t.Fatalf("lease not released: %+v %v", row, err)
+	}
+}
+
+// TestExecSignalToStoppedCommand: a command stopped by SIGTTIN (as one that
+// reads the terminal from the background is) is not left stopped for ever:
+// pgfence says so, and a SIGTERM to pgfence is forwarded with a SIGCONT, so
+// that it takes effect.
+func TestExecSignalToStoppedCommand(t *testing.T) {
+	t.Parallel()
+	key := randomName("stopped:")
+	log := filepath.Join(t.TempDir(), "log")
+	a := exec.Command(bin, "exec", "--database-url", pgtest.URL(), "--key", key, "--ttl", "3s",
+		"--", "sh", "-c", `trap 'echo TERM >> "$LOG"; exit 42' TERM; echo "started $$" >> "$LOG"; while :; do sleep 0.05; done`)
+	a.Env = cleanEnv("LOG=" + log)
+	aErr := &lockedBuffer{}
+	a.Stderr = aErr
+	if err := a.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Process.Kill() })
+	waitFor(t, "the command to start", func() bool { return fileHas(log, "started") })
+	data, _ := os.ReadFile(log)
+	pgid, _ := strconv.Atoi(strings.Fields(string(data))[1])
+	if err := syscall.Kill(-pgid, syscall.SIGTTIN); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "pgfence to see the stop", func() bool { return strings.Contains(aErr.String(), "stopped by") })
+	a.Process.Signal(syscall.SIGTERM)
+	if code := waitExit(t, a); code != 42 {
+		t.Fatalf("want the command's exit 42, got %d; stderr:\n%s", code, aErr)
+	}
+	if !fileHas(log, "TERM") {
+		t.Fatal("the command did not act on SIGTERM")
 	}
 }
