@@ -11,10 +11,13 @@
 //	exec --key K [--ttl 30s] [--wait D | --skip-if-held] [--renew D] [--grace 10s] [--fail-open] [--owner NAME] -- COMMAND [ARGS...]
 //	    Runs COMMAND while holding and renewing the lease on K, like flock,
 //	    etcdctl lock and consul lock, and passes PGFENCE_KEY, PGFENCE_FENCE
-//	    and PGFENCE_OWNER to it. Forwards SIGINT, SIGTERM, SIGHUP and SIGQUIT.
+//	    and PGFENCE_OWNER to it. Forwards SIGINT, SIGTERM, SIGHUP and SIGQUIT
+//	    (then SIGCONT). Run in the foreground of a terminal, it gives the
+//	    command's process group the terminal, as a shell does for a job.
 //	    Releases the lease when the command ends and exits with its code. If
 //	    the lease is lost, sends SIGTERM to the command's process group, SIGKILL
-//	    after --grace, and exits 83.
+//	    after --grace (to whatever of the group still runs, even if the command
+//	    itself has exited), and exits 83.
 //	list [--json] [--held]
 //	    Every lease row: owner, fence, held or expired, time left by the
 //	    database clock.

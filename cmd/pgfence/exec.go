@@ -31,14 +31,31 @@ etcdctl lock and consul lock, with a fencing token. The command gets:
                  after the lease was lost is refused
   PGFENCE_OWNER  the owner label stored with the lease
 SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to the command (it runs in
-its own process group; signals go to the whole group). When the command ends
-the lease is released and pgfence exits with the command's code.
+its own process group; signals go to the whole group, followed by SIGCONT so
+that a stopped command acts on them). When the command ends the lease is
+released and pgfence exits with the command's code.
+
+With a terminal on stdin, when pgfence's process group is the terminal's
+foreground group and pgfence is alone in it (not in a pipeline), the
+command's group is made the foreground group, as a shell does for a job:
+it can read the terminal, and Ctrl-C and Ctrl-Z reach it, not pgfence.
+When the command is stopped from the terminal (Ctrl-Z, or reading it from
+the background), pgfence takes the terminal back and stops too, so the shell
+sees the job stopped; fg continues both (if the lease ran out meanwhile,
+the command gets SIGTERM instead and pgfence exits 83). Started with &, the
+command gets the terminal once fg brings pgfence to the foreground. In a
+pipeline, or with stdin not a terminal, the terminal is left as it is, and
+pgfence reports a stopped command on stderr while it renews the lease.
 
 If the lease is lost while the command runs (renewals failed until the local
 deadline, TTL minus a tenth, or the process was frozen past the TTL),
 pgfence sends SIGTERM to the command's process group, SIGKILL after --grace,
-and exits 83. Work the command already sent may still land: only the fence
-checked at the resource stops it.
+and exits 83. The grace holds for the whole group: a process of the group
+still running when it ends is killed, even if the command itself has exited.
+After a forwarded signal, processes the command leaves behind in its group
+get --grace too, then SIGKILL; the lease is held until they are gone. Work
+the command already sent may still land: only the fence checked at the
+resource stops it.
 
 Without --wait, a key held by another owner ends pgfence at once, with exit
 code 81 or the one --conflict-exit-code sets (0 for cron and systemd, where
@@ -240,7 +257,7 @@ func (a *app) holder(pool *pgxpool.Pool, key string) string {
 	return fmt.Sprintf(" by %s (fence %d, %v left by the database clock)", row.Owner, row.Fence, (time.Duration(row.RemainingMicros) * time.Microsecond).Round(time.Millisecond))
 }
 
-func (a *app) command(path string, o execOpts, env ...string) *exec.Cmd {
+func (a *app) command(path string, o execOpts, foreground bool, env ...string) *exec.Cmd {
 	cmd := exec.Command(path, o.argv[1:]...)
 	cmd.Args[0] = o.argv[0]
 	// A pgfence exec inside another must not pass the outer lease's
@@ -255,19 +272,118 @@ func (a *app) command(path string, o execOpts, env ...string) *exec.Cmd {
 	}
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.SysProcAttr = procAttr()
+	cmd.SysProcAttr = procAttr(foreground)
 	return cmd
 }
 
-// start starts cmd and maps a start failure to 126/127.
-func (a *app) start(cmd *exec.Cmd, name string) error {
+// job is the running command: the leader of its own process group, waited
+// for with wait4(WUNTRACED) so that its stops are seen too.
+type job struct {
+	a    *app
+	name string
+	pgid int
+	// tty: the command's group was made the terminal's foreground group
+	// (stdin is a terminal whose foreground group was pgfence's own).
+	tty    bool
+	events chan syscall.WaitStatus // stops, then the exit; closed after it
+}
+
+// startJob starts the command and maps a start failure to 126/127.
+func (a *app) startJob(path string, o execOpts, env ...string) (*job, error) {
+	fg := takeForeground()
+	cmd := a.command(path, o, fg, env...)
 	if err := cmd.Start(); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return fail(exitNotFound, "pgfence: %s: command not found", name)
+			return nil, fail(exitNotFound, "pgfence: %s: command not found", o.argv[0])
 		}
-		return fail(exitCannotExec, "pgfence: %s: cannot run: %v", name, err)
+		return nil, fail(exitCannotExec, "pgfence: %s: cannot run: %v", o.argv[0], err)
 	}
-	return nil
+	j := &job{a: a, name: o.argv[0], pgid: cmd.Process.Pid, tty: fg, events: make(chan syscall.WaitStatus, 4)}
+	if fg {
+		// pgfence is now in a background group of its terminal: writing
+		// to it (with TOSTOP) or taking it back must not stop pgfence.
+		// Ignored only after the start: the command must not inherit it.
+		signal.Ignore(syscall.SIGTTOU)
+	}
+	cmd.Process.Release() // waited for by pid below
+	go func() {
+		defer close(j.events)
+		for {
+			var ws syscall.WaitStatus
+			_, err := syscall.Wait4(j.pgid, &ws, syscall.WUNTRACED, nil)
+			if err == syscall.EINTR {
+				continue
+			}
+			if err != nil { // cannot happen for our own child; end as if killed
+				ws = syscall.WaitStatus(syscall.SIGKILL)
+			}
+			j.events <- ws
+			if !ws.Stopped() {
+				return
+			}
+		}
+	}()
+	return j, nil
+}
+
+// ended gives the terminal back to pgfence's group if the command's group
+// still has it, and undoes startJob's signal setting.
+func (j *job) ended() {
+	if j.tty {
+		giveTerminal(j.pgid, syscall.Getpgrp())
+		signal.Reset(syscall.SIGTTOU)
+	}
+}
+
+// forward sends s to the command's group, then SIGCONT: a stopped group
+// would otherwise not act on it.
+func (j *job) forward(s syscall.Signal) {
+	syscall.Kill(-j.pgid, s)
+	syscall.Kill(-j.pgid, syscall.SIGCONT)
+}
+
+// stopped handles the command stopping. A job-control stop (SIGTSTP:
+// Ctrl-Z reached the command's foreground group; SIGTTIN/SIGTTOU: it used
+// the terminal from the background) with a terminal on stdin is passed on
+// as a shell expects of a job: pgfence takes the terminal back and stops
+// itself; when continued (fg or bg) it continues the command, giving it the
+// terminal again if pgfence has it, unless the lease may be gone (canGo
+// false): then the loss is handled first. Otherwise (no terminal, or
+// pgfence shares its group, as in a pipeline) it only says so: the
+// lease stays held and renewed while the command is stopped.
+func (j *job) stopped(sig syscall.Signal, canGo func() bool) {
+	jobControl := sig == syscall.SIGTSTP || sig == syscall.SIGTTIN || sig == syscall.SIGTTOU
+	if !jobControl || !stdinTerminal() || !aloneInGroup() {
+		fmt.Fprintf(j.a.stderr, "pgfence: %s (process group %d) stopped by %v; the lease stays held and renewed (SIGCONT continues it; SIGTERM to pgfence ends it)\n", j.name, j.pgid, sig)
+		return
+	}
+	if j.tty {
+		giveTerminal(j.pgid, syscall.Getpgrp())
+	}
+	suspendSelf() // discarded if pgfence's group is orphaned, as the terminal's would be
+	if !canGo() {
+		return
+	}
+	if takeForeground() { // fg: the shell gave pgfence's group the terminal
+		giveTerminal(syscall.Getpgrp(), j.pgid)
+		if !j.tty {
+			j.tty = true
+			signal.Ignore(syscall.SIGTTOU)
+		}
+	} else if sig != syscall.SIGTSTP {
+		// Still no terminal: continued, it would stop again at once.
+		fmt.Fprintf(j.a.stderr, "pgfence: %s (process group %d) stopped by %v: it needs the terminal; the lease stays held and renewed (bring pgfence to the foreground, or SIGTERM it)\n", j.name, j.pgid, sig)
+		return
+	}
+	syscall.Kill(-j.pgid, syscall.SIGCONT)
+}
+
+// wsStatus is the shell's view of how the command ended.
+func wsStatus(ws syscall.WaitStatus) int {
+	if ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ws.ExitStatus()
 }
 
 // exitStatus is the shell's view of how cmd ended.
@@ -279,70 +395,159 @@ func exitStatus(state *os.ProcessState) int {
 }
 
 func (a *app) runUnprotected(path string, o execOpts, sigCh chan os.Signal) int {
-	cmd := a.command(path, o, "PGFENCE_KEY="+o.key, "PGFENCE_FAIL_OPEN=1")
-	if err := a.start(cmd, o.argv[0]); err != nil {
+	j, err := a.startJob(path, o, "PGFENCE_KEY="+o.key, "PGFENCE_FAIL_OPEN=1")
+	if err != nil {
 		return a.exitCode(err)
 	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
 	for {
 		select {
 		case s := <-sigCh:
-			syscall.Kill(-cmd.Process.Pid, s.(syscall.Signal))
-		case <-done:
-			return exitStatus(cmd.ProcessState)
+			j.forward(s.(syscall.Signal))
+		case ws := <-j.events:
+			if ws.Stopped() {
+				j.stopped(ws.StopSignal(), func() bool { return true })
+				continue
+			}
+			j.ended()
+			return wsStatus(ws)
 		}
 	}
 }
 
 func (a *app) runHolding(path string, o execOpts, lease *pglease.Lease, sigCh chan os.Signal) int {
-	cmd := a.command(path, o,
+	j, err := a.startJob(path, o,
 		"PGFENCE_KEY="+o.key,
 		"PGFENCE_FENCE="+strconv.FormatInt(lease.Fence(), 10),
 		"PGFENCE_OWNER="+lease.Owner())
-	if err := a.start(cmd, o.argv[0]); err != nil {
+	if err != nil {
 		a.release(lease)
 		return a.exitCode(err)
 	}
-	pgid := cmd.Process.Pid
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
+	pgid := j.pgid
+	events := j.events
+	// The lease may be gone: lost, or past its local deadline (pgfence was
+	// stopped; the timer that ends it may not have run yet).
+	leaseGone := func() bool { return lease.Err() != nil || !time.Now().Before(lease.Deadline()) }
 
 	var lost error
+	var status int
 	leaseDone := lease.Done()
-	var kill <-chan time.Time
-	for waiting := true; waiting; {
-		select {
-		case s := <-sigCh:
-			syscall.Kill(-pgid, s.(syscall.Signal))
-		case <-leaseDone:
-			leaseDone = nil
-			lost = lease.Err()
-			fmt.Fprintf(a.stderr, "pgfence: LEASE LOST on %q (fence %d): %v\npgfence: sending SIGTERM to %s (process group %d); SIGKILL in %v if it has not exited\n",
-				o.key, lease.Fence(), lost, o.argv[0], pgid, o.grace)
-			syscall.Kill(-pgid, syscall.SIGTERM)
+	var kill <-chan time.Time // SIGKILL for the whole group: --grace after a loss or a forwarded signal
+	var killed bool
+	var signalled bool // a signal was forwarded: the command is being stopped
+	var exited bool    // the direct child has exited; its group may live on
+	var poll *time.Ticker
+	var pollC <-chan time.Time
+	defer func() {
+		if poll != nil {
+			poll.Stop()
+		}
+	}()
+	onLoss := func() {
+		leaseDone = nil
+		lost = lease.Err()
+		fmt.Fprintf(a.stderr, "pgfence: LEASE LOST on %q (fence %d): %v\npgfence: sending SIGTERM to %s (process group %d); SIGKILL in %v if it has not exited\n",
+			o.key, lease.Fence(), lost, o.argv[0], pgid, o.grace)
+		j.forward(syscall.SIGTERM)
+		if kill == nil && !killed {
 			kill = time.After(o.grace)
-		case <-kill:
-			kill = nil
-			fmt.Fprintf(a.stderr, "pgfence: %s still running %v after SIGTERM: sending SIGKILL\n", o.argv[0], o.grace)
-			syscall.Kill(-pgid, syscall.SIGKILL)
-		case <-done:
-			waiting = false
 		}
 	}
-	status := exitStatus(cmd.ProcessState)
+	for {
+		if exited {
+			// The direct child is gone. After a loss or a forwarded signal,
+			// whatever is left of its group gets the rest of the grace, then
+			// SIGKILL: nothing of the command may outlive the grace after a
+			// loss (and, after a signal, the lease is held until it is gone).
+			if killed || !groupRunning(pgid) || (lost == nil && !signalled) {
+				break
+			}
+			if kill == nil {
+				kill = time.After(o.grace)
+			}
+			if poll == nil {
+				poll = time.NewTicker(50 * time.Millisecond)
+				pollC = poll.C
+			}
+		}
+		select {
+		case s := <-sigCh:
+			signalled = true
+			j.forward(s.(syscall.Signal))
+		case <-leaseDone:
+			onLoss()
+		case <-kill:
+			kill = nil
+			killed = true
+			fmt.Fprintf(a.stderr, "pgfence: %s (process group %d) still running %v after SIGTERM: sending SIGKILL\n", o.argv[0], pgid, o.grace)
+			syscall.Kill(-pgid, syscall.SIGKILL)
+			waitGroupGone(pgid, 2*time.Second)
+		case <-pollC:
+		case ws := <-events:
+			if ws.Stopped() {
+				if lost == nil {
+					j.stopped(ws.StopSignal(), func() bool { return !leaseGone() })
+				}
+				continue
+			}
+			events = nil
+			exited = true
+			status = wsStatus(ws)
+			j.ended()
+			// The loss and the exit may have been ready at once, and select
+			// picked the exit: the loss still counts, and what is left of
+			// the group gets the loss's treatment.
+			if leaseDone != nil && lease.Err() != nil {
+				onLoss()
+			}
+		}
+	}
+	if lost == nil && groupRunning(pgid) {
+		fmt.Fprintf(a.stderr, "pgfence: warning: processes of %s's group %d still run after it exited; they run without the lease\n", o.argv[0], pgid)
+	}
+	return a.finishHolding(o.argv[0], o.key, status, lost, lease)
+}
+
+// heldLease is what finishHolding needs of a *pglease.Lease.
+type heldLease interface {
+	Err() error
+	Release(ctx context.Context) error
+}
+
+// finishHolding decides pgfence's exit once the command has ended with
+// status: 83 if the lease was lost (seen by the wait loop, lost != nil, or
+// ended meanwhile: the lease's context says so even when the wait loop saw
+// the command's exit first and the database cannot be reached to release),
+// else the command's status after releasing the lease.
+func (a *app) finishHolding(name, key string, status int, lost error, lease heldLease) int {
+	if lost == nil {
+		if err := lease.Err(); err != nil && errors.Is(err, pglease.ErrLeaseLost) {
+			fmt.Fprintf(a.stderr, "pgfence: %s exited with %d, but the lease on %q was lost: %v; exit %d\n", name, status, key, err, exitLeaseLost)
+			return exitLeaseLost
+		}
+	}
 	if lost != nil {
-		fmt.Fprintf(a.stderr, "pgfence: %s was stopped (status %d) because the lease on %q was lost; exit %d\n", o.argv[0], status, o.key, exitLeaseLost)
+		fmt.Fprintf(a.stderr, "pgfence: %s was stopped (status %d) because the lease on %q was lost; exit %d\n", name, status, key, exitLeaseLost)
 		return exitLeaseLost
 	}
-	if err := a.release(lease); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := lease.Release(ctx); err != nil {
 		if errors.Is(err, pglease.ErrLeaseLost) {
-			fmt.Fprintf(a.stderr, "pgfence: %s exited with %d, but the lease on %q had been lost before it ended: %v; exit %d\n", o.argv[0], status, o.key, err, exitLeaseLost)
+			fmt.Fprintf(a.stderr, "pgfence: %s exited with %d, but the lease on %q had been lost before it ended: %v; exit %d\n", name, status, key, err, exitLeaseLost)
 			return exitLeaseLost
 		}
 		fmt.Fprintf(a.stderr, "pgfence: warning: %v\n", err)
 	}
 	return status
+}
+
+// waitGroupGone waits up to limit for process group pgid to have no
+// running member (after SIGKILL: until the kernel has ended them).
+func waitGroupGone(pgid int, limit time.Duration) {
+	for end := time.Now().Add(limit); groupRunning(pgid) && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func (a *app) release(lease *pglease.Lease) error {

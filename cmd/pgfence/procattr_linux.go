@@ -1,10 +1,121 @@
 package main
 
-import "syscall"
+import (
+	"bytes"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"unsafe"
+)
 
 // procAttr runs the command in its own process group (so that a lost lease
 // can stop everything it started) and kills it if pgfence itself dies (its
-// lease would then run out with nobody watching).
-func procAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+// lease would then run out with nobody watching). With foreground, the
+// group is made the foreground group of the terminal on stdin (fd 0), as a
+// shell does for a job, so that the command can read it and the terminal's
+// signals (Ctrl-C, Ctrl-Z) reach the command, not pgfence.
+func procAttr(foreground bool) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Foreground: foreground, Ctty: 0}
+}
+
+// stdinTerminal reports whether stdin is a terminal.
+func stdinTerminal() bool {
+	var t syscall.Termios
+	_, _, e := syscall.Syscall(syscall.SYS_IOCTL, 0, syscall.TCGETS, uintptr(unsafe.Pointer(&t)))
+	return e == 0
+}
+
+// foregroundGroup is the foreground process group of the terminal on
+// stdin, or -1.
+func foregroundGroup() int {
+	var pgrp int32
+	_, _, e := syscall.Syscall(syscall.SYS_IOCTL, 0, syscall.TIOCGPGRP, uintptr(unsafe.Pointer(&pgrp)))
+	if e != 0 {
+		return -1
+	}
+	return int(pgrp)
+}
+
+// takeForeground reports whether the command should get the terminal:
+// stdin is a terminal, pgfence's process group is its foreground group, and
+// pgfence is alone in its group (in a pipeline such as pgfence exec … | less,
+// the other members need the terminal: today's behaviour is kept).
+func takeForeground() bool {
+	own := syscall.Getpgrp()
+	return stdinTerminal() && foregroundGroup() == own && aloneInGroup()
+}
+
+// aloneInGroup reports whether pgfence is the only live process of its
+// process group.
+func aloneInGroup() bool { return !groupRunningBut(syscall.Getpgrp(), os.Getpid()) }
+
+// giveTerminal makes to the foreground group of stdin's terminal if from
+// is; pgfence ignores SIGTTOU meanwhile when it is in the background.
+func giveTerminal(from, to int) {
+	if foregroundGroup() != from {
+		return
+	}
+	pgrp := int32(to)
+	syscall.Syscall(syscall.SYS_IOCTL, 0, syscall.TIOCSPGRP, uintptr(unsafe.Pointer(&pgrp)))
+}
+
+// groupRunning reports whether process group pgid has a member that is not
+// a zombie. kill(-pgid, 0) would count zombies too, and an orphaned member
+// stays one for as long as PID 1 does not reap it (a container's init may
+// never do so), so /proc is read instead.
+func groupRunning(pgid int) bool { return groupRunningBut(pgid, 0) }
+
+// groupRunningBut is groupRunning not counting process except.
+func groupRunningBut(pgid, except int) bool {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return groupHasMembers(pgid)
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return groupHasMembers(pgid)
+	}
+	for _, name := range names {
+		if name[0] < '0' || name[0] > '9' || name == strconv.Itoa(except) {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + name + "/stat")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 3 || f[0] == "Z" || f[0] == "X" {
+			continue
+		}
+		if g, err := strconv.Atoi(f[2]); err == nil && g == pgid {
+			return true
+		}
+	}
+	return false
+}
+
+// groupHasMembers reports whether process group pgid has any member,
+// zombies included.
+func groupHasMembers(pgid int) bool {
+	err := syscall.Kill(-pgid, 0)
+	return err == nil || err == syscall.EPERM
+}
+
+// suspendSelf stops pgfence with SIGTSTP as a terminal's Ctrl-Z would, and
+// returns once it has been continued (at once if the stop is discarded:
+// pgfence's group is orphaned). The signal goes to the calling thread, which
+// stops before it returns from tgkill; one sent to the process could be
+// taken by another thread while this one went on.
+func suspendSelf() {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	syscall.Tgkill(os.Getpid(), syscall.Gettid(), syscall.SIGTSTP)
 }
