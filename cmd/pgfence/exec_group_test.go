@@ -127,7 +127,7 @@ func TestExecSignalToStoppedCommand(t *testing.T) {
 	a := exec.Command(bin, "exec", "--database-url", pgtest.URL(), "--key", key, "--ttl", "3s",
 		"--", "sh", "-c", `trap 'echo TERM >> "$LOG"; exit 42' TERM; echo "started $$" >> "$LOG"; while :; do sleep 0.05; done`)
 	a.Env = cleanEnv("LOG=" + log)
-	aErr := &lockedBuffer{}
+	aErr := &syncBuffer{}
 	a.Stderr = aErr
 	if err := a.Start(); err != nil {
 		t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,37 +15,19 @@ import (
 	"github.com/pgfence/pgfence/internal/pgtest"
 )
 
-// lockedBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func shQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // inTerminal runs pgfence with args on a pseudo-terminal made by
 // script(1) (util-linux): pgfence's stdin is the terminal and its process
 // group the terminal's foreground group. What the test writes to the
 // returned writer is typed at the terminal.
-func inTerminal(t *testing.T, env []string, args ...string) (*exec.Cmd, io.WriteCloser, *lockedBuffer) {
+func inTerminal(t *testing.T, env []string, args ...string) (*exec.Cmd, io.WriteCloser, *syncBuffer) {
 	t.Helper()
 	return onTerminal(t, env, append([]string{bin}, args...)...)
 }
 
 // onTerminal runs argv on a pseudo-terminal made by script(1).
-func onTerminal(t *testing.T, env []string, argv ...string) (*exec.Cmd, io.WriteCloser, *lockedBuffer) {
+func onTerminal(t *testing.T, env []string, argv ...string) (*exec.Cmd, io.WriteCloser, *syncBuffer) {
 	t.Helper()
 	script, err := exec.LookPath("script")
 	if err != nil {
@@ -58,7 +39,7 @@ func onTerminal(t *testing.T, env []string, argv ...string) (*exec.Cmd, io.Write
 	}
 	cmd := exec.Command(script, "-qec", line, "/dev/null")
 	cmd.Env = cleanEnv(env...)
-	out := &lockedBuffer{}
+	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	in, err := cmd.StdinPipe()
 	if err != nil {
