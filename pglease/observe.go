@@ -29,8 +29,10 @@ func WithObserveInterval(d time.Duration) Option {
 // receives the current holder at once, then every change: a new grant (a new
 // Fence, whoever the owner) and the end of a lease (Held false, with the last
 // holder's Owner and Fence; released or expired). A key never leased (or
-// whose row was swept) is Holder{Key: key} with Held false. Renewals are not
-// changes. Remaining is as of the read that saw the change.
+// whose row was swept before Observe began) is Holder{Key: key} with Held
+// false; a sweep while it watches is not a change (the last Fence stands, so
+// fences never go back). Renewals are not changes. Remaining is as of the
+// read that saw the change.
 //
 // The channel holds at most one value and a newer one replaces an unread
 // older one: a slow reader gets the latest state, never a backlog, so it may
