@@ -291,8 +291,16 @@ type job struct {
 // startJob starts the command and maps a start failure to 126/127.
 func (a *app) startJob(path string, o execOpts, env ...string) (*job, error) {
 	fg := takeForeground()
+	before := foregroundGroup()
 	cmd := a.command(path, o, fg, env...)
 	if err := cmd.Start(); err != nil {
+		if fg {
+			// The child made its group the foreground group before its
+			// execve failed (ENOEXEC, say): that group is gone now, and a
+			// launcher without job control would be left without the
+			// terminal. Take it back for pgfence's group.
+			restoreTerminal(before)
+		}
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fail(exitNotFound, "pgfence: %s: command not found", o.argv[0])
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"os"
+	"os/signal"
 	"runtime"
 	"strconv"
 	"strings"
@@ -59,6 +60,19 @@ func giveTerminal(from, to int) {
 	}
 	pgrp := int32(to)
 	syscall.Syscall(syscall.SYS_IOCTL, 0, syscall.TIOCSPGRP, uintptr(unsafe.Pointer(&pgrp)))
+}
+
+// restoreTerminal makes pgrp the foreground group of stdin's terminal
+// again if another group has it, ignoring SIGTTOU meanwhile (pgfence may be
+// in a background group then).
+func restoreTerminal(pgrp int) {
+	if pgrp < 0 || foregroundGroup() == pgrp {
+		return
+	}
+	signal.Ignore(syscall.SIGTTOU)
+	defer signal.Reset(syscall.SIGTTOU)
+	p := int32(pgrp)
+	syscall.Syscall(syscall.SYS_IOCTL, 0, syscall.TIOCSPGRP, uintptr(unsafe.Pointer(&p)))
 }
 
 // groupRunning reports whether process group pgid has a member that is not

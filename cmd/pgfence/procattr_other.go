@@ -15,6 +15,8 @@ func stdinTerminal() bool       { return false }
 func takeForeground() bool      { return false }
 func aloneInGroup() bool        { return false }
 func giveTerminal(from, to int) {}
+func foregroundGroup() int      { return -1 }
+func restoreTerminal(pgrp int)  {}
 
 // groupRunning reports whether process group pgid has a member (zombies
 // included: there is no portable way to tell them apart).
