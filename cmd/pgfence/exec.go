@@ -510,6 +510,13 @@ func (a *app) runHolding(path string, o execOpts, lease *pglease.Lease, sigCh ch
 			}
 		}
 	}
+	if (lost != nil || signalled) && !killed && groupHasMembers(pgid) {
+		// Whatever is left of the group after a loss or a forwarded signal
+		// (zombies, or a process that /proc shows as one while a thread of
+		// it runs) gets SIGKILL: harmless to zombies, and nothing may run
+		// on without the lease.
+		syscall.Kill(-pgid, syscall.SIGKILL)
+	}
 	if lost == nil && groupRunning(pgid) {
 		fmt.Fprintf(a.stderr, "pgfence: warning: processes of %s's group %d still run after it exited; they run without the lease\n", o.argv[0], pgid)
 	}

@@ -76,7 +76,8 @@ func restoreTerminal(pgrp int) {
 }
 
 // groupRunning reports whether process group pgid has a member that is not
-// a zombie. kill(-pgid, 0) would count zombies too, and an orphaned member
+// a zombie (a process whose main thread has exited counts while another of
+// its threads runs). kill(-pgid, 0) would count zombies too, and an orphaned member
 // stays one for as long as PID 1 does not reap it (a container's init may
 // never do so), so /proc is read instead.
 func groupRunning(pgid int) bool { return groupRunningBut(pgid, 0) }
@@ -106,10 +107,37 @@ func groupRunningBut(pgid, except int) bool {
 			continue
 		}
 		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 3 || f[0] == "Z" || f[0] == "X" {
+		if len(f) < 3 {
 			continue
 		}
-		if g, err := strconv.Atoi(f[2]); err == nil && g == pgid {
+		if g, err := strconv.Atoi(f[2]); err != nil || g != pgid {
+			continue
+		}
+		if (f[0] != "Z" && f[0] != "X") || threadRunning(name) {
+			return true
+		}
+	}
+	return false
+}
+
+// threadRunning reports whether process pid (a zombie by its /proc/PID/stat:
+// its main thread has exited) still has a thread that is not: a process
+// whose main thread called pthread_exit runs on in its other threads.
+func threadRunning(pid string) bool {
+	tasks, err := os.ReadDir("/proc/" + pid + "/task")
+	if err != nil {
+		return false
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile("/proc/" + pid + "/task/" + task.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		if f := strings.Fields(string(b[i+1:])); len(f) > 0 && f[0] != "Z" && f[0] != "X" {
 			return true
 		}
 	}

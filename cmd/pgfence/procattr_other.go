@@ -18,6 +18,10 @@ func giveTerminal(from, to int) {}
 func foregroundGroup() int      { return -1 }
 func restoreTerminal(pgrp int)  {}
 
+// groupHasMembers reports whether process group pgid has any member,
+// zombies included.
+func groupHasMembers(pgid int) bool { return groupRunning(pgid) }
+
 // groupRunning reports whether process group pgid has a member (zombies
 // included: there is no portable way to tell them apart).
 func groupRunning(pgid int) bool {
