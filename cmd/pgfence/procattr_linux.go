@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -151,13 +152,68 @@ func groupHasMembers(pgid int) bool {
 	return err == nil || err == syscall.EPERM
 }
 
-// suspendSelf stops pgfence with SIGTSTP as a terminal's Ctrl-Z would, and
-// returns once it has been continued (at once if the stop is discarded:
-// pgfence's group is orphaned). The signal goes to the calling thread, which
-// stops before it returns from tgkill; one sent to the process could be
-// taken by another thread while this one went on.
-func suspendSelf() {
+// catchStops: pgfence catches SIGTSTP and SIGCONT to pass job control on
+// to the command's group (see job.suspend and job.continued).
+const catchStops = true
+
+// suspendSelf stops pgfence as a terminal's Ctrl-Z would, and reports
+// whether it did; it returns once pgfence has been continued. Nothing is
+// done if pgfence's process group is orphaned: the kernel discards a
+// terminal stop there, as nobody would continue it. SIGSTOP is used, since
+// pgfence catches SIGTSTP; it goes to the calling thread, which stops
+// before it returns from tgkill (one sent to the process could be taken by
+// another thread while this one went on).
+func suspendSelf() bool {
+	if groupOrphaned() {
+		return false
+	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	syscall.Tgkill(os.Getpid(), syscall.Gettid(), syscall.SIGTSTP)
+	syscall.Tgkill(os.Getpid(), syscall.Gettid(), syscall.SIGSTOP)
+	return true
+}
+
+// groupOrphaned reports whether pgfence's process group is orphaned: no
+// member has a parent in another group of the same session.
+func groupOrphaned() bool {
+	own := syscall.Getpgrp()
+	sid, _, e := syscall.RawSyscall(syscall.SYS_GETSID, 0, 0, 0)
+	if e != 0 {
+		return true
+	}
+	names, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil {
+		return true
+	}
+	for _, name := range names {
+		_, ppid, pgrp, _, ok := procStat(name)
+		if !ok || pgrp != own {
+			continue
+		}
+		_, _, ppgrp, psid, ok := procStat("/proc/" + strconv.Itoa(ppid) + "/stat")
+		if ok && ppgrp != own && psid == int(sid) {
+			return false
+		}
+	}
+	return true
+}
+
+// procStat reads state, ppid, pgrp and session from a /proc/PID/stat file.
+func procStat(name string) (state string, ppid, pgrp, sid int, ok bool) {
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return "", 0, 0, 0, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return "", 0, 0, 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 4 {
+		return "", 0, 0, 0, false
+	}
+	ppid, err1 := strconv.Atoi(f[1])
+	pgrp, err2 := strconv.Atoi(f[2])
+	sid, err3 := strconv.Atoi(f[3])
+	return f[0], ppid, pgrp, sid, err1 == nil && err2 == nil && err3 == nil
 }

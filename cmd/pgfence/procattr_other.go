@@ -29,4 +29,7 @@ func groupRunning(pgid int) bool {
 	return err == nil || err == syscall.EPERM
 }
 
-func suspendSelf() {}
+func suspendSelf() bool { return false }
+
+// catchStops: job control is passed on to the command on Linux only.
+const catchStops = false
