@@ -114,8 +114,11 @@ func TestExecTerminalInterrupt(t *testing.T) {
 	key := randomName("ttyint:")
 	log := filepath.Join(t.TempDir(), "log")
 	cmd, in, out := inTerminal(t, []string{"LOG=" + log}, "exec", "--database-url", pgtest.URL(), "--key", key, "--ttl", "3s",
-		"--", "sh", "-c", `trap 'echo INT >> "$LOG"' INT; echo "started $PPID" >> "$LOG"; while :; do sleep 0.05; done`)
-	waitFor(t, "the command to start", func() bool { return fileHas(log, "started") })
+		"--", "sh", "-c", `trap 'echo INT >> "$LOG"' INT; echo "started $PPID" >> "$LOG"; `+fgCheck+`; while :; do sleep 0.05; done`)
+	waitFor(t, "the command to start", func() bool { return fileHas(log, "GROUND") })
+	if !fileHas(log, "FOREGROUND") {
+		t.Fatalf("the command's group is not the terminal's foreground group; output:\n%s", out)
+	}
 	data, _ := os.ReadFile(log)
 	pg, err := strconv.Atoi(strings.Fields(string(data))[1])
 	if err != nil {
@@ -138,23 +141,26 @@ func TestExecTerminalInterrupt(t *testing.T) {
 // terminal's foreground group), not pgfence's, so renewals never stop while
 // the command runs. Under script(1) pgfence's own group is orphaned, so its
 // stop is discarded, as the kernel discards a terminal stop for a command
-// run directly there: pgfence continues the command, which goes on.
+// run directly there: pgfence continues the command (its SIGCONT trap
+// says so: it was stopped), which goes on with the terminal again.
 func TestExecTerminalSuspend(t *testing.T) {
 	t.Parallel()
 	key := randomName("ttystop:")
 	log := filepath.Join(t.TempDir(), "log")
 	cmd, in, out := inTerminal(t, []string{"LOG=" + log}, "exec", "--database-url", pgtest.URL(), "--key", key, "--ttl", "3s",
-		"--", "sh", "-c", `echo "started $PPID" >> "$LOG"; while :; do echo tick >> "$LOG"; sleep 0.05; done`)
-	waitFor(t, "the command to start", func() bool { return fileHas(log, "tick") })
+		"--", "sh", "-c", `trap 'echo CONT >> "$LOG"' CONT; echo "started $PPID" >> "$LOG"; while :; do `+fgCheck+`; sleep 0.05; done`)
+	waitFor(t, "the command to start", func() bool { return fileHas(log, "GROUND") })
 	data, _ := os.ReadFile(log)
 	pg, _ := strconv.Atoi(strings.Fields(string(data))[1])
+	if fileHas(log, "BACKGROUND") || !fileHas(log, "FOREGROUND") {
+		t.Fatalf("the command's group is not the terminal's foreground group; output:\n%s", out)
+	}
 	io.WriteString(in, "\x1a") // Ctrl-Z
-	time.Sleep(500 * time.Millisecond)
-	before, _ := os.ReadFile(log)
-	time.Sleep(500 * time.Millisecond)
-	after, _ := os.ReadFile(log)
-	if len(after) <= len(before) {
-		t.Fatalf("the command stays stopped after Ctrl-Z; output:\n%s", out)
+	waitFor(t, "the stopped command to be continued", func() bool { return fileHas(log, "CONT") })
+	os.WriteFile(log, nil, 0o644)
+	waitFor(t, "the command to tick again", func() bool { return fileHas(log, "GROUND") })
+	if fileHas(log, "BACKGROUND") {
+		t.Fatalf("the command lost the terminal after its stop; output:\n%s", out)
 	}
 	syscall.Kill(pg, syscall.SIGTERM)
 	if code := waitExit(t, cmd); code != 128+int(syscall.SIGTERM) {
@@ -207,9 +213,14 @@ func TestExecTerminalJobControl(t *testing.T) {
 	}
 }
 
+// fgCheck logs whether the shell's process group is the terminal's
+// foreground group (/proc/$$/stat: field 5 pgrp, 8 tpgid; field 2 is
+// "(sh)", without spaces).
+const fgCheck = `set -- $(cat /proc/$$/stat); if [ "$5" = "$8" ]; then echo FOREGROUND >> "$LOG"; else echo BACKGROUND >> "$LOG"; fi`
+
 // fgScript ticks into $LOG, each tick saying whether the command's group is
 // the terminal's foreground group (/proc/$$/stat: field 5 pgrp, 8 tpgid).
-const fgScript = `echo "started $PPID $$" >> "$LOG"; while :; do set -- $(cat /proc/$$/stat); if [ "$5" = "$8" ]; then echo FOREGROUND >> "$LOG"; else echo BACKGROUND >> "$LOG"; fi; sleep 0.05; done`
+const fgScript = `echo "started $PPID $$" >> "$LOG"; while :; do ` + fgCheck + `; sleep 0.05; done`
 
 // logGrows reports whether file grows within d.
 func logGrows(file string, d time.Duration) bool {
