@@ -46,6 +46,9 @@ the command gets SIGTERM instead and pgfence exits 83). Started with &, the
 command gets the terminal once fg brings pgfence to the foreground. In a
 pipeline, or with stdin not a terminal, the terminal is left as it is, and
 pgfence reports a stopped command on stderr while it renews the lease.
+A stop that reaches pgfence itself (Ctrl-Z in a pipeline, kill -TSTP) first
+stops the command's group with SIGSTOP, so that nothing of it runs while
+renewals stop; when pgfence is continued, so is the command (on Linux).
 
 If the lease is lost while the command runs (renewals failed until the local
 deadline, TTL minus a tenth, or the process was frozen past the TTL),
@@ -286,13 +289,30 @@ type job struct {
 	// (stdin is a terminal whose foreground group was pgfence's own).
 	tty    bool
 	events chan syscall.WaitStatus // stops, then the exit; closed after it
+	// cont and tstp receive pgfence's own SIGCONT and SIGTSTP (nil
+	// without catchStops).
+	cont, tstp chan os.Signal
+	ownStop    bool // suspend sent the group SIGSTOP: its stop is not news
+	// fgPoll ticks while stdin is a terminal: bash's fg sends no SIGCONT
+	// to a job that runs, so pgfence looks whether its group got the
+	// terminal (see watchTerminal).
+	fgPoll *time.Ticker
+	done   bool // the command has exited
 }
 
 // startJob starts the command and maps a start failure to 126/127.
 func (a *app) startJob(path string, o execOpts, env ...string) (*job, error) {
 	fg := takeForeground()
+	before := foregroundGroup()
 	cmd := a.command(path, o, fg, env...)
 	if err := cmd.Start(); err != nil {
+		if fg {
+			// The child made its group the foreground group before its
+			// execve failed (ENOEXEC, say): that group is gone now, and a
+			// launcher without job control would be left without the
+			// terminal. Take it back for pgfence's group.
+			restoreTerminal(before)
+		}
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fail(exitNotFound, "pgfence: %s: command not found", o.argv[0])
 		}
@@ -304,6 +324,15 @@ func (a *app) startJob(path string, o execOpts, env ...string) (*job, error) {
 		// to it (with TOSTOP) or taking it back must not stop pgfence.
 		// Ignored only after the start: the command must not inherit it.
 		signal.Ignore(syscall.SIGTTOU)
+	}
+	if catchStops {
+		// Caught after the start: an exec resets caught signals anyway.
+		j.cont, j.tstp = make(chan os.Signal, 1), make(chan os.Signal, 1)
+		signal.Notify(j.cont, syscall.SIGCONT)
+		signal.Notify(j.tstp, syscall.SIGTSTP)
+		if stdinTerminal() {
+			j.fgPoll = time.NewTicker(200 * time.Millisecond)
+		}
 	}
 	cmd.Process.Release() // waited for by pid below
 	go func() {
@@ -329,9 +358,82 @@ func (a *app) startJob(path string, o execOpts, env ...string) (*job, error) {
 // ended gives the terminal back to pgfence's group if the command's group
 // still has it, and undoes startJob's signal setting.
 func (j *job) ended() {
+	j.done = true
 	if j.tty {
 		giveTerminal(j.pgid, syscall.Getpgrp())
 		signal.Reset(syscall.SIGTTOU)
+	}
+}
+
+// stopCatching undoes startJob's catching of SIGCONT and SIGTSTP.
+func (j *job) stopCatching() {
+	if j.cont != nil {
+		signal.Stop(j.cont)
+		signal.Stop(j.tstp)
+	}
+	if j.fgPoll != nil {
+		j.fgPoll.Stop()
+	}
+}
+
+// pollC is the channel of fgPoll, nil without it.
+func (j *job) pollC() <-chan time.Time {
+	if j.fgPoll == nil {
+		return nil
+	}
+	return j.fgPoll.C
+}
+
+// watchTerminal gives the command's group the terminal when pgfence's
+// group has it: fg of pgfence started with & (bash sends no SIGCONT to a
+// running job) leaves it there.
+func (j *job) watchTerminal(canGo func() bool) {
+	if !j.done && foregroundGroup() == syscall.Getpgrp() && canGo() && takeForeground() {
+		j.handTerminal()
+	}
+}
+
+// handTerminal makes the command's group the terminal's foreground group
+// if pgfence's group has it (pgfence then ignores SIGTTOU: it is in the
+// background).
+func (j *job) handTerminal() {
+	giveTerminal(syscall.Getpgrp(), j.pgid)
+	if !j.tty {
+		j.tty = true
+		signal.Ignore(syscall.SIGTTOU)
+	}
+}
+
+// continued handles SIGCONT to pgfence: fg or bg after a stop, or fg of
+// pgfence started with &. Unless the lease may be gone (canGo false: the
+// loss is handled first), the command's group is continued, and given the
+// terminal when pgfence's group has it (fg), as a shell does for a job:
+// otherwise it would stay in the background, Ctrl-Z would stop pgfence
+// alone and the command would run on without renewals.
+func (j *job) continued(canGo func() bool) {
+	if !canGo() {
+		return
+	}
+	if !j.done && takeForeground() {
+		j.handTerminal()
+	}
+	syscall.Kill(-j.pgid, syscall.SIGCONT)
+}
+
+// suspend handles SIGTSTP to pgfence: Ctrl-Z while pgfence's group has the
+// terminal and the command's does not (before continued gave it, or in a
+// pipeline), or a kill -TSTP. The command's group is stopped first, with
+// SIGSTOP: it is in the background, so it has no terminal state to restore
+// on SIGTSTP, and it must not be able to ignore the stop, since renewals
+// stop with pgfence. Then pgfence stops itself; continued runs when it is
+// continued. If pgfence's own stop is discarded (orphaned group), the
+// command goes on at once.
+func (j *job) suspend() {
+	j.ownStop = true
+	syscall.Kill(-j.pgid, syscall.SIGSTOP)
+	if !suspendSelf() {
+		j.ownStop = false
+		syscall.Kill(-j.pgid, syscall.SIGCONT)
 	}
 }
 
@@ -352,9 +454,20 @@ func (j *job) forward(s syscall.Signal) {
 // pgfence shares its group, as in a pipeline) it only says so: the
 // lease stays held and renewed while the command is stopped.
 func (j *job) stopped(sig syscall.Signal, canGo func() bool) {
+	if sig == syscall.SIGSTOP && j.ownStop {
+		j.ownStop = false // suspend's own stop
+		return
+	}
 	jobControl := sig == syscall.SIGTSTP || sig == syscall.SIGTTIN || sig == syscall.SIGTTOU
 	if !jobControl || !stdinTerminal() || !aloneInGroup() {
 		fmt.Fprintf(j.a.stderr, "pgfence: %s (process group %d) stopped by %v; the lease stays held and renewed (SIGCONT continues it; SIGTERM to pgfence ends it)\n", j.name, j.pgid, sig)
+		return
+	}
+	if sig != syscall.SIGTSTP && takeForeground() && canGo() {
+		// It needs the terminal, and pgfence's group has it (fg of
+		// pgfence started with &): hand it on rather than stop.
+		j.handTerminal()
+		syscall.Kill(-j.pgid, syscall.SIGCONT)
 		return
 	}
 	if j.tty {
@@ -365,11 +478,7 @@ func (j *job) stopped(sig syscall.Signal, canGo func() bool) {
 		return
 	}
 	if takeForeground() { // fg: the shell gave pgfence's group the terminal
-		giveTerminal(syscall.Getpgrp(), j.pgid)
-		if !j.tty {
-			j.tty = true
-			signal.Ignore(syscall.SIGTTOU)
-		}
+		j.handTerminal()
 	} else if sig != syscall.SIGTSTP {
 		// Still no terminal: continued, it would stop again at once.
 		fmt.Fprintf(j.a.stderr, "pgfence: %s (process group %d) stopped by %v: it needs the terminal; the lease stays held and renewed (bring pgfence to the foreground, or SIGTERM it)\n", j.name, j.pgid, sig)
@@ -399,10 +508,17 @@ func (a *app) runUnprotected(path string, o execOpts, sigCh chan os.Signal) int 
 	if err != nil {
 		return a.exitCode(err)
 	}
+	defer j.stopCatching()
 	for {
 		select {
 		case s := <-sigCh:
 			j.forward(s.(syscall.Signal))
+		case <-j.tstp:
+			j.suspend()
+		case <-j.cont:
+			j.continued(func() bool { return true })
+		case <-j.pollC():
+			j.watchTerminal(func() bool { return true })
 		case ws := <-j.events:
 			if ws.Stopped() {
 				j.stopped(ws.StopSignal(), func() bool { return true })
@@ -423,6 +539,7 @@ func (a *app) runHolding(path string, o execOpts, lease *pglease.Lease, sigCh ch
 		a.release(lease)
 		return a.exitCode(err)
 	}
+	defer j.stopCatching()
 	pgid := j.pgid
 	events := j.events
 	// The lease may be gone: lost, or past its local deadline (pgfence was
@@ -476,6 +593,14 @@ func (a *app) runHolding(path string, o execOpts, lease *pglease.Lease, sigCh ch
 			j.forward(s.(syscall.Signal))
 		case <-leaseDone:
 			onLoss()
+		case <-j.tstp:
+			if lost == nil { // after a loss, nothing delays the SIGKILL
+				j.suspend()
+			}
+		case <-j.cont:
+			j.continued(func() bool { return lost == nil && !leaseGone() })
+		case <-j.pollC():
+			j.watchTerminal(func() bool { return lost == nil && !leaseGone() })
 		case <-kill:
 			kill = nil
 			killed = true
@@ -501,6 +626,13 @@ func (a *app) runHolding(path string, o execOpts, lease *pglease.Lease, sigCh ch
 				onLoss()
 			}
 		}
+	}
+	if (lost != nil || signalled) && !killed && groupHasMembers(pgid) {
+		// Whatever is left of the group after a loss or a forwarded signal
+		// (zombies, or a process that /proc shows as one while a thread of
+		// it runs) gets SIGKILL: harmless to zombies, and nothing may run
+		// on without the lease.
+		syscall.Kill(-pgid, syscall.SIGKILL)
 	}
 	if lost == nil && groupRunning(pgid) {
 		fmt.Fprintf(a.stderr, "pgfence: warning: processes of %s's group %d still run after it exited; they run without the lease\n", o.argv[0], pgid)

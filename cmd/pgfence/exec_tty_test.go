@@ -114,8 +114,11 @@ func TestExecTerminalInterrupt(t *testing.T) {
 	key := randomName("ttyint:")
 	log := filepath.Join(t.TempDir(), "log")
 	cmd, in, out := inTerminal(t, []string{"LOG=" + log}, "exec", "--database-url", pgtest.URL(), "--key", key, "--ttl", "3s",
-		"--", "sh", "-c", `trap 'echo INT >> "$LOG"' INT; echo "started $PPID" >> "$LOG"; while :; do sleep 0.05; done`)
-	waitFor(t, "the command to start", func() bool { return fileHas(log, "started") })
+		"--", "sh", "-c", `trap 'echo INT >> "$LOG"' INT; echo "started $PPID" >> "$LOG"; `+fgCheck+`; while :; do sleep 0.05; done`)
+	waitFor(t, "the command to start", func() bool { return fileHas(log, "GROUND") })
+	if !fileHas(log, "FOREGROUND") {
+		t.Fatalf("the command's group is not the terminal's foreground group; output:\n%s", out)
+	}
 	data, _ := os.ReadFile(log)
 	pg, err := strconv.Atoi(strings.Fields(string(data))[1])
 	if err != nil {
@@ -138,23 +141,26 @@ func TestExecTerminalInterrupt(t *testing.T) {
 // terminal's foreground group), not pgfence's, so renewals never stop while
 // the command runs. Under script(1) pgfence's own group is orphaned, so its
 // stop is discarded, as the kernel discards a terminal stop for a command
-// run directly there: pgfence continues the command, which goes on.
+// run directly there: pgfence continues the command (its SIGCONT trap
+// says so: it was stopped), which goes on with the terminal again.
 func TestExecTerminalSuspend(t *testing.T) {
 	t.Parallel()
 	key := randomName("ttystop:")
 	log := filepath.Join(t.TempDir(), "log")
 	cmd, in, out := inTerminal(t, []string{"LOG=" + log}, "exec", "--database-url", pgtest.URL(), "--key", key, "--ttl", "3s",
-		"--", "sh", "-c", `echo "started $PPID" >> "$LOG"; while :; do echo tick >> "$LOG"; sleep 0.05; done`)
-	waitFor(t, "the command to start", func() bool { return fileHas(log, "tick") })
+		"--", "sh", "-c", `trap 'echo CONT >> "$LOG"' CONT; echo "started $PPID" >> "$LOG"; while :; do `+fgCheck+`; sleep 0.05; done`)
+	waitFor(t, "the command to start", func() bool { return fileHas(log, "GROUND") })
 	data, _ := os.ReadFile(log)
 	pg, _ := strconv.Atoi(strings.Fields(string(data))[1])
+	if fileHas(log, "BACKGROUND") || !fileHas(log, "FOREGROUND") {
+		t.Fatalf("the command's group is not the terminal's foreground group; output:\n%s", out)
+	}
 	io.WriteString(in, "\x1a") // Ctrl-Z
-	time.Sleep(500 * time.Millisecond)
-	before, _ := os.ReadFile(log)
-	time.Sleep(500 * time.Millisecond)
-	after, _ := os.ReadFile(log)
-	if len(after) <= len(before) {
-		t.Fatalf("the command stays stopped after Ctrl-Z; output:\n%s", out)
+	waitFor(t, "the stopped command to be continued", func() bool { return fileHas(log, "CONT") })
+	os.WriteFile(log, nil, 0o644)
+	waitFor(t, "the command to tick again", func() bool { return fileHas(log, "GROUND") })
+	if fileHas(log, "BACKGROUND") {
+		t.Fatalf("the command lost the terminal after its stop; output:\n%s", out)
 	}
 	syscall.Kill(pg, syscall.SIGTERM)
 	if code := waitExit(t, cmd); code != 128+int(syscall.SIGTERM) {
@@ -201,6 +207,124 @@ func TestExecTerminalJobControl(t *testing.T) {
 	waitFor(t, "the command to tick again", func() bool { b, _ := os.ReadFile(log); return len(b) > len(before) })
 	io.WriteString(in, "\x03") // Ctrl-C, to the command's group, now the foreground one again
 	io.WriteString(in, "echo \"rc=$?\"; exit\n")
+	waitExit(t, cmd)
+	if !strings.Contains(out.String(), "rc=130") {
+		t.Fatalf("want rc=130 from pgfence after Ctrl-C; output:\n%s", out)
+	}
+}
+
+// fgCheck logs whether the shell's process group is the terminal's
+// foreground group (/proc/$$/stat: field 5 pgrp, 8 tpgid; field 2 is
+// "(sh)", without spaces).
+const fgCheck = `set -- $(cat /proc/$$/stat); if [ "$5" = "$8" ]; then echo FOREGROUND >> "$LOG"; else echo BACKGROUND >> "$LOG"; fi`
+
+// fgScript ticks into $LOG, each tick saying whether the command's group is
+// the terminal's foreground group (/proc/$$/stat: field 5 pgrp, 8 tpgid).
+const fgScript = `echo "started $PPID $$" >> "$LOG"; while :; do ` + fgCheck + `; sleep 0.05; done`
+
+// logGrows reports whether file grows within d.
+func logGrows(file string, d time.Duration) bool {
+	before, _ := os.ReadFile(file)
+	time.Sleep(d)
+	after, _ := os.ReadFile(file)
+	return len(after) > len(before)
+}
+
+// interactive starts bash -i on a terminal and types line at it; it returns
+// the pids of pgfence and of the command from the first line of log.
+func interactive(t *testing.T, log, line string) (*exec.Cmd, io.WriteCloser, *syncBuffer, int, int) {
+	t.Helper()
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Fatalf("this test needs bash: %v", err)
+	}
+	cmd, in, out := onTerminal(t, []string{"LOG=" + log}, bash, "--norc", "--noprofile", "-i")
+	io.WriteString(in, line+"\n")
+	waitFor(t, "the command to start", func() bool { return fileHas(log, "started") })
+	data, _ := os.ReadFile(log)
+	f := strings.Fields(string(data))
+	pg, _ := strconv.Atoi(f[1])
+	child, _ := strconv.Atoi(f[2])
+	return cmd, in, out, pg, child
+}
+
+// TestExecTerminalBackgroundThenForeground: started with &, then brought
+// to the foreground with fg, the command gets the terminal (pgfence catches
+// its SIGCONT); Ctrl-Z then stops the command and pgfence (the command used
+// to stay in the background, so Ctrl-Z stopped pgfence alone and the
+// command ran on without renewals); fg continues both, and Ctrl-C ends the
+// command (exit 130).
+func TestExecTerminalBackgroundThenForeground(t *testing.T) {
+	t.Parallel()
+	log := filepath.Join(t.TempDir(), "log")
+	line := shQuote(bin) + " exec --database-url " + shQuote(pgtest.URL()) + " --key " + shQuote(randomName("ttybg:")) + " --ttl 5s -- sh -c " + shQuote(fgScript) + " &"
+	cmd, in, out, pg, child := interactive(t, log, line)
+	if !fileHas(log, "BACKGROUND") {
+		waitFor(t, "a tick", func() bool { return fileHas(log, "BACKGROUND") || fileHas(log, "FOREGROUND") })
+	}
+	if fileHas(log, "FOREGROUND") {
+		t.Fatalf("the command has the terminal while pgfence runs in the background; output:\n%s", out)
+	}
+	io.WriteString(in, "fg\n")
+	waitFor(t, "the command to get the terminal after fg", func() bool { return fileHas(log, "FOREGROUND") })
+	io.WriteString(in, "\x1a") // Ctrl-Z
+	waitFor(t, "the command and pgfence to stop", func() bool { return procState(child) == "T" && procState(pg) == "T" })
+	if logGrows(log, 500*time.Millisecond) {
+		t.Fatalf("the command still ticks while pgfence is stopped; output:\n%s", out)
+	}
+	os.WriteFile(log, nil, 0o644)
+	io.WriteString(in, "fg\n")
+	waitFor(t, "the command to tick in the foreground again", func() bool { return fileHas(log, "FOREGROUND") })
+	io.WriteString(in, "\x03") // Ctrl-C
+	io.WriteString(in, "echo \"rc=$?\"; exit\n")
+	waitExit(t, cmd)
+	if !strings.Contains(out.String(), "rc=130") {
+		t.Fatalf("want rc=130 from pgfence after Ctrl-C; output:\n%s", out)
+	}
+}
+
+// TestExecTerminalBackgroundThenRead: started with &, then brought to the
+// foreground with fg, a command that reads the terminal gets the line typed.
+func TestExecTerminalBackgroundThenRead(t *testing.T) {
+	t.Parallel()
+	log := filepath.Join(t.TempDir(), "log")
+	line := shQuote(bin) + " exec --database-url " + shQuote(pgtest.URL()) + " --key " + shQuote(randomName("ttybgread:")) + " --ttl 5s -- sh -c " +
+		shQuote(`echo "started $PPID $$" >> "$LOG"; sleep 1; echo reading >> "$LOG"; read x; echo "got $x" >> "$LOG"`) + " &"
+	cmd, in, out, _, child := interactive(t, log, line)
+	io.WriteString(in, "fg\n")
+	waitFor(t, "the command to read", func() bool { return fileHas(log, "reading") })
+	time.Sleep(300 * time.Millisecond)
+	if s := procState(child); s == "T" {
+		t.Fatalf("the command is stopped reading the terminal after fg; output:\n%s", out)
+	}
+	io.WriteString(in, "hello\n")
+	waitFor(t, "the command to get the line", func() bool { return fileHas(log, "got hello") })
+	io.WriteString(in, "echo \"rc=$?\"; exit\n")
+	waitExit(t, cmd)
+	if !strings.Contains(out.String(), "rc=0") {
+		t.Fatalf("want rc=0; output:\n%s", out)
+	}
+}
+
+// TestExecTerminalPipelineSuspend: in a pipeline pgfence's group keeps the
+// terminal, so Ctrl-Z reaches pgfence (and cat), not the command: pgfence
+// stops the command's group (SIGSTOP) and then itself, so nothing runs
+// unrenewed; fg continues both, and Ctrl-C, forwarded, ends the command.
+func TestExecTerminalPipelineSuspend(t *testing.T) {
+	t.Parallel()
+	log := filepath.Join(t.TempDir(), "log")
+	line := shQuote(bin) + " exec --database-url " + shQuote(pgtest.URL()) + " --key " + shQuote(randomName("ttypipe:")) + " --ttl 5s -- sh -c " + shQuote(fgScript) + " | cat"
+	cmd, in, out, pg, child := interactive(t, log, line)
+	waitFor(t, "a tick", func() bool { return fileHas(log, "BACKGROUND") })
+	io.WriteString(in, "\x1a") // Ctrl-Z
+	waitFor(t, "the command and pgfence to stop", func() bool { return procState(child) == "T" && procState(pg) == "T" })
+	if logGrows(log, 500*time.Millisecond) {
+		t.Fatalf("the command still ticks while pgfence is stopped; output:\n%s", out)
+	}
+	io.WriteString(in, "fg\n")
+	waitFor(t, "the command to tick again", func() bool { return logGrows(log, 300*time.Millisecond) })
+	io.WriteString(in, "\x03") // Ctrl-C
+	io.WriteString(in, "echo \"rc=${PIPESTATUS[0]}\"; exit\n")
 	waitExit(t, cmd)
 	if !strings.Contains(out.String(), "rc=130") {
 		t.Fatalf("want rc=130 from pgfence after Ctrl-C; output:\n%s", out)

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"os"
+	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -61,8 +63,22 @@ func giveTerminal(from, to int) {
 	syscall.Syscall(syscall.SYS_IOCTL, 0, syscall.TIOCSPGRP, uintptr(unsafe.Pointer(&pgrp)))
 }
 
+// restoreTerminal makes pgrp the foreground group of stdin's terminal
+// again if another group has it, ignoring SIGTTOU meanwhile (pgfence may be
+// in a background group then).
+func restoreTerminal(pgrp int) {
+	if pgrp < 0 || foregroundGroup() == pgrp {
+		return
+	}
+	signal.Ignore(syscall.SIGTTOU)
+	defer signal.Reset(syscall.SIGTTOU)
+	p := int32(pgrp)
+	syscall.Syscall(syscall.SYS_IOCTL, 0, syscall.TIOCSPGRP, uintptr(unsafe.Pointer(&p)))
+}
+
 // groupRunning reports whether process group pgid has a member that is not
-// a zombie. kill(-pgid, 0) would count zombies too, and an orphaned member
+// a zombie (a process whose main thread has exited counts while another of
+// its threads runs). kill(-pgid, 0) would count zombies too, and an orphaned member
 // stays one for as long as PID 1 does not reap it (a container's init may
 // never do so), so /proc is read instead.
 func groupRunning(pgid int) bool { return groupRunningBut(pgid, 0) }
@@ -92,10 +108,37 @@ func groupRunningBut(pgid, except int) bool {
 			continue
 		}
 		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 3 || f[0] == "Z" || f[0] == "X" {
+		if len(f) < 3 {
 			continue
 		}
-		if g, err := strconv.Atoi(f[2]); err == nil && g == pgid {
+		if g, err := strconv.Atoi(f[2]); err != nil || g != pgid {
+			continue
+		}
+		if (f[0] != "Z" && f[0] != "X") || threadRunning(name) {
+			return true
+		}
+	}
+	return false
+}
+
+// threadRunning reports whether process pid (a zombie by its /proc/PID/stat:
+// its main thread has exited) still has a thread that is not: a process
+// whose main thread called pthread_exit runs on in its other threads.
+func threadRunning(pid string) bool {
+	tasks, err := os.ReadDir("/proc/" + pid + "/task")
+	if err != nil {
+		return false
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile("/proc/" + pid + "/task/" + task.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		if f := strings.Fields(string(b[i+1:])); len(f) > 0 && f[0] != "Z" && f[0] != "X" {
 			return true
 		}
 	}
@@ -109,13 +152,68 @@ func groupHasMembers(pgid int) bool {
 	return err == nil || err == syscall.EPERM
 }
 
-// suspendSelf stops pgfence with SIGTSTP as a terminal's Ctrl-Z would, and
-// returns once it has been continued (at once if the stop is discarded:
-// pgfence's group is orphaned). The signal goes to the calling thread, which
-// stops before it returns from tgkill; one sent to the process could be
-// taken by another thread while this one went on.
-func suspendSelf() {
+// catchStops: pgfence catches SIGTSTP and SIGCONT to pass job control on
+// to the command's group (see job.suspend and job.continued).
+const catchStops = true
+
+// suspendSelf stops pgfence as a terminal's Ctrl-Z would, and reports
+// whether it did; it returns once pgfence has been continued. Nothing is
+// done if pgfence's process group is orphaned: the kernel discards a
+// terminal stop there, as nobody would continue it. SIGSTOP is used, since
+// pgfence catches SIGTSTP; it goes to the calling thread, which stops
+// before it returns from tgkill (one sent to the process could be taken by
+// another thread while this one went on).
+func suspendSelf() bool {
+	if groupOrphaned() {
+		return false
+	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	syscall.Tgkill(os.Getpid(), syscall.Gettid(), syscall.SIGTSTP)
+	syscall.Tgkill(os.Getpid(), syscall.Gettid(), syscall.SIGSTOP)
+	return true
+}
+
+// groupOrphaned reports whether pgfence's process group is orphaned: no
+// member has a parent in another group of the same session.
+func groupOrphaned() bool {
+	own := syscall.Getpgrp()
+	sid, _, e := syscall.RawSyscall(syscall.SYS_GETSID, 0, 0, 0)
+	if e != 0 {
+		return true
+	}
+	names, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil {
+		return true
+	}
+	for _, name := range names {
+		_, ppid, pgrp, _, ok := procStat(name)
+		if !ok || pgrp != own {
+			continue
+		}
+		_, _, ppgrp, psid, ok := procStat("/proc/" + strconv.Itoa(ppid) + "/stat")
+		if ok && ppgrp != own && psid == int(sid) {
+			return false
+		}
+	}
+	return true
+}
+
+// procStat reads state, ppid, pgrp and session from a /proc/PID/stat file.
+func procStat(name string) (state string, ppid, pgrp, sid int, ok bool) {
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return "", 0, 0, 0, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return "", 0, 0, 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 4 {
+		return "", 0, 0, 0, false
+	}
+	ppid, err1 := strconv.Atoi(f[1])
+	pgrp, err2 := strconv.Atoi(f[2])
+	sid, err3 := strconv.Atoi(f[3])
+	return f[0], ppid, pgrp, sid, err1 == nil && err2 == nil && err3 == nil
 }

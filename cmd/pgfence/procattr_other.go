@@ -15,6 +15,12 @@ func stdinTerminal() bool       { return false }
 func takeForeground() bool      { return false }
 func aloneInGroup() bool        { return false }
 func giveTerminal(from, to int) {}
+func foregroundGroup() int      { return -1 }
+func restoreTerminal(pgrp int)  {}
+
+// groupHasMembers reports whether process group pgid has any member,
+// zombies included.
+func groupHasMembers(pgid int) bool { return groupRunning(pgid) }
 
 // groupRunning reports whether process group pgid has a member (zombies
 // included: there is no portable way to tell them apart).
@@ -23,4 +29,7 @@ func groupRunning(pgid int) bool {
 	return err == nil || err == syscall.EPERM
 }
 
-func suspendSelf() {}
+func suspendSelf() bool { return false }
+
+// catchStops: job control is passed on to the command on Linux only.
+const catchStops = false
