@@ -36,8 +36,9 @@ that a stopped command acts on them). When the command ends the lease is
 released and pgfence exits with the command's code.
 
 With a terminal on stdin, when pgfence's process group is the terminal's
-foreground group and pgfence is alone in it (not in a pipeline), the
-command's group is made the foreground group, as a shell does for a job:
+foreground group and no other process shares that group but a shell
+waiting for pgfence (sh -c; not in a pipeline), the command's group is
+made the foreground group, as a shell does for a job:
 it can read the terminal, and Ctrl-C and Ctrl-Z reach it, not pgfence.
 When the command is stopped from the terminal (Ctrl-Z, or reading it from
 the background), pgfence takes the terminal back and stops too, so the shell

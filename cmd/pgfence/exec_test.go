@@ -134,6 +134,16 @@ func waitExit(t *testing.T, cmd *exec.Cmd) int {
 	select {
 	case <-done:
 	case <-time.After(20 * time.Second):
+		// Kill what is left and let the Wait above return before the
+		// test ends: a cleanup's Wait must not run beside it.
+		for _, pid := range descendants(cmd.Process.Pid) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		cmd.Process.Kill()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+		}
 		t.Fatal("pgfence exec did not exit")
 	}
 	return exitStatus(cmd.ProcessState)

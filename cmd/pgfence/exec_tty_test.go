@@ -26,7 +26,10 @@ func inTerminal(t *testing.T, env []string, args ...string) (*exec.Cmd, io.Write
 	return onTerminal(t, env, append([]string{bin}, args...)...)
 }
 
-// onTerminal runs argv on a pseudo-terminal made by script(1).
+// onTerminal runs argv on a pseudo-terminal made by script(1), through
+// $SHELL -c: /bin/sh unless env sets SHELL. Debian's /bin/sh (dash) forks
+// and waits rather than exec the last command, so pgfence shares its
+// process group with a waiting shell; bash execs, so pgfence is alone.
 func onTerminal(t *testing.T, env []string, argv ...string) (*exec.Cmd, io.WriteCloser, *syncBuffer) {
 	t.Helper()
 	script, err := exec.LookPath("script")
@@ -38,7 +41,7 @@ func onTerminal(t *testing.T, env []string, argv ...string) (*exec.Cmd, io.Write
 		line += " " + shQuote(a)
 	}
 	cmd := exec.Command(script, "-qec", line, "/dev/null")
-	cmd.Env = cleanEnv(env...)
+	cmd.Env = cleanEnv(append([]string{"SHELL=/bin/sh"}, env...)...)
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	in, err := cmd.StdinPipe()
@@ -90,19 +93,29 @@ func descendants(pid int) []int {
 
 // TestExecTerminalRead: a command that reads the terminal on stdin gets
 // it (its group is the terminal's foreground group); it used to be stopped
-// by SIGTTIN for ever while pgfence renewed the lease.
+// by SIGTTIN for ever while pgfence renewed the lease. Run through a shell
+// that waits in pgfence's group (dash) and one that execs it (bash): the
+// waiting shell once kept the terminal from the command.
 func TestExecTerminalRead(t *testing.T) {
-	t.Parallel()
-	key := randomName("tty:")
-	cmd, in, out := inTerminal(t, nil, "exec", "--database-url", pgtest.URL(), "--key", key, "--ttl", "3s",
-		"--", "sh", "-c", `read x; echo "got $x"`)
-	time.Sleep(500 * time.Millisecond)
-	io.WriteString(in, "hello\n")
-	if code := waitExit(t, cmd); code != 0 {
-		t.Fatalf("exit %d; output:\n%s", code, out)
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Fatalf("this test needs bash: %v", err)
 	}
-	if !strings.Contains(out.String(), "got hello") {
-		t.Fatalf("the command did not read the terminal; output:\n%s", out)
+	for _, shell := range []string{"/bin/sh", bash} {
+		t.Run(filepath.Base(shell), func(t *testing.T) {
+			t.Parallel()
+			key := randomName("tty:")
+			cmd, in, out := inTerminal(t, []string{"SHELL=" + shell}, "exec", "--database-url", pgtest.URL(), "--key", key, "--ttl", "3s",
+				"--", "sh", "-c", `read x; echo "got $x"`)
+			time.Sleep(500 * time.Millisecond)
+			io.WriteString(in, "hello\n")
+			if code := waitExit(t, cmd); code != 0 {
+				t.Fatalf("exit %d; output:\n%s", code, out)
+			}
+			if !strings.Contains(out.String(), "got hello") {
+				t.Fatalf("the command did not read the terminal; output:\n%s", out)
+			}
+		})
 	}
 }
 
@@ -328,5 +341,37 @@ func TestExecTerminalPipelineSuspend(t *testing.T) {
 	waitExit(t, cmd)
 	if !strings.Contains(out.String(), "rc=130") {
 		t.Fatalf("want rc=130 from pgfence after Ctrl-C; output:\n%s", out)
+	}
+}
+
+// TestExecTerminalUnderShell: run from an interactive bash through sh -c
+// (a shell that waits in pgfence's process group), the command gets the
+// terminal; Ctrl-Z stops the command, pgfence and the waiting sh, so bash
+// sees its job stopped; fg continues them all with the command in the
+// foreground, and Ctrl-C ends it (exit 130 through sh).
+func TestExecTerminalUnderShell(t *testing.T) {
+	t.Parallel()
+	log := filepath.Join(t.TempDir(), "log")
+	inner := shQuote(bin) + " exec --database-url " + shQuote(pgtest.URL()) + " --key " + shQuote(randomName("ttysh:")) + " --ttl 5s -- sh -c " + shQuote(fgScript)
+	cmd, in, out, pg, child := interactive(t, log, "/bin/sh -c "+shQuote(inner+"; exit $?"))
+	waitFor(t, "a tick", func() bool { return fileHas(log, "GROUND") })
+	if !fileHas(log, "FOREGROUND") {
+		t.Fatalf("the command's group is not the terminal's foreground group; output:\n%s", out)
+	}
+	_, sh, _, _, _ := procStat("/proc/" + strconv.Itoa(pg) + "/stat")
+	io.WriteString(in, "\x1a") // Ctrl-Z
+	waitFor(t, "the command, pgfence and sh to stop", func() bool {
+		return procState(child) == "T" && procState(pg) == "T" && procState(sh) == "T"
+	})
+	io.WriteString(in, "jobs\n")
+	waitFor(t, "bash to list the job as stopped", func() bool { return strings.Contains(out.String(), "Stopped") })
+	os.WriteFile(log, nil, 0o644)
+	io.WriteString(in, "fg\n")
+	waitFor(t, "the command to tick in the foreground again", func() bool { return fileHas(log, "FOREGROUND") })
+	io.WriteString(in, "\x03") // Ctrl-C
+	io.WriteString(in, "echo \"rc=$?\"; exit\n")
+	waitExit(t, cmd)
+	if !strings.Contains(out.String(), "rc=130") {
+		t.Fatalf("want rc=130 after Ctrl-C; output:\n%s", out)
 	}
 }

@@ -42,16 +42,42 @@ func foregroundGroup() int {
 
 // takeForeground reports whether the command should get the terminal:
 // stdin is a terminal, pgfence's process group is its foreground group, and
-// pgfence is alone in its group (in a pipeline such as pgfence exec … | less,
-// the other members need the terminal: today's behaviour is kept).
+// pgfence is alone in its group but for a waiting shell (in a pipeline
+// such as pgfence exec … | less, the other members need the terminal:
+// today's behaviour is kept).
 func takeForeground() bool {
 	own := syscall.Getpgrp()
 	return stdinTerminal() && foregroundGroup() == own && aloneInGroup()
 }
 
-// aloneInGroup reports whether pgfence is the only live process of its
-// process group.
-func aloneInGroup() bool { return !groupRunningBut(syscall.Getpgrp(), os.Getpid()) }
+// aloneInGroup reports whether no live process of pgfence's process group
+// is other than pgfence and its ancestors. An ancestor there is a shell
+// without job control waiting for pgfence (sh -c '…', script(1), a
+// Makefile's shell): it does not read the terminal meanwhile. Any other
+// member (a pipeline's, say) may.
+func aloneInGroup() bool {
+	skip := map[int]bool{os.Getpid(): true}
+	for _, pid := range ancestorsInGroup() {
+		skip[pid] = true
+	}
+	return !groupRunningExcept(syscall.Getpgrp(), skip)
+}
+
+// ancestorsInGroup walks up from pgfence's parent while the processes are
+// in pgfence's process group, nearest first.
+func ancestorsInGroup() []int {
+	own := syscall.Getpgrp()
+	var out []int
+	for pid := os.Getppid(); pid > 1; {
+		_, ppid, pgrp, _, ok := procStat("/proc/" + strconv.Itoa(pid) + "/stat")
+		if !ok || pgrp != own {
+			break
+		}
+		out = append(out, pid)
+		pid = ppid
+	}
+	return out
+}
 
 // giveTerminal makes to the foreground group of stdin's terminal if from
 // is; pgfence ignores SIGTTOU meanwhile when it is in the background.
@@ -81,10 +107,10 @@ func restoreTerminal(pgrp int) {
 // its threads runs). kill(-pgid, 0) would count zombies too, and an orphaned member
 // stays one for as long as PID 1 does not reap it (a container's init may
 // never do so), so /proc is read instead.
-func groupRunning(pgid int) bool { return groupRunningBut(pgid, 0) }
+func groupRunning(pgid int) bool { return groupRunningExcept(pgid, nil) }
 
-// groupRunningBut is groupRunning not counting process except.
-func groupRunningBut(pgid, except int) bool {
+// groupRunningExcept is groupRunning not counting the processes in skip.
+func groupRunningExcept(pgid int, skip map[int]bool) bool {
 	d, err := os.Open("/proc")
 	if err != nil {
 		return groupHasMembers(pgid)
@@ -95,7 +121,10 @@ func groupRunningBut(pgid, except int) bool {
 		return groupHasMembers(pgid)
 	}
 	for _, name := range names {
-		if name[0] < '0' || name[0] > '9' || name == strconv.Itoa(except) {
+		if name[0] < '0' || name[0] > '9' {
+			continue
+		}
+		if pid, _ := strconv.Atoi(name); skip[pid] {
 			continue
 		}
 		b, err := os.ReadFile("/proc/" + name + "/stat")
@@ -159,13 +188,19 @@ const catchStops = true
 // suspendSelf stops pgfence as a terminal's Ctrl-Z would, and reports
 // whether it did; it returns once pgfence has been continued. Nothing is
 // done if pgfence's process group is orphaned: the kernel discards a
-// terminal stop there, as nobody would continue it. SIGSTOP is used, since
-// pgfence catches SIGTSTP; it goes to the calling thread, which stops
-// before it returns from tgkill (one sent to the process could be taken by
-// another thread while this one went on).
+// terminal stop there, as nobody would continue it. Ancestors in pgfence's
+// group (a shell without job control waiting for it) are stopped too, as
+// Ctrl-Z stops the whole foreground group, so that the interactive shell
+// above sees its job stopped. SIGSTOP is used, since pgfence catches
+// SIGTSTP; pgfence's own goes to the calling thread, which stops before it
+// returns from tgkill (one sent to the process could be taken by another
+// thread while this one went on).
 func suspendSelf() bool {
 	if groupOrphaned() {
 		return false
+	}
+	for _, pid := range ancestorsInGroup() {
+		syscall.Kill(pid, syscall.SIGSTOP)
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
