@@ -21,7 +21,7 @@ Serves, read-only (GET and HEAD; other methods get 405):
                stale writes refused by the fencing trigger; it updates itself
                every second without reloading
   /api/state   the same as JSON
-  /metrics     Prometheus metrics (OpenTelemetry's Prometheus exporter):
+  /metrics     Prometheus metrics (text format):
                pgfence_leases_held, pgfence_leases_expiring_soon,
                pgfence_lease_fence{key,owner} (at most --limit keys),
                pgfence_jobs{queue,state},
@@ -76,12 +76,7 @@ func (a *app) cmdServe(ctx context.Context, args []string) error {
 	if err := w.Refresh(ctx); err != nil {
 		return dbError(where, err)
 	}
-	metrics, err := watch.NewMetrics(w)
-	if err != nil {
-		return fail(exitFailed, "pgfence serve: metrics: %v", err)
-	}
-	defer metrics.Close()
-	handler := watch.Handler(w, metrics, pool, watch.HandlerOptions{
+	handler := watch.Handler(w, watch.NewMetrics(w), pool, watch.HandlerOptions{
 		Database: where, HealthTimeout: healthTimeout, AnyHost: allowRemote, Scrub: a.scrub.String,
 	})
 

@@ -13,17 +13,14 @@
 //	             its change over 1, 5 and 15 minutes. It fetches /api/state
 //	             every second and updates in place.
 //	/api/state   the latest read as JSON (type State)
-//	/metrics     Prometheus text format, through the OpenTelemetry
-//	             Prometheus exporter
+//	/metrics     Prometheus text format (version 0.0.4)
 //	/healthz     200 "ok" when the database answers a ping within the
 //	             timeout; 503 "unavailable: database ...: reason" otherwise
 //
 // # Metrics
 //
-// OpenTelemetry observable instruments (meter
-// github.com/pgfence/pgfence/cmd/pgfence/serve), all observed from the
-// latest read. Prometheus names, as the exporter writes them (a unit "s"
-// adds _seconds, a counter adds _total; curly-brace units add nothing):
+// All read off the latest read (Prometheus names; seconds as the unit of
+// time, as the _seconds suffix says):
 //
 //	pgfence_serve_database_up             gauge   1 if the latest read succeeded, else 0
 //	pgfence_serve_snapshot_age_seconds    gauge   age of the read the figures below come from

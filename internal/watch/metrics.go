@@ -1,127 +1,132 @@
 package watch
 
 import (
-	"context"
+	"bytes"
+	"maps"
+	"math"
 	"net/http"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"go.opentelemetry.io/otel/attribute"
-	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
-	"go.opentelemetry.io/otel/metric"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"slices"
+	"strconv"
+	"strings"
 )
 
-// meterName is the instrumentation scope of serve's instruments.
-const meterName = "github.com/pgfence/pgfence/cmd/pgfence/serve"
+// Metrics is the /metrics endpoint: the Watcher's latest read in the
+// Prometheus text exposition format (version 0.0.4). It is written here,
+// not through the OpenTelemetry SDK and its Prometheus exporter, because
+// every figure is a gauge (or the one counter) read off one snapshot, and
+// those two would link about 80 packages, protobuf among them, into the CLI
+// (design decision 15: the CLI links pgx, golang-migrate and the OTel API).
+// The tests parse the output with Prometheus' own parser.
+type Metrics struct{ w *Watcher }
 
-// Metrics is the /metrics endpoint: OpenTelemetry observable instruments
-// whose callback reports the Watcher's latest snapshot, exported in the
-// Prometheus text format by the OpenTelemetry Prometheus exporter.
-type Metrics struct {
-	provider *sdkmetric.MeterProvider
-	handler  http.Handler
+// NewMetrics returns the /metrics endpoint for w.
+func NewMetrics(w *Watcher) *Metrics { return &Metrics{w: w} }
+
+// ServeHTTP writes the exposition of the latest read.
+func (m *Metrics) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	rw.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	rw.Write(m.exposition())
 }
 
-// NewMetrics registers serve's instruments on a MeterProvider of its own,
-// exported through a Prometheus registry of its own (no Go runtime or
-// process collectors: only pgfence's figures). Close it when done.
-func NewMetrics(w *Watcher) (*Metrics, error) {
-	reg := prometheus.NewRegistry()
-	exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo(), otelprom.WithoutTargetInfo())
-	if err != nil {
-		return nil, err
+// exposition writes the families listed in the package documentation. A
+// family without points is left out whole: figures of a failed read are
+// absent, not stale, and so is the stale-refusal counter where the
+// database has no sequence for it.
+func (m *Metrics) exposition() []byte {
+	s, age, errText := m.w.Latest()
+	var e expo
+	up := 1.0
+	if errText != "" {
+		up = 0
 	}
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
-	if err := register(mp.Meter(meterName), w); err != nil {
-		mp.Shutdown(context.Background())
-		return nil, err
+	e.family("pgfence_serve_database_up", "gauge", "1 when the latest read of the database succeeded, 0 when it failed",
+		point{value: up})
+	if s == nil || errText != "" {
+		return e.b.Bytes()
 	}
-	return &Metrics{provider: mp, handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}, nil
+	e.family("pgfence_serve_snapshot_age_seconds", "gauge", "Age of the snapshot the other figures come from",
+		point{value: age.Seconds()})
+	e.family("pgfence_leases_held", "gauge", "Leases unexpired by the database clock",
+		point{value: float64(s.Leases.Held)})
+	e.family("pgfence_leases_expiring_soon", "gauge", "Held leases that expire within the --soon horizon (default 5s) unless renewed",
+		point{value: float64(s.Leases.ExpiringSoon)})
+	var fences []point
+	for _, l := range s.Leases.List {
+		// A float64 holds a fence exactly below 2^53, i.e. for WAL
+		// timelines below 512.
+		fences = append(fences, point{labels: []string{"key", l.Key, "owner", l.Owner}, value: float64(l.Fence)})
+	}
+	e.family("pgfence_lease_fence", "gauge", "Fence of a held lease, by key and owner; at most --limit keys (default 100), the first in key order",
+		fences...)
+	var jobs, oldest []point
+	for _, q := range s.Queues {
+		for _, state := range slices.Sorted(maps.Keys(q.Counts)) {
+			jobs = append(jobs, point{labels: []string{"queue", q.Name, "state", state}, value: float64(q.Counts[state])})
+		}
+		if q.OldestRunnableSeconds != nil {
+			oldest = append(oldest, point{labels: []string{"queue", q.Name}, value: *q.OldestRunnableSeconds})
+		}
+	}
+	e.family("pgfence_jobs", "gauge", "Rows of pgfence_jobs by queue and state", jobs...)
+	e.family("pgfence_jobs_oldest_runnable_age_seconds", "gauge", "How long the oldest runnable job of a queue has been runnable, by the database clock",
+		oldest...)
+	if s.Stale.Present {
+		e.family("pgfence_stale_refusals_total", "counter", "Stale writes refused by the fencing trigger (sequence pgfence_stale_refusals); absent when the sequence is",
+			point{value: float64(s.Stale.Count)})
+	}
+	return e.b.Bytes()
 }
 
-// ServeHTTP serves the Prometheus exposition.
-func (m *Metrics) ServeHTTP(rw http.ResponseWriter, r *http.Request) { m.handler.ServeHTTP(rw, r) }
+// point is one line of a family: label name/value pairs and the value.
+type point struct {
+	labels []string
+	value  float64
+}
 
-// Close shuts the MeterProvider down.
-func (m *Metrics) Close() error { return m.provider.Shutdown(context.Background()) }
+// expo accumulates the text exposition.
+type expo struct{ b bytes.Buffer }
 
-// register creates the instruments and the one callback that observes them
-// all from one snapshot. The names, units and attributes are listed in the
-// package documentation.
-func register(m metric.Meter, w *Watcher) error {
-	up, err := m.Int64ObservableGauge("pgfence_serve_database_up",
-		metric.WithDescription("1 when the latest read of the database succeeded, 0 when it failed"))
-	if err != nil {
-		return err
+// family writes the HELP and TYPE lines and the points of one metric, or
+// nothing when there are none.
+func (e *expo) family(name, typ, help string, points ...point) {
+	if len(points) == 0 {
+		return
 	}
-	age, err := m.Float64ObservableGauge("pgfence_serve_snapshot_age", metric.WithUnit("s"),
-		metric.WithDescription("Age of the snapshot the other figures come from"))
-	if err != nil {
-		return err
-	}
-	held, err := m.Int64ObservableGauge("pgfence_leases_held", metric.WithUnit("{lease}"),
-		metric.WithDescription("Leases unexpired by the database clock"))
-	if err != nil {
-		return err
-	}
-	soon, err := m.Int64ObservableGauge("pgfence_leases_expiring_soon", metric.WithUnit("{lease}"),
-		metric.WithDescription("Held leases that expire within the --soon horizon (default 5s) unless renewed"))
-	if err != nil {
-		return err
-	}
-	fence, err := m.Float64ObservableGauge("pgfence_lease_fence",
-		metric.WithDescription("Fence of a held lease, by key and owner; at most --limit keys (default 100), the first in key order"))
-	if err != nil {
-		return err
-	}
-	jobs, err := m.Int64ObservableGauge("pgfence_jobs", metric.WithUnit("{job}"),
-		metric.WithDescription("Rows of pgfence_jobs by queue and state"))
-	if err != nil {
-		return err
-	}
-	oldest, err := m.Float64ObservableGauge("pgfence_jobs_oldest_runnable_age", metric.WithUnit("s"),
-		metric.WithDescription("How long the oldest runnable job of a queue has been runnable, by the database clock"))
-	if err != nil {
-		return err
-	}
-	stale, err := m.Int64ObservableCounter("pgfence_stale_refusals", metric.WithUnit("{refusal}"),
-		metric.WithDescription("Stale writes refused by the fencing trigger (sequence pgfence_stale_refusals); absent when the sequence is"))
-	if err != nil {
-		return err
-	}
-	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		s, a, errText := w.Latest()
-		if errText != "" {
-			o.ObserveInt64(up, 0)
-		} else {
-			o.ObserveInt64(up, 1)
-		}
-		if s == nil || errText != "" {
-			return nil // figures of a failed read are absent, not stale
-		}
-		o.ObserveFloat64(age, a.Seconds())
-		o.ObserveInt64(held, s.Leases.Held)
-		o.ObserveInt64(soon, s.Leases.ExpiringSoon)
-		for _, l := range s.Leases.List {
-			// A float64 holds a fence exactly below 2^53, i.e. for WAL
-			// timelines below 512.
-			o.ObserveFloat64(fence, float64(l.Fence), metric.WithAttributes(
-				attribute.String("key", l.Key), attribute.String("owner", l.Owner)))
-		}
-		for _, q := range s.Queues {
-			for state, n := range q.Counts {
-				o.ObserveInt64(jobs, n, metric.WithAttributes(
-					attribute.String("queue", q.Name), attribute.String("state", state)))
+	e.b.WriteString("# HELP " + name + " " + helpEscaper.Replace(help) + "\n")
+	e.b.WriteString("# TYPE " + name + " " + typ + "\n")
+	for _, p := range points {
+		e.b.WriteString(name)
+		for i := 0; i+1 < len(p.labels); i += 2 {
+			if i == 0 {
+				e.b.WriteByte('{')
+			} else {
+				e.b.WriteByte(',')
 			}
-			if q.OldestRunnableSeconds != nil {
-				o.ObserveFloat64(oldest, *q.OldestRunnableSeconds, metric.WithAttributes(attribute.String("queue", q.Name)))
-			}
+			e.b.WriteString(p.labels[i] + `="` + labelEscaper.Replace(p.labels[i+1]) + `"`)
 		}
-		if s.Stale.Present {
-			o.ObserveInt64(stale, s.Stale.Count)
+		if len(p.labels) > 0 {
+			e.b.WriteByte('}')
 		}
-		return nil
-	}, up, age, held, soon, fence, jobs, oldest, stale)
-	return err
+		e.b.WriteString(" " + formatValue(p.value) + "\n")
+	}
+}
+
+// The format's escapes: in HELP, backslash and newline; in a label value,
+// the double quote too. Keys and owners are the users' own strings.
+var (
+	helpEscaper  = strings.NewReplacer(`\`, `\\`, "\n", `\n`)
+	labelEscaper = strings.NewReplacer(`\`, `\\`, "\n", `\n`, `"`, `\"`)
+)
+
+// formatValue writes v as the format spells it (+Inf, -Inf, NaN).
+func formatValue(v float64) string {
+	switch {
+	case math.IsInf(v, 1):
+		return "+Inf"
+	case math.IsInf(v, -1):
+		return "-Inf"
+	case math.IsNaN(v):
+		return "NaN"
+	}
+	return strconv.FormatFloat(v, 'g', -1, 64)
 }
