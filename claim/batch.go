@@ -121,6 +121,7 @@ func (c *Claimer) completeAndClaim(ctx context.Context, done []*Job, n int, ttl 
 	if err := br.Close(); err != nil {
 		return nil, nil, fmt.Errorf("claim: commit completions and claim: %w", err)
 	}
+	c.met.claimed(len(jobs))
 	res = make([]error, len(done))
 	for i, j := range done {
 		if !completed[attemptOf(j)] {

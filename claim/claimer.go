@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -46,7 +47,10 @@ type Job struct {
 	Payload json.RawMessage
 
 	ttl time.Duration
-	mu  sync.Mutex
+	// counted: this Job's completion is in pgfence.job.completed, so a
+	// retried or repeated completion of it is not counted again.
+	counted atomic.Bool
+	mu      sync.Mutex
 	// expiresAt: as the database last reported it (display only).
 	expiresAt time.Time
 	// deadline: local, monotonic. The lease counts as lost after it.
@@ -168,7 +172,11 @@ func (c *Claimer) Claim(ctx context.Context, n int, ttl time.Duration) ([]*Job, 
 	if err != nil {
 		return nil, c.explain("claim", err)
 	}
-	return c.scanClaimed(rows, sent, ttl)
+	jobs, err := c.scanClaimed(rows, sent, ttl)
+	if err == nil {
+		c.met.claimed(len(jobs))
+	}
+	return jobs, err
 }
 
 func (c *Claimer) claimArgs(n int, ttl time.Duration) []any {
@@ -197,7 +205,6 @@ func (c *Claimer) scanClaimed(rows pgx.Rows, sent time.Time, ttl time.Duration) 
 	if err := rows.Err(); err != nil {
 		return nil, c.explain("claim", err)
 	}
-	c.met.claimed(len(jobs))
 	return jobs, nil
 }
 
@@ -253,7 +260,11 @@ func (c *Claimer) Renew(ctx context.Context, j *Job) error {
 // (the row is read back after the wait when the statement changed nothing). ErrLeaseLost means another worker has or had the job since: this
 // attempt's result does not count.
 func (c *Claimer) Complete(ctx context.Context, j *Job) error {
-	return c.complete(ctx, c.pool, j)
+	err := c.complete(ctx, c.pool, j)
+	if err == nil {
+		c.met.completed(j)
+	}
+	return err
 }
 
 // CompleteTx is Complete inside the caller's transaction, so the job's
@@ -265,7 +276,13 @@ func (c *Claimer) CompleteTx(ctx context.Context, tx pgx.Tx, j *Job) error {
 	if tx == nil {
 		return invalid("nil transaction")
 	}
-	return c.complete(ctx, tx, j)
+	err := c.complete(ctx, tx, j)
+	if err == nil {
+		// Counted when the statement accepts: whether the caller's
+		// transaction commits is not known here.
+		c.met.completed(j)
+	}
+	return err
 }
 
 func (c *Claimer) complete(ctx context.Context, q fencedb.DBTX, j *Job) error {
@@ -298,7 +315,6 @@ func (c *Claimer) complete(ctx context.Context, q fencedb.DBTX, j *Job) error {
 		c.met.leaseLost(opComplete)
 		return &LeaseLostError{Op: "complete", JobID: j.ID, Fence: j.Fence}
 	}
-	c.met.completed()
 	return nil
 }
 

@@ -83,7 +83,7 @@ func newMetrics(c *Claimer) *metrics {
 	op := func(v string) otelx.Attrs { return otelx.NewAttrs(q, attribute.String("op", v)) }
 	met := &metrics{
 		claimedN:   counter("pgfence.job.claimed", "Jobs claimed."),
-		completedN: counter("pgfence.job.completed", "Completions accepted (CompleteTx: before the caller's commit)."),
+		completedN: counter("pgfence.job.completed", "Completions accepted, once per Job (CompleteTx: before the caller's commit)."),
 		failedN:    counter("pgfence.job.failed", "Failed attempts recorded, by outcome: retry or dead."),
 		rescuedN:   counter("pgfence.job.rescued", "Jobs whose lease expired, taken back by Rescue, by outcome: requeued or dead."),
 		lostN:      counter("pgfence.job.lease_lost", "Completions, failures and releases refused because the job's lease was lost, by op (complete also counts a Runner handler that returned nil after its lease was lost: no completion is sent)."),
@@ -117,7 +117,13 @@ func (m *metrics) claimed(n int) {
 	}
 }
 
-func (m *metrics) completed() { m.completedN.Add(context.Background(), 1, m.queue.Add...) }
+// completed counts j's completion once, however often it is completed
+// again (a retry after a lost answer, a caller completing twice).
+func (m *metrics) completed(j *Job) {
+	if j.counted.CompareAndSwap(false, true) {
+		m.completedN.Add(context.Background(), 1, m.queue.Add...)
+	}
+}
 
 func (m *metrics) failed(dead bool) {
 	a := &m.failRetry
@@ -141,10 +147,10 @@ func (m *metrics) rescued(r RescueResult) {
 
 // batchCompleted records one job's result of a batched completion (Runner):
 // nil is a completion, ErrLeaseLost a refusal; a write error is neither.
-func (m *metrics) batchCompleted(err error) {
+func (m *metrics) batchCompleted(j *Job, err error) {
 	switch {
 	case err == nil:
-		m.completed()
+		m.completed(j)
 	case errors.Is(err, ErrLeaseLost):
 		m.leaseLost(opComplete)
 	}

@@ -22,13 +22,16 @@ func TestMetricsNoAllocsWithoutProvider(t *testing.T) {
 		cfg := defaultConfig()
 		cfg.meterProvider = mp
 		m := newMetrics(&Claimer{pool: pool, cfg: cfg})
+		j, k := &Job{}, &Job{}
 		allocs := testing.AllocsPerRun(100, func() {
+			j.counted.Store(false)
+			k.counted.Store(false)
 			m.claimed(3)
-			m.completed()
+			m.completed(j)
 			m.failed(true)
 			m.leaseLost(opFail)
 			m.rescued(RescueResult{Requeued: 1, Dead: 1})
-			m.batchCompleted(nil)
+			m.batchCompleted(k, nil)
 		})
 		if allocs != 0 {
 			t.Errorf("%s provider: %v allocations, want 0", name, allocs)

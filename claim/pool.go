@@ -609,7 +609,7 @@ func (p *Runner) reportBatch(r *run, jobs []*Job, res []error, err error) {
 		if err == nil {
 			out.Err = res[i]
 		}
-		p.c.met.batchCompleted(out.Err)
+		p.c.met.batchCompleted(j, out.Err)
 		p.report(j, out)
 	}
 }
@@ -669,11 +669,13 @@ func (p *Runner) callTx(ctx context.Context, j *Job) error {
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.writeTimeout)
 	defer cancel()
-	if err := p.c.CompleteTx(wctx, tx, j); err != nil {
+	// Not CompleteTx: the completion is counted once the commit is known.
+	if err := p.c.complete(wctx, tx, j); err != nil {
 		return &completedInTx{outcome: Completed, err: err}
 	}
 	err = tx.Commit(wctx)
 	if err == nil {
+		p.c.met.completed(j)
 		return &completedInTx{outcome: Completed}
 	}
 	err = fmt.Errorf("claim: commit job %d: %w", j.ID, err)
@@ -693,6 +695,7 @@ func (p *Runner) settleTx(j *Job, commitErr error) error {
 	case err != nil:
 		return &completedInTx{outcome: WriteError, err: fmt.Errorf("%w; reading the job back: %w", commitErr, err)}
 	case states[attemptOf(j)] == "completed":
+		p.c.met.completed(j)
 		return &completedInTx{outcome: Completed}
 	case states[attemptOf(j)] == "running":
 		// The commit did not land and the lease is still ours: the

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/pgfence/pgfence/claim"
@@ -52,6 +53,11 @@ func TestMetricsJobs(t *testing.T) {
 	for _, j := range jobs {
 		byID[j.ID] = j
 	}
+	if err := c.Complete(ctx, byID[ids[0]]); err != nil {
+		t.Fatal(err)
+	}
+	// Completed again under the same fence (a retry after a lost answer
+	// looks the same): no error, and still one completion in the metric.
 	if err := c.Complete(ctx, byID[ids[0]]); err != nil {
 		t.Fatal(err)
 	}
@@ -185,5 +191,49 @@ func TestMetricsPoolCompletions(t *testing.T) {
 	}
 	if got := s.Value("pgfence.job.claimed", qa); got != n {
 		t.Errorf("claimed = %v, want %d", got, n)
+	}
+}
+
+// A TxRunner counts a completion once its transaction has committed: a
+// commit that fails (here a deferred unique constraint the handler broke)
+// completes nothing, and nothing is counted.
+func TestMetricsTxRunnerCommitFails(t *testing.T) {
+	ctx := context.Background()
+	r := otelxtest.New(t)
+	pool := pgtest.Pool(t)
+	qn := queue("metrics-txfail")
+	c := newClaimer(t, pool, qn, claim.WithMeterProvider(r.Provider))
+	enqueue(t, pool, claim.NewJob{Queue: qn})
+	results := make(chan claim.Result, 1)
+	p, err := claim.NewTxRunner(c, func(ctx context.Context, tx pgx.Tx, _ *claim.Job) error {
+		_, err := tx.Exec(ctx, `CREATE TEMP TABLE commit_fails (x int UNIQUE DEFERRABLE INITIALLY DEFERRED) ON COMMIT DROP;
+			INSERT INTO commit_fails VALUES (1), (1)`)
+		return err
+	}, claim.WithWorkers(1), claim.WithResultHook(func(_ *claim.Job, res claim.Result) { results <- res }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	runDone := make(chan error, 1)
+	go func() { runDone <- p.Run(runCtx) }()
+	var res claim.Result
+	select {
+	case res = <-results:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no result")
+	}
+	stop()
+	<-runDone
+	if res.Outcome == claim.Completed || res.Err == nil {
+		t.Fatalf("result %+v, want a failed commit", res)
+	}
+	s := r.Collect()
+	qa := attribute.String("queue", qn)
+	if got := s.Value("pgfence.job.completed", qa); got != 0 {
+		t.Errorf("completed = %v after a failed commit, want 0", got)
+	}
+	var state string
+	if err := pool.QueryRow(ctx, `SELECT state FROM pgfence_jobs WHERE queue = $1`, qn).Scan(&state); err != nil || state == "completed" {
+		t.Errorf("job state %q (%v), want not completed", state, err)
 	}
 }
