@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/notsent"
 	"github.com/pgfence/pgfence/internal/pgerr"
 	"github.com/pgfence/pgfence/internal/pgmode"
 )
@@ -67,7 +68,9 @@ func (c *Claimer) renewMany(ctx context.Context, jobs []*Job, ttl time.Duration)
 // statement may or may not have committed (see settleMany).
 func (c *Claimer) completeMany(ctx context.Context, jobs []*Job) ([]error, error) {
 	ids, fences := idsAndFences(jobs)
-	rows, err := pgmode.Wrap(c.pool).Query(ctx, c.sql.completeMany, ids, fences)
+	// notsent marks a failure to take a pool connection: nothing was
+	// sent, so the outcome is known and needs no read-back (ambiguous).
+	rows, err := pgmode.Wrap(notsent.Wrap(c.pool)).Query(ctx, c.sql.completeMany, ids, fences)
 	if err != nil {
 		return nil, fmt.Errorf("claim: complete %d jobs: %w", len(jobs), err)
 	}
@@ -98,8 +101,13 @@ func (c *Claimer) completeAndClaim(ctx context.Context, done []*Job, n int, ttl 
 	b := &pgx.Batch{}
 	b.Queue(c.sql.completeMany, ids, fences)
 	b.Queue(c.sql.claim, c.claimArgs(n, ttl)...)
+	conn, err := c.pool.Acquire(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("claim: complete %d jobs and claim: %w", len(done), &notsent.Error{Err: err})
+	}
+	defer conn.Release()
 	sent := time.Now()
-	br := c.pool.SendBatch(ctx, b)
+	br := conn.SendBatch(ctx, b)
 	defer br.Close()
 	rows, err := br.Query()
 	if err != nil {
@@ -188,10 +196,12 @@ func (c *Claimer) settleMany(ctx context.Context, jobs []*Job) ([]error, error) 
 }
 
 // ambiguous reports whether err leaves a write's outcome unknown: any error
-// but the server's own answer. pgconn.SafeToRetry is no guide here: a COMMIT
-// whose answer was cut off comes back from pgx as a "conn closed" error that
-// claims to be safe to retry, although the server received and ran it. So
-// every such error is settled by reading back, which is always correct.
+// but the server's own answer and a statement never sent (no connection
+// could be taken from the pool: notsent). pgconn.SafeToRetry is no guide
+// here: a COMMIT whose answer was cut off comes back from pgx as a "conn
+// closed" error that claims to be safe to retry, although the server
+// received and ran it. So every such error is settled by reading back,
+// which is always correct.
 func ambiguous(err error) bool {
-	return err != nil && !pgerr.FromServer(err)
+	return err != nil && !pgerr.FromServer(err) && !notsent.Is(err)
 }

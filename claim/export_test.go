@@ -23,3 +23,7 @@ func (c *Claimer) RenewManyForTest(ctx context.Context, jobs []*Job, ttl time.Du
 func (c *Claimer) CompleteAndClaimForTest(ctx context.Context, done []*Job, n int, ttl time.Duration) ([]error, []*Job, error) {
 	return c.completeAndClaim(ctx, done, n, ttl)
 }
+
+// AmbiguousForTest reports whether a Runner would settle err by reading
+// the jobs back.
+func AmbiguousForTest(err error) bool { return ambiguous(err) }

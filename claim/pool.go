@@ -496,9 +496,15 @@ func (p *Runner) claimFor(r *run, n int, done []*Job) ([]*Job, error) {
 		return p.c.Claim(ctx, n, p.cfg.ttl)
 	}
 	res, jobs, err := p.c.completeAndClaim(ctx, done, n, p.cfg.ttl)
-	if err != nil {
+	if ambiguous(err) {
 		// Whether the completions committed is unknown: settle them.
 		p.settleBatch(r, done, err)
+		return nil, err
+	}
+	if err != nil {
+		// Refused by the server (the batch's one transaction rolled
+		// back) or never sent: nothing of it landed.
+		p.reportBatch(r, done, nil, err)
 		return nil, err
 	}
 	p.reportBatch(r, done, res, nil)
