@@ -541,104 +541,154 @@ func (a *app) runHolding(path string, o execOpts, lease *pglease.Lease, sigCh ch
 		return a.exitCode(err)
 	}
 	defer j.stopCatching()
-	pgid := j.pgid
-	events := j.events
-	// The lease may be gone: lost, or past its local deadline (pgfence was
-	// stopped; the timer that ends it may not have run yet).
-	leaseGone := func() bool { return lease.Err() != nil || !time.Now().Before(lease.Deadline()) }
+	h := &holding{a: a, o: o, j: j, lease: lease, leaseDone: lease.Done(), events: j.events}
+	defer h.stopPoll()
+	for h.waiting() {
+		h.step(sigCh)
+	}
+	h.killLeftovers()
+	return a.finishHolding(o.argv[0], o.key, h.status, h.lost, lease)
+}
 
-	var lost error
-	var status int
-	leaseDone := lease.Done()
-	var kill <-chan time.Time // SIGKILL for the whole group: --grace after a loss or a forwarded signal
-	var killed bool
-	var signalled bool // a signal was forwarded: the command is being stopped
-	var exited bool    // the direct child has exited; its group may live on
-	var poll *time.Ticker
-	var pollC <-chan time.Time
-	defer func() {
-		if poll != nil {
-			poll.Stop()
-		}
-	}()
-	onLoss := func() {
-		leaseDone = nil
-		lost = lease.Err()
-		fmt.Fprintf(a.stderr, "pgfence: LEASE LOST on %q (fence %d): %v\npgfence: sending SIGTERM to %s (process group %d); SIGKILL in %v if it has not exited\n",
-			o.key, lease.Fence(), lost, o.argv[0], pgid, o.grace)
-		j.forward(syscall.SIGTERM)
-		if kill == nil && !killed {
-			kill = time.After(o.grace)
-		}
+// holding is the wait loop of a command run under a lease, and what it has
+// seen so far.
+type holding struct {
+	a     *app
+	o     execOpts
+	j     *job
+	lease *pglease.Lease
+
+	leaseDone <-chan struct{}           // the lease's end; nil once the loss is handled
+	events    <-chan syscall.WaitStatus // the command's stops and exit; nil after the exit
+	lost      error                     // the loss, once seen
+	status    int                       // the command's exit status, once exited
+	exited    bool                      // the direct child has exited; its group may live on
+	signalled bool                      // a signal was forwarded: the command is being stopped
+	kill      <-chan time.Time          // SIGKILL for the whole group: --grace after a loss or a forwarded signal
+	killed    bool
+	poll      *time.Ticker // while the group outlives the direct child
+}
+
+// waiting reports whether the loop goes on. Once the direct child is gone,
+// after a loss or a forwarded signal whatever is left of its group gets the
+// rest of the grace, then SIGKILL: nothing of the command may outlive the
+// grace after a loss (and, after a signal, the lease is held until it is
+// gone). The group is polled meanwhile.
+func (h *holding) waiting() bool {
+	if !h.exited {
+		return true
 	}
-	for {
-		if exited {
-			// The direct child is gone. After a loss or a forwarded signal,
-			// whatever is left of its group gets the rest of the grace, then
-			// SIGKILL: nothing of the command may outlive the grace after a
-			// loss (and, after a signal, the lease is held until it is gone).
-			if killed || !groupRunning(pgid) || (lost == nil && !signalled) {
-				break
-			}
-			if kill == nil {
-				kill = time.After(o.grace)
-			}
-			if poll == nil {
-				poll = time.NewTicker(50 * time.Millisecond)
-				pollC = poll.C
-			}
-		}
-		select {
-		case s := <-sigCh:
-			signalled = true
-			j.forward(s.(syscall.Signal))
-		case <-leaseDone:
-			onLoss()
-		case <-j.tstp:
-			if lost == nil { // after a loss, nothing delays the SIGKILL
-				j.suspend()
-			}
-		case <-j.cont:
-			j.continued(func() bool { return lost == nil && !leaseGone() })
-		case <-j.pollC():
-			j.watchTerminal(func() bool { return lost == nil && !leaseGone() })
-		case <-kill:
-			kill = nil
-			killed = true
-			fmt.Fprintf(a.stderr, "pgfence: %s (process group %d) still running %v after SIGTERM: sending SIGKILL\n", o.argv[0], pgid, o.grace)
-			syscall.Kill(-pgid, syscall.SIGKILL)
-			waitGroupGone(pgid, 2*time.Second)
-		case <-pollC:
-		case ws := <-events:
-			if ws.Stopped() {
-				if lost == nil {
-					j.stopped(ws.StopSignal(), func() bool { return !leaseGone() })
-				}
-				continue
-			}
-			events = nil
-			exited = true
-			status = wsStatus(ws)
-			j.ended()
-			// The loss and the exit may have been ready at once, and select
-			// picked the exit: the loss still counts, and what is left of
-			// the group gets the loss's treatment.
-			if leaseDone != nil && lease.Err() != nil {
-				onLoss()
-			}
-		}
+	if h.killed || !groupRunning(h.j.pgid) || (h.lost == nil && !h.signalled) {
+		return false
 	}
-	if (lost != nil || signalled) && !killed && groupHasMembers(pgid) {
-		// Whatever is left of the group after a loss or a forwarded signal
-		// (zombies, or a process that /proc shows as one while a thread of
-		// it runs) gets SIGKILL: harmless to zombies, and nothing may run
-		// on without the lease.
+	if h.kill == nil {
+		h.kill = time.After(h.o.grace)
+	}
+	if h.poll == nil {
+		h.poll = time.NewTicker(50 * time.Millisecond)
+	}
+	return true
+}
+
+// step waits for the next event and handles it.
+func (h *holding) step(sigCh <-chan os.Signal) {
+	j := h.j
+	select {
+	case s := <-sigCh:
+		h.signalled = true
+		j.forward(s.(syscall.Signal))
+	case <-h.leaseDone:
+		h.onLoss()
+	case <-j.tstp:
+		if h.lost == nil { // after a loss, nothing delays the SIGKILL
+			j.suspend()
+		}
+	case <-j.cont:
+		j.continued(h.canGo)
+	case <-j.pollC():
+		j.watchTerminal(h.canGo)
+	case <-h.kill:
+		h.killGroup()
+	case <-h.pollC():
+	case ws := <-h.events:
+		h.onWait(ws)
+	}
+}
+
+// canGo reports whether the command may run on: the lease is neither lost
+// nor past its local deadline (pgfence was stopped; the timer that ends
+// the lease may not have run yet).
+func (h *holding) canGo() bool {
+	return h.lost == nil && h.lease.Err() == nil && time.Now().Before(h.lease.Deadline())
+}
+
+// onLoss stops the command's group: SIGTERM now, SIGKILL after --grace.
+func (h *holding) onLoss() {
+	h.leaseDone = nil
+	h.lost = h.lease.Err()
+	fmt.Fprintf(h.a.stderr, "pgfence: LEASE LOST on %q (fence %d): %v\npgfence: sending SIGTERM to %s (process group %d); SIGKILL in %v if it has not exited\n",
+		h.o.key, h.lease.Fence(), h.lost, h.o.argv[0], h.j.pgid, h.o.grace)
+	h.j.forward(syscall.SIGTERM)
+	if h.kill == nil && !h.killed {
+		h.kill = time.After(h.o.grace)
+	}
+}
+
+// killGroup sends SIGKILL to the group once the grace has run out.
+func (h *holding) killGroup() {
+	h.kill = nil
+	h.killed = true
+	fmt.Fprintf(h.a.stderr, "pgfence: %s (process group %d) still running %v after SIGTERM: sending SIGKILL\n", h.o.argv[0], h.j.pgid, h.o.grace)
+	syscall.Kill(-h.j.pgid, syscall.SIGKILL)
+	waitGroupGone(h.j.pgid, 2*time.Second)
+}
+
+// onWait handles a stop or the exit of the command.
+func (h *holding) onWait(ws syscall.WaitStatus) {
+	if ws.Stopped() {
+		if h.lost == nil {
+			h.j.stopped(ws.StopSignal(), h.canGo)
+		}
+		return
+	}
+	h.events = nil
+	h.exited = true
+	h.status = wsStatus(ws)
+	h.j.ended()
+	// The loss and the exit may have been ready at once, and select picked
+	// the exit: the loss still counts, and what is left of the group gets
+	// the loss's treatment.
+	if h.leaseDone != nil && h.lease.Err() != nil {
+		h.onLoss()
+	}
+}
+
+func (h *holding) pollC() <-chan time.Time {
+	if h.poll == nil {
+		return nil
+	}
+	return h.poll.C
+}
+
+func (h *holding) stopPoll() {
+	if h.poll != nil {
+		h.poll.Stop()
+	}
+}
+
+// killLeftovers ends what is left of the group after the loop: after a
+// loss or a forwarded signal, SIGKILL to any member (zombies, or a process
+// that /proc shows as one while a thread of it runs: harmless to zombies,
+// and nothing may run on without the lease); after a plain exit, a warning
+// that members run on without the lease.
+func (h *holding) killLeftovers() {
+	pgid := h.j.pgid
+	if (h.lost != nil || h.signalled) && !h.killed && groupHasMembers(pgid) {
 		syscall.Kill(-pgid, syscall.SIGKILL)
 	}
-	if lost == nil && groupRunning(pgid) {
-		fmt.Fprintf(a.stderr, "pgfence: warning: processes of %s's group %d still run after it exited; they run without the lease\n", o.argv[0], pgid)
+	if h.lost == nil && groupRunning(pgid) {
+		fmt.Fprintf(h.a.stderr, "pgfence: warning: processes of %s's group %d still run after it exited; they run without the lease\n", h.o.argv[0], pgid)
 	}
-	return a.finishHolding(o.argv[0], o.key, status, lost, lease)
 }
 
 // heldLease is what finishHolding needs of a *pglease.Lease.
