@@ -189,18 +189,19 @@ const catchStops = true
 // whether it did; it returns once pgfence has been continued. Nothing is
 // done if pgfence's process group is orphaned: the kernel discards a
 // terminal stop there, as nobody would continue it. Ancestors in pgfence's
-// group (a shell without job control waiting for it) are stopped too, as
-// Ctrl-Z stops the whole foreground group, so that the interactive shell
-// above sees its job stopped. SIGSTOP is used, since pgfence catches
-// SIGTSTP; pgfence's own goes to the calling thread, which stops before it
-// returns from tgkill (one sent to the process could be taken by another
-// thread while this one went on).
+// group (a shell without job control waiting for it) get SIGTSTP, as
+// Ctrl-Z sends it to the whole foreground group: a non-interactive shell
+// stops, so that the interactive shell above sees its job stopped, and an
+// interactive one (pgfence run in its own group, as in $(…)) ignores it.
+// pgfence itself, which catches SIGTSTP, takes SIGSTOP, sent to the calling
+// thread, which stops before it returns from tgkill (one sent to the
+// process could be taken by another thread while this one went on).
 func suspendSelf() bool {
 	if groupOrphaned() {
 		return false
 	}
 	for _, pid := range ancestorsInGroup() {
-		syscall.Kill(pid, syscall.SIGSTOP)
+		syscall.Kill(pid, syscall.SIGTSTP)
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
