@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,6 +19,7 @@ type Proxy struct {
 	wg     sync.WaitGroup
 	closed bool
 	done   chan struct{} // closed by Close: ends a delay early
+	silent atomic.Bool   // Silence: nothing more reaches the server
 }
 
 // rule is one armed fault. Both kinds mute the server's answer to the
@@ -73,6 +75,12 @@ func (p *Proxy) DelayDelivery(marker string, delay time.Duration) <-chan struct{
 	return r.fired
 }
 
+// Silence makes the server go silent without closing anything, as a
+// network partition that drops packets does: from now on no client message
+// on any connection, open or new, reaches the server (so no answer comes
+// back either), and every connection stays open until its client closes it.
+func (p *Proxy) Silence() { p.silent.Store(true) }
+
 // Close stops the proxy and closes every connection; a delayed message is
 // dropped.
 func (p *Proxy) Close() error {
@@ -127,6 +135,9 @@ func (p *Proxy) accept() {
 			buf := make([]byte, 32<<10)
 			for {
 				n, err := client.Read(buf)
+				if n > 0 && p.silent.Load() {
+					n = 0 // swallowed: the server never hears of it
+				}
 				if n > 0 {
 					// Mute the answer before the statement leaves, so no
 					// byte of the reply can slip through.
