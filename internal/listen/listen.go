@@ -138,6 +138,14 @@ func (l *Listener) Subscribe(channel, payload string, wake chan<- struct{}) (uns
 			if len(set) == 0 { // set is still the payload's: it held wake until now
 				delete(cs.subs, payload)
 			}
+			// A channel nobody subscribes to any more is forgotten, so
+			// that channels come and go without the map growing. Its
+			// LISTEN stays in effect on this connection (notifications
+			// on it are dropped in deliver) and is not repeated on the
+			// next; a new Subscribe LISTENs it again.
+			if len(cs.subs) == 0 && l.channels[channel] == cs {
+				delete(l.channels, channel)
+			}
 		})
 	}, nil
 }
@@ -305,7 +313,9 @@ func (l *Listener) listen(ctx context.Context, conn *pgx.Conn, channels []string
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, name := range channels {
-		l.channels[name].listened = true
+		if cs := l.channels[name]; cs != nil { // nil: unsubscribed meanwhile
+			cs.listened = true
+		}
 	}
 	if wake {
 		l.wakeLocked(channels)
@@ -316,8 +326,10 @@ func (l *Listener) listen(ctx context.Context, conn *pgx.Conn, channels []string
 // wakeLocked wakes every subscriber of channels.
 func (l *Listener) wakeLocked(channels []string) {
 	for _, name := range channels {
-		for _, set := range l.channels[name].subs {
-			l.signalAll(set)
+		if cs := l.channels[name]; cs != nil {
+			for _, set := range cs.subs {
+				l.signalAll(set)
+			}
 		}
 	}
 }

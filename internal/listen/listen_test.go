@@ -234,6 +234,34 @@ func TestUnsubscribe(t *testing.T) {
 	notWoken(t, twice, "after both unsubscribes")
 }
 
+// Channels come and go: once the last subscriber of a channel leaves, the
+// listener forgets it (the map does not grow with every channel ever
+// used), and a new subscriber of the same channel is LISTENed and woken
+// again.
+func TestChannelsForgotten(t *testing.T) {
+	pool := pgtest.Pool(t)
+	l := listen.New(pool, listen.Config{})
+	start(t, l)
+	first := channelName()
+	for range 3 {
+		for range 50 {
+			channel := channelName()
+			_, ua := subscribe(t, l, channel, "")
+			_, ub := subscribe(t, l, channel, "p")
+			ua()
+			ub()
+		}
+		if n := l.ChannelsForTest(); n != 0 {
+			t.Fatalf("%d channels kept after every subscriber left, want 0", n)
+		}
+		again, u := subscribe(t, l, first, "")
+		woken(t, again, "the LISTEN of a channel subscribed again")
+		notify(t, pool, first, "x")
+		woken(t, again, "a notification on a channel subscribed again")
+		u()
+	}
+}
+
 // A channel subscribed while the listener is connected is LISTENed at once
 // (its subscriber is woken when it takes effect), on the same connection.
 func TestSubscribeWhileListening(t *testing.T) {
