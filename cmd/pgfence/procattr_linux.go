@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 )
@@ -56,12 +57,24 @@ func takeForeground() bool {
 // Makefile's shell): it does not read the terminal meanwhile. Any other
 // member (a pipeline's, say) may.
 func aloneInGroup() bool {
+	own := syscall.Getpgrp()
+	if p := lastOther.Load(); p != 0 && runningIn(strconv.FormatInt(p, 10), own) {
+		return false
+	}
 	skip := map[int]bool{os.Getpid(): true}
 	for _, pid := range ancestorsInGroup() {
 		skip[pid] = true
 	}
-	return !groupRunningExcept(syscall.Getpgrp(), skip)
+	p := groupMember(own, skip)
+	lastOther.Store(int64(p))
+	return p == 0
 }
+
+// lastOther is the member of pgfence's group that aloneInGroup found last
+// besides pgfence and its ancestors (a pipeline's), or 0. It is checked
+// first, so that watching the terminal during a long pipeline reads one
+// /proc entry per tick rather than all of /proc.
+var lastOther atomic.Int64
 
 // ancestorsInGroup walks up from pgfence's parent while the processes are
 // in pgfence's process group, nearest first.
@@ -107,47 +120,46 @@ func restoreTerminal(pgrp int) {
 // its threads runs). kill(-pgid, 0) would count zombies too, and an orphaned member
 // stays one for as long as PID 1 does not reap it (a container's init may
 // never do so), so /proc is read instead.
-func groupRunning(pgid int) bool { return groupRunningExcept(pgid, nil) }
+func groupRunning(pgid int) bool { return groupMember(pgid, nil) != 0 }
 
-// groupRunningExcept is groupRunning not counting the processes in skip.
-func groupRunningExcept(pgid int, skip map[int]bool) bool {
+// groupMember returns a running member of process group pgid that is not
+// in skip (see groupRunning), or 0 if there is none.
+func groupMember(pgid int, skip map[int]bool) int {
 	d, err := os.Open("/proc")
 	if err != nil {
-		return groupHasMembers(pgid)
+		if groupHasMembers(pgid) {
+			return pgid // cannot tell which: the leader stands for the group
+		}
+		return 0
 	}
 	defer d.Close()
 	names, err := d.Readdirnames(-1)
 	if err != nil {
-		return groupHasMembers(pgid)
+		if groupHasMembers(pgid) {
+			return pgid
+		}
+		return 0
 	}
 	for _, name := range names {
-		if name[0] < '0' || name[0] > '9' {
+		pid, err := strconv.Atoi(name)
+		if err != nil || skip[pid] {
 			continue
 		}
-		if pid, _ := strconv.Atoi(name); skip[pid] {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + name + "/stat")
-		if err != nil {
-			continue // gone meanwhile
-		}
-		// pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 3 {
-			continue
-		}
-		if g, err := strconv.Atoi(f[2]); err != nil || g != pgid {
-			continue
-		}
-		if (f[0] != "Z" && f[0] != "X") || threadRunning(name) {
-			return true
+		if runningIn(name, pgid) {
+			return pid
 		}
 	}
-	return false
+	return 0
+}
+
+// runningIn reports whether process pid (a /proc name) is in process group
+// pgid and not a zombie (see groupRunning).
+func runningIn(pid string, pgid int) bool {
+	state, _, pgrp, _, ok := procStat("/proc/" + pid + "/stat")
+	if !ok || pgrp != pgid { // gone meanwhile, or another group's
+		return false
+	}
+	return (state != "Z" && state != "X") || threadRunning(pid)
 }
 
 // threadRunning reports whether process pid (a zombie by its /proc/PID/stat:
