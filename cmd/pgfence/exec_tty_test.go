@@ -285,15 +285,7 @@ func TestExecTerminalBackgroundThenForeground(t *testing.T) {
 	if logGrows(log, 500*time.Millisecond) {
 		t.Fatalf("the command still ticks while pgfence is stopped; output:\n%s", out)
 	}
-	os.WriteFile(log, nil, 0o644)
-	io.WriteString(in, "fg\n")
-	waitFor(t, "the command to tick in the foreground again", func() bool { return fileHas(log, "FOREGROUND") })
-	io.WriteString(in, "\x03") // Ctrl-C
-	io.WriteString(in, "echo \"rc=$?\"; exit\n")
-	waitExit(t, cmd)
-	if !strings.Contains(out.String(), "rc=130") {
-		t.Fatalf("want rc=130 from pgfence after Ctrl-C; output:\n%s", out)
-	}
+	fgThenCtrlC(t, cmd, in, out, log)
 }
 
 // TestExecTerminalBackgroundThenRead: started with &, then brought to the
@@ -365,6 +357,14 @@ func TestExecTerminalUnderShell(t *testing.T) {
 	})
 	io.WriteString(in, "jobs\n")
 	waitFor(t, "bash to list the job as stopped", func() bool { return strings.Contains(out.String(), "Stopped") })
+	fgThenCtrlC(t, cmd, in, out, log)
+}
+
+// fgThenCtrlC brings the stopped job back with fg, waits for the command
+// (fgScript) to tick in the foreground again, ends it with Ctrl-C and
+// checks that the shell saw exit 130.
+func fgThenCtrlC(t *testing.T, cmd *exec.Cmd, in io.Writer, out *syncBuffer, log string) {
+	t.Helper()
 	os.WriteFile(log, nil, 0o644)
 	io.WriteString(in, "fg\n")
 	waitFor(t, "the command to tick in the foreground again", func() bool { return fileHas(log, "FOREGROUND") })
