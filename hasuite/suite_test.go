@@ -133,12 +133,14 @@ func setupDB(t *testing.T, c *cluster) *pxconn {
 	if err := migrations.Up(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, `
-CREATE TABLE ha_items (key text PRIMARY KEY, n bigint NOT NULL DEFAULT 0, last_fence bigint NOT NULL DEFAULT 0);
-INSERT INTO ha_items (key) SELECT format('k%s', lpad(i::text, 2, '0')) FROM generate_series(0, $1 - 1) i;
-CREATE TABLE ha_audit (id bigserial PRIMARY KEY, key text NOT NULL, fence bigint NOT NULL, worker text NOT NULL,
-  at timestamptz NOT NULL DEFAULT clock_timestamp());`, numKeys); err != nil {
-		t.Fatal(err)
+	for _, stmt := range []string{
+		"CREATE TABLE ha_items (key text PRIMARY KEY, n bigint NOT NULL DEFAULT 0, last_fence bigint NOT NULL DEFAULT 0)",
+		fmt.Sprintf("INSERT INTO ha_items (key) SELECT format('k%%s', lpad(i::text, 2, '0')) FROM generate_series(0, %d) i", numKeys-1),
+		"CREATE TABLE ha_audit (id bigserial PRIMARY KEY, key text NOT NULL, fence bigint NOT NULL, worker text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())",
+	} {
+		if _, err := pool.Exec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
 	}
 	pool.Close()
 	return &pxconn{dsn: c.dsn()}
