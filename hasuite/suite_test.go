@@ -207,14 +207,14 @@ func (p *pxconn) leaseBelowAudit(t *testing.T) int {
 // verdict is what one scenario's checks found.
 type verdict struct {
 	grants, acks, stale, errors, over int64
-	maxCall                          time.Duration
-	repeats, down, overlaps, lost    int // from the clients' acknowledgements
-	auditDown                        int // fences out of order per key in the audit table
-	leaseBelow                       int // lock_leases rows below their key's audit
-	firstGrant                       time.Duration
-	recovered                        map[string]time.Duration // per worker, fault -> first ack on the new timeline
-	hung                             []string
-	example                          string // one overlap, for the log
+	maxCall                           time.Duration
+	repeats, down, overlaps, lost     int // from the clients' acknowledgements
+	auditDown                         int // fences out of order per key in the audit table
+	leaseBelow                        int // lock_leases rows below their key's audit
+	firstGrant                        time.Duration
+	recovered                         map[string]time.Duration // per worker, fault -> first ack on the new timeline
+	hung                              []string
+	example                           string // one overlap, for the log
 }
 
 // judge runs the checks on one drill after a fault at fault on timeline tl.
