@@ -209,6 +209,7 @@ type verdict struct {
 	grants, acks, stale, errors, over int64
 	maxCall                           time.Duration
 	repeats, down, overlaps, lost     int // from the clients' acknowledgements
+	downInProcess                     int // a process's own fences going down (its timeline mark must prevent it)
 	auditDown                         int // fences out of order per key in the audit table
 	leaseBelow                        int // lock_leases rows below their key's audit
 	firstGrant                        time.Duration
@@ -248,6 +249,7 @@ func (d *drill) judge(db *pxconn, fault time.Time, tl int64, hung []string) verd
 	slices.SortFunc(acked, func(a, b leaseRec) int { return int(a.Ack - b.Ack) })
 	seen := map[[2]any]bool{}
 	high := map[string]int64{}
+	highTL := map[string]int64{} // per worker
 	for _, r := range acked {
 		k := [2]any{r.Key, r.Fence}
 		switch {
@@ -258,6 +260,11 @@ func (d *drill) judge(db *pxconn, fault time.Time, tl int64, hung []string) verd
 		}
 		seen[k] = true
 		high[r.Key] = max(high[r.Key], r.Fence)
+		if tl := pgguard.Timeline(r.Fence); tl < highTL[r.Worker] {
+			v.downInProcess++
+		} else {
+			highTL[r.Worker] = tl
+		}
 		if !written[k] {
 			v.lost++
 		}
@@ -289,10 +296,10 @@ func (d *drill) judge(db *pxconn, fault time.Time, tl int64, hung []string) verd
 			}
 		}
 	}
-	t.Logf("figures: %d grants, %d acknowledged writes (%d lost), fences repeated %d / down %d (audit table: %d out of order; "+
+	t.Logf("figures: %d grants, %d acknowledged writes (%d lost), fences repeated %d / down %d (within one process: %d; audit table: %d out of order; "+
 		"lock_leases below audit: %d), overlapping holders %d, stale-timeline grants refused %d, call errors %d, "+
 		"calls over their bound %d (longest %v), fault -> first write on the new primary %v, per worker %v, hung %v",
-		v.grants, v.acks, v.lost, v.repeats, v.down, v.auditDown, v.leaseBelow, v.overlaps, v.stale, v.errors,
+		v.grants, v.acks, v.lost, v.repeats, v.down, v.downInProcess, v.auditDown, v.leaseBelow, v.overlaps, v.stale, v.errors,
 		v.over, v.maxCall.Round(time.Millisecond), v.firstGrant.Round(10*time.Millisecond), v.recovered, v.hung)
 	if v.example != "" {
 		t.Logf("an overlap: %s", v.example)
@@ -316,6 +323,7 @@ func (d *drill) requireSafe(v verdict, sync bool) {
 	}
 	check("fences repeated", v.repeats)
 	check("fences went down", v.down)
+	check("a process's own timelines went down", v.downInProcess)
 	check("audit rows out of fence order", v.auditDown)
 	check("lock_leases fences below the audit", v.leaseBelow)
 	check("overlapping holders", v.overlaps)
@@ -350,10 +358,10 @@ func scenario(t *testing.T, c *cluster, db *pxconn, sync bool, fault func(d *dri
 	for i := 1; i <= 3; i++ {
 		d.startWorker(fmt.Sprintf("p%d", i))
 	}
-	time.Sleep(4 * time.Second) // warm: leases flowing on the old primary
+	time.Sleep(3 * time.Second) // warm: leases flowing on the old primary
 	at := fault(d, leader)
 	c.waitNewLeader(leader, tl, 60*time.Second)
-	time.Sleep(8 * time.Second) // the clients come back
+	time.Sleep(6 * time.Second) // the clients come back
 	hung := d.stopWorkers()
 	c.waitHealthy(sync, 90*time.Second) // the old primary rejoined, for the next scenario
 	return d, d.judge(db, at, tl, hung)
@@ -478,6 +486,9 @@ func TestFailover(t *testing.T) {
 		if v.lost == 0 {
 			t.Errorf("expected acknowledged writes lost to the rewind of an asynchronous zombie primary, saw none: " +
 				"either the scenario no longer produces a zombie, or something now protects it (update docs/failover.md)")
+		}
+		if v.downInProcess != 0 {
+			t.Errorf("a process's own timelines went down %d times: its timeline mark should refuse that", v.downInProcess)
 		}
 		d.requireRecovered(v)
 	})

@@ -43,3 +43,17 @@ func TestTimelineMarkConcurrent(t *testing.T) {
 		t.Errorf("fence 0: %v, want ErrInvalidInput", err)
 	}
 }
+
+// The check a pglease client makes on every grant: one atomic load when
+// the timeline has not changed.
+func BenchmarkTimelineMarkCheck(b *testing.B) {
+	var m pgguard.TimelineMark
+	fence := int64(3)<<pgguard.TimelineShift | 1
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := m.Check(fence); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
