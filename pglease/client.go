@@ -395,12 +395,11 @@ func (c *Client) resolveAmbiguous(ctx context.Context, key, token string, ttl ti
 		key, context.Cause(ctx), cause)
 }
 
-// giveBackLater abandons token in the background, within ResolveBound,
-// then once more
-// after the lost statement must have ended. It is what an acquisition whose
-// answer was lost leaves behind when its caller cannot wait: the tombstone
-// makes sure the request is never granted later, and a grant that landed is
-// released instead of held until its TTL.
+// giveBackLater abandons token in the background, within ResolveBound, then
+// once more after the lost statement must have ended. It is what an
+// acquisition whose answer was lost leaves behind when its caller cannot
+// wait: the tombstone makes sure the request is never granted later, and a
+// grant that landed is released instead of held until its TTL.
 func (c *Client) giveBackLater(key, token string, keys int, lost time.Time) {
 	c.inBackground(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.resolveWait)
@@ -442,7 +441,7 @@ func (c *Client) abandon(ctx context.Context, key, token string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	c.cfg.logger.Info("pglease: ambiguous acquire was granted after the caller gave up; released it", "key", key)
+	c.cfg.logger.Info("pglease: released a grant its caller did not keep (its answer was lost, or it came from an older timeline)", "key", key)
 	return true, nil
 }
 

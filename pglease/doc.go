@@ -29,9 +29,9 @@
 //     not yet seen the new primary cannot tell; docs/failover.md says which
 //     replication and HA settings close that gap.
 //   - TryAcquire, Acquire and Release return within their context's deadline
-//     plus a few milliseconds (until Close begins). Settling an acquisition whose answer was lost
-//     goes on in the background once the caller's context ends, each
-//     statement bounded by [ResolveBound] (metric
+//     plus a few milliseconds (until Close begins). Settling an acquisition
+//     whose answer was lost goes on in the background once the caller's
+//     context ends, each statement bounded by [ResolveBound] (metric
 //     pgfence.lease.ambiguous.resolutions).
 //   - Renew extends only an unexpired lease that still carries its fence; it
 //     never resurrects an expired one. Release expires the lease but keeps
