@@ -188,7 +188,11 @@ func (c *Client) checkArgs(key string, ttl time.Duration) error {
 
 // TryAcquire takes the lease on key for ttl if no other owner holds an
 // unexpired one, and returns ErrNotAcquired at once otherwise. Expiry is
-// judged by the database's now(), never by this machine's clock.
+// judged by the database's now(), never by this machine's clock. It returns
+// by ctx's deadline plus a few milliseconds: when the server's answer was
+// lost, what is left to settle goes on in the background (ResolveBound). A
+// grant from an older WAL timeline than this client has seen is refused
+// with ErrStaleTimeline (see WithTimelineMark).
 func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
 	if err := c.checkArgs(key, ttl); err != nil {
 		return nil, err

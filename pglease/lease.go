@@ -295,7 +295,8 @@ func (l *Lease) renewDue() {
 // or another owner had taken the key: the caller's work may have run
 // unprotected for a while, which is worth knowing. The lease's context ends
 // with ErrReleased. Release after a successful Release is a no-op; after a
-// transient error it may be called again.
+// transient error it may be called again. It returns by ctx's deadline
+// (plus a few milliseconds), even while an auto-renewal is in flight.
 func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	if l.released {
