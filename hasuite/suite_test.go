@@ -67,7 +67,7 @@ func (d *drill) startWorker(name string) {
 	if err != nil {
 		d.t.Fatal(err)
 	}
-	logf, err := os.Create(filepath.Join(d.c.base.Dir, d.t.Name()[strings.LastIndex(d.t.Name(), "/")+1:]+"-"+name+".log"))
+	logf, err := os.Create(filepath.Join(d.c.base.Dir, strings.ReplaceAll(d.t.Name(), "/", "_")+"-"+name+".log"))
 	if err != nil {
 		d.t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func (d *drill) stopWorkers() (hung []string) {
 
 // setupDB runs pgfence's migrations on the cluster and creates the guarded
 // table and the audit table.
-func setupDB(t *testing.T, c *cluster) *pxconn {
+func setupDB(t *testing.T, c *cluster) *recordDB {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -143,15 +143,15 @@ func setupDB(t *testing.T, c *cluster) *pxconn {
 		}
 	}
 	pool.Close()
-	return &pxconn{dsn: c.dsn()}
+	return &recordDB{dsn: c.dsn()}
 }
 
-// pxconn reads the database's record through the multi-host DSN.
-type pxconn struct{ dsn string }
+// recordDB reads the database's record through the multi-host DSN.
+type recordDB struct{ dsn string }
 
 // audit is the audit table's (key, fence) rows in id order, read on the
 // current primary.
-func (p *pxconn) audit(t *testing.T) []leaseRec {
+func (p *recordDB) audit(t *testing.T) []leaseRec {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -184,10 +184,10 @@ func (p *pxconn) audit(t *testing.T) []leaseRec {
 	}
 }
 
-// overlapsOnPrimary counts fences the lock_leases table holds per key that
+// leaseBelowAudit counts fences the lock_leases table holds per key that
 // are below the highest fence in the audit table for that key: the table
 // would then grant fences below ones already written.
-func (p *pxconn) leaseBelowAudit(t *testing.T) int {
+func (p *recordDB) leaseBelowAudit(t *testing.T) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -219,7 +219,7 @@ type verdict struct {
 }
 
 // judge runs the checks on one drill after a fault at fault on timeline tl.
-func (d *drill) judge(db *pxconn, fault time.Time, tl int64, hung []string) verdict {
+func (d *drill) judge(db *recordDB, fault time.Time, tl int64, hung []string) verdict {
 	t := d.t
 	v := verdict{recovered: map[string]time.Duration{}, hung: hung}
 	for _, s := range d.sums {
@@ -348,7 +348,7 @@ func (d *drill) requireRecovered(v verdict) {
 // scenario runs fault against the cluster under load from three workers
 // (and any started by fault itself) and returns the verdict. fault returns
 // the time of the fault.
-func scenario(t *testing.T, c *cluster, db *pxconn, sync bool, fault func(d *drill, leader *node) time.Time) (*drill, verdict) {
+func scenario(t *testing.T, c *cluster, db *recordDB, sync bool, fault func(d *drill, leader *node) time.Time) (*drill, verdict) {
 	c.setSync(sync)
 	leader, tl, err := c.leader()
 	if err != nil {
@@ -439,7 +439,9 @@ func zombie(d *drill, leader *node) time.Time {
 	return at
 }
 
-// TestFailover runs every scenario on one cluster, in order.
+// TestFailover runs every scenario on one cluster, in order. Each subtest
+// points the cluster's t at itself, so that a failure is reported where it
+// happened.
 func TestFailover(t *testing.T) {
 	c := startCluster(t)
 	db := setupDB(t, c)
