@@ -331,6 +331,38 @@ func (c *cluster) node(name string) *node {
 // them the synchronous standby when sync is set.
 func (c *cluster) waitHealthy(sync bool, timeout time.Duration) []member {
 	c.t.Helper()
+	ms, err := c.healthy(sync, timeout)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return ms
+}
+
+// rejoin waits for the cluster to be whole again after a failover: the old
+// primary rewound and following. A node that is not running as a replica
+// within 45 s is reinitialized from the leader (pg_basebackup), as an
+// operator would: pg_rewind can leave a node that needs WAL of its old
+// timeline which the new primary only has as a .partial segment, and
+// waits for it forever. It is logged, since it is part of the outcome.
+func (c *cluster) rejoin(sync bool) {
+	c.t.Helper()
+	ms, err := c.healthy(sync, 45*time.Second)
+	if err == nil {
+		return
+	}
+	for _, m := range ms {
+		if m.Role != "leader" && m.State != "running" && m.State != "streaming" {
+			c.t.Logf("node %s did not rejoin within 45 s (state %q); reinitializing it from the leader", m.Name, m.State)
+			if _, err := c.call(http.MethodPost, c.node(m.Name).api()+"/reinitialize", map[string]any{"force": true}); err != nil {
+				c.t.Logf("reinitializing %s: %v", m.Name, err)
+			}
+		}
+	}
+	c.waitHealthy(sync, 90*time.Second)
+}
+
+// healthy is waitHealthy that returns its failure.
+func (c *cluster) healthy(sync bool, timeout time.Duration) ([]member, error) {
 	deadline := time.Now().Add(timeout)
 	for {
 		ms, err := c.members()
@@ -348,10 +380,10 @@ func (c *cluster) waitHealthy(sync bool, timeout time.Duration) []member {
 			}
 		}
 		if err == nil && leaders == 1 && replicas == 2 && (!sync || syncs >= 1) && (sync || syncs == 0) {
-			return ms
+			return ms, nil
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("the cluster did not become healthy (sync %v) within %v: %+v, %v (logs in %s)", sync, timeout, ms, err, c.base.Dir)
+			return ms, fmt.Errorf("the cluster did not become healthy (sync %v) within %v: %+v, %v (logs in %s)", sync, timeout, ms, err, c.base.Dir)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}

@@ -363,7 +363,7 @@ func scenario(t *testing.T, c *cluster, db *recordDB, sync bool, fault func(d *d
 	c.waitNewLeader(leader, tl, 60*time.Second)
 	time.Sleep(6 * time.Second) // the clients come back
 	hung := d.stopWorkers()
-	c.waitHealthy(sync, 90*time.Second) // the old primary rejoined, for the next scenario
+	c.rejoin(sync) // the old primary back as a replica, for the next scenario
 	return d, d.judge(db, at, tl, hung)
 }
 
