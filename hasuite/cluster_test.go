@@ -401,7 +401,7 @@ func (c *cluster) setSync(on bool) {
 		map[string]any{"synchronous_mode": on, "synchronous_mode_strict": on}); err != nil {
 		c.t.Fatal(err)
 	}
-	c.waitHealthy(on, 60*time.Second)
+	c.rejoin(on)
 }
 
 // switchover moves the leadership from the current leader to candidate.
