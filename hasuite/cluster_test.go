@@ -341,9 +341,8 @@ func (c *cluster) waitHealthy(sync bool, timeout time.Duration) []member {
 // rejoin waits for the cluster to be whole again after a failover: the old
 // primary rewound and following. A node that is not running as a replica
 // within 45 s is reinitialized from the leader (pg_basebackup), as an
-// operator would: pg_rewind can leave a node that needs WAL of its old
-// timeline which the new primary only has as a .partial segment, and
-// waits for it forever. It is logged, since it is part of the outcome.
+// operator would: a rewound node has been seen waiting for WAL of its old
+// timeline that never came. It is logged, since it is part of the outcome.
 func (c *cluster) rejoin(sync bool) {
 	c.t.Helper()
 	ms, err := c.healthy(sync, 45*time.Second)
