@@ -403,6 +403,29 @@ func (c *cluster) setSync(on bool) {
 	c.rejoin(on)
 }
 
+// switchoverCandidate is the synchronous standby (Patroni refuses a
+// switchover to another node in synchronous mode), else any replica.
+func (c *cluster) switchoverCandidate() *node {
+	c.t.Helper()
+	ms, err := c.members()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var replica *node
+	for _, m := range ms {
+		switch m.Role {
+		case "sync_standby":
+			return c.node(m.Name)
+		case "replica":
+			replica = c.node(m.Name)
+		}
+	}
+	if replica == nil {
+		c.t.Fatalf("no replica to switch over to: %+v", ms)
+	}
+	return replica
+}
+
 // switchover moves the leadership from the current leader to candidate.
 func (c *cluster) switchover(from, to *node) error {
 	_, err := c.call(http.MethodPost, from.api()+"/switchover", map[string]any{"leader": from.name, "candidate": to.name})

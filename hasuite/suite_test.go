@@ -458,13 +458,7 @@ func TestFailover(t *testing.T) {
 	t.Run("sync/switchover", func(t *testing.T) {
 		c.t = t
 		d, v := scenario(t, c, db, true, func(d *drill, leader *node) time.Time {
-			var to *node
-			for _, n := range c.nodes {
-				if n != leader {
-					to = n
-					break
-				}
-			}
+			to := c.switchoverCandidate()
 			at := time.Now()
 			if err := c.switchover(leader, to); err != nil {
 				t.Fatal(err)
