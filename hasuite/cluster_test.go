@@ -80,13 +80,12 @@ func tools(t *testing.T) (patroni, etcd string) {
 	}
 	patroni, etcd = find("patroni"), find("etcd")
 	if len(missing) > 0 {
-		msg := fmt.Sprintf("SKIPPING the Patroni failover suite: %s not found on PATH "+
-			"(Debian/Ubuntu: apt-get install patroni etcd-server); set %s=1 to make this a failure",
-			strings.Join(missing, " and "), requireEnv)
+		need := fmt.Sprintf("the Patroni failover suite needs %s on PATH (Debian/Ubuntu: apt-get install patroni etcd-server)",
+			strings.Join(missing, " and "))
 		if os.Getenv(requireEnv) == "1" {
-			t.Fatal(msg)
+			t.Fatalf("%s, and %s=1 is set", need, requireEnv)
 		}
-		t.Skip(msg)
+		t.Skipf("SKIPPING: %s; set %s=1 to make this a failure", need, requireEnv)
 	}
 	return patroni, etcd
 }
@@ -109,9 +108,9 @@ func startCluster(t *testing.T) *cluster {
 	base, err := dbenv.NewCluster(0)
 	if err != nil {
 		if os.Getenv(requireEnv) == "1" {
-			t.Fatal(err)
+			t.Fatalf("the Patroni failover suite needs PostgreSQL's server binaries: %v, and %s=1 is set", err, requireEnv)
 		}
-		t.Skipf("SKIPPING the Patroni failover suite: %v (set %s=1 to make this a failure)", err, requireEnv)
+		t.Skipf("SKIPPING the Patroni failover suite: %v; set %s=1 to make this a failure", err, requireEnv)
 	}
 	c := &cluster{t: t, base: base}
 	t.Cleanup(c.stop)
