@@ -105,10 +105,8 @@ func (w *workerState) open() error {
 		return err
 	}
 	cfg.MaxConns = goroutines + 2
-	// Connections are replaced every few seconds, as a pool with a short
-	// MaxConnLifetime does: during a zombie primary, one process then has
-	// connections to both primaries, which its timeline mark must sort out.
-	cfg.MaxConnLifetime, cfg.MaxConnLifetimeJitter = 4*time.Second, 2*time.Second
+	// pgxpool's other defaults stay: a connection lives up to an hour, so a
+	// pooled connection to a paused primary stays in use after a failover.
 	ctx := context.Background()
 	if w.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		return err
