@@ -14,7 +14,7 @@ import (
 )
 
 // pgfence's functions and the fencing trigger work from a session whose
-// search_path does not name pgfence's schema (migration 000007): each body
+// search_path does not name pgfence's schema: each body
 // finds its schema's objects by qualified name, and only them.
 func TestFunctionsIndependentOfSearchPath(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -97,7 +97,7 @@ func TestFunctionsIndependentOfSearchPath(t *testing.T) {
 		t.Fatalf("fence above the ceiling: %v, want PF004", err)
 	}
 
-	// pgfence_draw_fence stays inlined (migration 000005's point): the
+	// pgfence_draw_fence stays inlined (why it is a SQL function): the
 	// plan shows its body, not a call.
 	var plan strings.Builder
 	rows, err := conn.Query(ctx, `EXPLAIN (VERBOSE) SELECT `+s+`.pgfence_draw_fence()`)
