@@ -50,6 +50,15 @@ func TestFunctionsIndependentOfSearchPath(t *testing.T) {
 	if !(f1 < f2 && f2 <= ceiling) || !durable {
 		t.Fatalf("fences %d, %d, ceiling %d, durable %v", f1, f2, ceiling, durable)
 	}
+	// So do the SQL lease functions: a grant in "Fence One"'s lease table.
+	var granted int64
+	if err := conn.QueryRow(ctx, `SELECT fence FROM `+s+`.pgfence_acquire('k', '1 min', 'sql')`).Scan(&granted); err != nil || granted <= f2 {
+		t.Fatalf("pgfence_acquire from search_path elsewhere: fence %d after %d, %v", granted, f2, err)
+	}
+	var released bool
+	if err := conn.QueryRow(ctx, `SELECT released FROM `+s+`.pgfence_release('k', $1)`, granted).Scan(&released); err != nil || !released {
+		t.Fatalf("pgfence_release from search_path elsewhere: %v %v", released, err)
+	}
 	// The fences came from "Fence One"'s sequence; the default layout's is untouched.
 	var oneCalled, defCalled bool
 	if err := conn.QueryRow(ctx, `SELECT (SELECT is_called FROM `+s+`.pgfence_fence_seq), (SELECT is_called FROM public.pgfence_fence_seq)`).Scan(&oneCalled, &defCalled); err != nil {

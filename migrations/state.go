@@ -56,6 +56,7 @@ var ErrUnrecorded = errors.New("pgfence migrations: the schema holds pgfence's o
 // UnrecordedError is ErrUnrecorded with what Up found.
 type UnrecordedError struct{ State State }
 
+// Error says what Up found and what to do.
 func (e *UnrecordedError) Error() string {
 	latest, _ := Latest()
 	if len(e.State.Missing) > 0 {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/internal/pgtest"
@@ -244,5 +246,42 @@ func leaseWorks(t *testing.T, pool *pgxpool.Pool) {
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A session with no schema to create in, or whose schema's name cannot be
+// written into a function body, gets a clear error from the first
+// statement of the files, and nothing is created.
+func TestFilesRefuseUnusableSchema(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.BareDatabase(t)
+	base := poolOn(t, url)
+	if _, err := base.Exec(ctx, `CREATE SCHEMA "it's"`); err != nil {
+		t.Fatal(err)
+	}
+	sql, err := os.ReadFile(upFiles(t)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, code := range map[string]string{`"it's"`: "42602", "nowhere": "3F000"} {
+		cfg, err := pgx.ParseConfig(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.RuntimeParams["search_path"] = path
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = conn.Exec(ctx, string(sql))
+		conn.Close(ctx)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != code || !strings.Contains(pe.Message, "pgfence") {
+			t.Errorf("search_path %s: %v, want SQLSTATE %s from pgfence", path, err, code)
+		}
+	}
+	var n int
+	if err := base.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relname LIKE 'pgfence%'`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("refused runs created %d relations (%v)", n, err)
 	}
 }
