@@ -409,7 +409,7 @@ func TestConcurrentHolders(t *testing.T) {
 	}
 }
 
-// TestMigrationDown: migration 000002 reverts cleanly, and refuses to drop
+// TestMigrationDown: the migrations revert cleanly, and refuses to drop
 // the trigger function while a table still uses it rather than silently
 // removing that table's enforcement.
 func TestMigrationDown(t *testing.T) {
