@@ -15,7 +15,7 @@ import (
 
 	"github.com/pgfence/pgfence/claim"
 	"github.com/pgfence/pgfence/fencedb"
-	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
 
 func enqueueMany(t testing.TB, q fencedb.DBTX, queue string, n int, maxAttempts int32) {

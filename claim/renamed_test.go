@@ -10,8 +10,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/pgfence/pgfence/claim"
-	"github.com/pgfence/pgfence/internal/otelx/otelxtest"
-	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/testsupport/otelxtest"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
 
 // A table of the user's own in its own schema, with every column pgfence_jobs

@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/claim"
-	"github.com/pgfence/pgfence/internal/faultproxy"
-	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/testsupport/faultproxy"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
 
 // proxiedPool returns a pool whose connections go through a fault proxy

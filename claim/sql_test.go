@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pgfence/pgfence/internal/pgtest"
 	"github.com/pgfence/pgfence/internal/sqltmpl"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
 
 // Every statement claim sends is one of queries/claim.sql, and for the

@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgfence/pgfence/internal/pgtest"
-	"github.com/pgfence/pgfence/internal/proc"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
+	"github.com/pgfence/pgfence/internal/testsupport/proc"
 	"github.com/pgfence/pgfence/pgguard"
 )
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
 
 // zombieLeaderC ignores SIGTERM, records its pid, and ends its main thread

@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence/cmd/pgfence/internal/dsn"
 	"github.com/pgfence/pgfence/fencedb"
-	"github.com/pgfence/pgfence/internal/dsn"
 	"github.com/pgfence/pgfence/internal/inschema"
 	"github.com/pgfence/pgfence/internal/pgerr"
 	"github.com/pgfence/pgfence/internal/pgmode"

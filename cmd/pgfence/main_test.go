@@ -16,8 +16,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgfence/pgfence/internal/dbenv"
-	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/testsupport/dbenv"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
 
 // bin is the pgfence binary the tests run, built once in TestMain.

@@ -15,7 +15,7 @@ import (
 
 	"github.com/pgfence/pgfence/advisory"
 	"github.com/pgfence/pgfence/claim"
-	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/lockless"
 	"github.com/pgfence/pgfence/pgguard"
 	"github.com/pgfence/pgfence/pglease"

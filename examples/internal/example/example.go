@@ -15,7 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgfence/pgfence/internal/dbenv"
+	"github.com/pgfence/pgfence/internal/testsupport/dbenv"
 )
 
 // Exit codes of an example.

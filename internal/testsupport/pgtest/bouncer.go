@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgfence/pgfence/internal/dbenv"
+	"github.com/pgfence/pgfence/internal/testsupport/dbenv"
 )
 
 // RequireBouncerVariable, when set (CI sets it), turns a missing pgbouncer
