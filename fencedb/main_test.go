@@ -3,7 +3,7 @@ package fencedb_test
 import (
 	"testing"
 
-	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
 
 // TestMain gives the package's examples a fresh, migrated database, named by
