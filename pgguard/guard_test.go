@@ -323,10 +323,6 @@ func TestClaimingOn(t *testing.T) {
 		if err := g.ClaimFirst(ctx, pool, "inv_404", f[1], nil); !errors.Is(err, pgguard.ErrNoRow) {
 			t.Fatalf("claim of a missing row: %v", err)
 		}
-		// The deprecated name still does the same, for one release.
-		if err := g.Claim(ctx, pool, key, f[0], nil); !errors.As(err, &se) || se.Current != f[1] {
-			t.Fatalf("deprecated Claim by an older holder: %v", err)
-		}
 	})
 }
 

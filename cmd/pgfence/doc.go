@@ -39,13 +39,12 @@
 //	    internal/watch) and /healthz. Reads the database once per --interval.
 //	    Refuses a non-loopback --listen without --allow-remote.
 //	version (or --version)
-//	    Prints the module version, the VCS revision and modified flag when
-//	    the build stamped them, and the Go version, from the binary's build
-//	    information.
+//	    Prints the release (v0.1.0), then the module version when it is a
+//	    build between releases, the VCS revision and modified flag when the
+//	    build stamped them, and the Go version.
 //
 // The demo is an example, not a command (the CLI links no test harness):
-// go run ./examples/demo. The demo command of earlier versions prints that
-// and exits 80.
+// go run ./examples/demo.
 //
 // The database comes from --database-url, then PGFENCE_DATABASE_URL, then
 // DATABASE_URL, then the libpq variables (PGHOST, PGPORT, PGUSER,

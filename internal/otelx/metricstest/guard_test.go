@@ -32,7 +32,7 @@ func TestMetricsGuardedWrites(t *testing.T) {
 	pending := pgguard.Eq("status", "PENDING")
 
 	var status string
-	if err := g.Claim(ctx, pool, "k1", older, []string{"status"}, &status); err != nil { // applied (claim)
+	if err := g.ClaimFirst(ctx, pool, "k1", older, []string{"status"}, &status); err != nil { // applied (claim)
 		t.Fatal(err)
 	}
 	if err := g.Update(ctx, pool, "k1", older, pgguard.Values{"writer": "A"}, pgguard.Eq("status", "NOPE")); err == nil { // precondition
@@ -47,7 +47,7 @@ func TestMetricsGuardedWrites(t *testing.T) {
 	if err := g.Update(ctx, pool, "k1", older, pgguard.Values{"writer": "late"}); err == nil { // stale
 		t.Fatal("stale write applied")
 	}
-	if err := g.Claim(ctx, pool, "k1", older, nil); err == nil { // stale (claim)
+	if err := g.ClaimFirst(ctx, pool, "k1", older, nil); err == nil { // stale (claim)
 		t.Fatal("stale claim applied")
 	}
 	if err := g.Update(ctx, pool, "missing", newer, pgguard.Values{"writer": "x"}); err == nil { // no_row
