@@ -3,13 +3,15 @@
 //
 // A lease is held by one owner at a time, for a TTL judged by the database's
 // now() alone; acquire, renew and release are one statement each, run in
-// their own short transaction. Every grant carries a fence larger than every
-// fence granted before, which never repeats or goes backwards as long as
-// grants commit durably and each promotion raises the WAL timeline. Renew
-// never resurrects an expired lease and release never touches a newer
-// holder's. A lease's Context ends, with a [LeaseLostError], when auto-renewal
-// fails until the client's local deadline, which passes before the server's
-// expiry. The lease cannot stop a paused holder from writing late: pass
-// [Lease.Fence] with each protected write and let the resource refuse older
-// fences (package pgguard).
+// their own short transaction, and return within their context's deadline.
+// Every grant carries a fence larger than every fence granted before, which
+// never repeats or goes backwards while grants commit durably and one primary
+// grants at a time (the WAL timeline is the fence's high bits); a client
+// refuses a grant from an older timeline than it has seen
+// ([ErrStaleTimeline]). Renew never resurrects an expired lease and release
+// never touches a newer holder's. A lease's Context ends, with a
+// [LeaseLostError], when renewals fail until the client's local deadline,
+// which passes before the server's expiry. No lease stops a paused holder
+// from writing late: pass [Lease.Fence] with each protected write and let
+// the resource refuse older fences (package pgguard).
 package pglease
