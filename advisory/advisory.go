@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,11 +22,6 @@ var (
 	// ErrNotAcquired: TryDo found the key locked by another transaction and
 	// did not run the function.
 	ErrNotAcquired = errors.New("advisory: lock is held by another transaction")
-
-	// ErrLockLost: the function ran, but its transaction was not the one
-	// that took the key (a connection pooler moved its statements), so
-	// nothing was committed and the call failed.
-	ErrLockLost = errors.New("advisory: lock not held to the end")
 
 	// ErrInvalidInput: a key, pool or function was refused before anything
 	// was sent to the database.
@@ -89,8 +85,7 @@ func (k Key) String() string {
 
 // sql is the lock statement (queries/advisory.sql). Besides whether the key
 // was granted (always true for the waiting form), it returns the server
-// session's pid and the transaction's start time, which together name the
-// transaction that holds the key: see session.
+// session's pid.
 func (k Key) sql(try bool) (string, []any) {
 	if try {
 		return k.form(fencedb.AdvisoryTryXactLockInt64, fencedb.AdvisoryTryXactLockPair), k.args()
@@ -137,11 +132,21 @@ func check(pool *pgxpool.Pool, key Key, fn func(context.Context, pgx.Tx) error) 
 }
 
 // TryDo begins a transaction on pool, takes key with
-// pg_try_advisory_xact_lock and, if it was free, runs fn with the
-// transaction, then commits (or rolls back if fn returns an error or panics).
-// The lock is released when the transaction ends. When another transaction
-// holds key, TryDo returns ErrNotAcquired at once and fn does not run. The
-// error is fn's error, or the commit's.
+// pg_try_advisory_xact_lock and, if it was free, runs fn inside a savepoint
+// of that transaction, then commits (or rolls back if fn returns an error or
+// panics). The key is held until the transaction ends, which is after fn
+// has returned: a statement of fn's that fails aborts only the savepoint, so
+// the key stays held while fn goes on. When another transaction holds key,
+// TryDo returns ErrNotAcquired at once and fn does not run. The error is
+// fn's error, unchanged, or the commit's.
+//
+// fn's tx is the lock's transaction seen through its savepoint: tx.Commit
+// releases the savepoint and tx.Rollback rolls back to it (fn's writes are
+// undone); neither ends the transaction or releases the key, and tx is
+// closed to fn afterwards. Behind a connection pooler, fn's Exec, Query and
+// QueryRow go out as unnamed statements (pgx's cache_describe mode), since
+// the pool's default mode may rely on named prepared statements that a
+// transaction pooler mixes up between clients.
 func TryDo(ctx context.Context, pool *pgxpool.Pool, key Key, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	if err := check(pool, key, fn); err != nil {
 		return err
@@ -151,59 +156,58 @@ func TryDo(ctx context.Context, pool *pgxpool.Pool, key Key, fn func(ctx context
 		return fmt.Errorf("advisory: begin: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	var got bool
-	var held holder
-	q, args := key.sql(true)
-	// The lock statement goes through pgmode (no named prepared statement),
-	// so it works behind a transaction pooler with pgx's default mode.
-	if err := pgmode.Wrap(tx).QueryRow(ctx, q, args...).Scan(&got, &held.pid, &held.start); err != nil {
+	got, pid, err := lock(ctx, tx.Conn().PgConn(), key, true)
+	if err != nil {
 		return fmt.Errorf("advisory: locking %v: %w", key, err)
 	}
 	if !got {
 		return fmt.Errorf("%w: %v", ErrNotAcquired, key)
 	}
-	return finish(ctx, tx, key, held, fn)
+	return finish(ctx, tx, key, pid, fn)
 }
 
-// holder names the transaction that took a key: its server session's pid
-// and its start time (now()). Transaction-level locks last until that
-// transaction ends, so while the same session is in a transaction of the
-// same start time, the key is still held.
-type holder struct {
-	pid   int32
-	start time.Time
+// lock sends the lock statement and the savepoint fn runs in, pipelined in
+// one round trip as unnamed statements (safe behind a transaction pooler,
+// whatever the pool's exec mode). got is whether the key was granted; pid is
+// the server session's.
+func lock(ctx context.Context, conn *pgconn.PgConn, key Key, try bool) (got bool, pid uint32, err error) {
+	q, args := key.sql(try)
+	params := make([][]byte, len(args))
+	for i, a := range args {
+		params[i] = fmt.Append(nil, a) // an integer, in text format
+	}
+	var b pgconn.Batch
+	b.ExecParams(q, params, nil, nil, nil)
+	b.ExecParams(fencedb.AdvisoryFunctionSavepoint, nil, nil, nil, nil)
+	res, err := conn.ExecBatch(ctx, &b).ReadAll()
+	if err != nil {
+		return false, 0, err
+	}
+	if len(res) != 2 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 2 {
+		return false, 0, fmt.Errorf("unexpected answer to the lock statement")
+	}
+	row := res[0].Rows[0]
+	p, err := strconv.ParseUint(string(row[1]), 10, 32)
+	if err != nil {
+		return false, 0, fmt.Errorf("reading the server pid: %w", err)
+	}
+	return string(row[0]) == "t", uint32(p), nil
 }
 
-// finish runs fn, checks that the transaction that took key is still the
-// one fn's statements ran in, and commits.
-//
-// Why the check. Behind a transaction pooler (PgBouncer, pool_mode =
-// transaction) with pgx's default query exec mode, TryDo and Do were seen to
-// run a function while another call's function was inside for the same key
-// (reported as 4 of 360 calls; reproduced by TestMutualExclusionBehindBouncer
-// before this check: up to 11 of ~100). Every such overlap involved a
-// function whose own statement had failed with 42P05 or 26000 (named prepared
-// statements that belong to server sessions, which the pooler hands from
-// client to client), and the server's log showed two sessions past
-// pg_advisory_xact_lock for the same key within a millisecond; the exact
-// interleaving inside the pooler was not established. Among calls that
-// returned success, no overlap was ever seen. Rather than rely on that, a
-// call now returns success only if, after its function, its statements still
-// run in the very transaction that took the key (same server pid, same
-// transaction start time); otherwise it rolls back and fails with
-// ErrLockLost. The cost is one round trip per call.
-func finish(ctx context.Context, tx pgx.Tx, key Key, held holder, fn func(context.Context, pgx.Tx) error) error {
-	if err := fn(ctx, tx); err != nil {
+// finish runs fn in the savepoint that lock set and commits. pid is the
+// server session's pid as the lock statement saw it: when it is not the pid
+// the connection announced at start-up, a pooler is in between, and fn's
+// statements go out in pgmode.Mode.
+func finish(ctx context.Context, tx pgx.Tx, key Key, pid uint32, fn func(context.Context, pgx.Tx) error) error {
+	var view pgx.Tx = tx
+	if pid != tx.Conn().PgConn().PID() {
+		view = modeTx{tx}
+	}
+	if err := fn(ctx, &fnTx{Tx: view}); err != nil {
 		return err
 	}
-	var same bool
-	if err := pgmode.Wrap(tx).QueryRow(ctx, fencedb.AdvisoryStillInTransaction,
-		held.pid, held.start).Scan(&same); err != nil {
-		return fmt.Errorf("advisory: checking %v before commit: %w", key, err)
-	}
-	if !same {
-		return fmt.Errorf("%w: %v: the function's statements did not run in the transaction that took the key "+
-			"(a connection pooler moved them); nothing was committed", ErrLockLost, key)
+	if tx.Conn().PgConn().TxStatus() == 'E' {
+		return fmt.Errorf("advisory: %v: a statement of the function failed but the function returned nil; nothing was committed", key)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("advisory: commit: %w", err)
@@ -256,11 +260,11 @@ func Do(ctx context.Context, pool *pgxpool.Pool, key Key, fn func(ctx context.Co
 		}
 	}()
 
-	q, args := key.sql(false)
-	var held holder
+	var pid uint32
 	interrupted, err := interruptible(ctx, conn.Conn().PgConn(), func(waitCtx context.Context) error {
-		var granted bool
-		return pgmode.Wrap(tx).QueryRow(waitCtx, q, args...).Scan(&granted, &held.pid, &held.start)
+		var err error
+		_, pid, err = lock(waitCtx, conn.Conn().PgConn(), key, false)
+		return err
 	})
 	if interrupted {
 		// A cancel request was sent: whatever the statement's outcome, the
@@ -272,7 +276,7 @@ func Do(ctx context.Context, pool *pgxpool.Pool, key Key, fn func(ctx context.Co
 	if err != nil {
 		return fmt.Errorf("advisory: locking %v: %w", key, err)
 	}
-	return finish(ctx, tx, key, held, fn)
+	return finish(ctx, tx, key, pid, fn)
 }
 
 // interruptible runs wait, a statement that may block on a lock, on a
@@ -308,3 +312,96 @@ func interruptible(ctx context.Context, pgConn *pgconn.PgConn, wait func(ctx con
 	}
 	return false, err
 }
+
+// modeTx is a transaction whose Exec, Query and QueryRow go out in
+// pgmode.Mode (unnamed statements), for a function's statements behind a
+// pooler. A mode the caller passes as its first argument still wins: pgx
+// takes the last of the leading modes.
+type modeTx struct{ pgx.Tx }
+
+func (t modeTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return pgmode.Wrap(t.Tx).Exec(ctx, sql, args...)
+}
+
+func (t modeTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return pgmode.Wrap(t.Tx).Query(ctx, sql, args...)
+}
+
+func (t modeTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return pgmode.Wrap(t.Tx).QueryRow(ctx, sql, args...)
+}
+
+func (t modeTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	nested, err := t.Tx.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return modeTx{nested}, nil
+}
+
+// fnTx is the transaction a function under the lock sees: the lock's
+// transaction inside the savepoint that lock set. Its Commit and Rollback
+// end the savepoint, never the transaction that holds the key; after either,
+// it is closed to the function (pgx.ErrTxClosed), as a pgx transaction is.
+type fnTx struct {
+	pgx.Tx
+	closed bool
+}
+
+func (t *fnTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if t.closed {
+		return pgconn.CommandTag{}, pgx.ErrTxClosed
+	}
+	return t.Tx.Exec(ctx, sql, args...)
+}
+
+func (t *fnTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if t.closed {
+		return nil, pgx.ErrTxClosed
+	}
+	return t.Tx.Query(ctx, sql, args...)
+}
+
+func (t *fnTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if t.closed {
+		return errRow{pgx.ErrTxClosed}
+	}
+	return t.Tx.QueryRow(ctx, sql, args...)
+}
+
+func (t *fnTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	if t.closed {
+		return nil, pgx.ErrTxClosed
+	}
+	return t.Tx.Begin(ctx)
+}
+
+func (t *fnTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, rows pgx.CopyFromSource) (int64, error) {
+	if t.closed {
+		return 0, pgx.ErrTxClosed
+	}
+	return t.Tx.CopyFrom(ctx, table, columns, rows)
+}
+
+// Commit releases the savepoint: the function's writes become part of the
+// lock's transaction, which commits after the function returns.
+func (t *fnTx) Commit(ctx context.Context) error { return t.end(ctx, fencedb.AdvisoryFunctionRelease) }
+
+// Rollback undoes the function's writes back to the savepoint; the key stays
+// held until the function returns.
+func (t *fnTx) Rollback(ctx context.Context) error {
+	return t.end(ctx, fencedb.AdvisoryFunctionRollback)
+}
+
+func (t *fnTx) end(ctx context.Context, sql string) error {
+	if t.closed {
+		return pgx.ErrTxClosed
+	}
+	t.closed = true
+	_, err := t.Tx.Exec(ctx, sql) // no arguments: the simple protocol, safe behind a pooler
+	return err
+}
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }

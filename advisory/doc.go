@@ -50,11 +50,22 @@
 // asked for. Transaction-level locks are safe there, since the proxy keeps a
 // transaction on one server session. See SessionLock.
 //
-// Behind such a proxy, give the pool a query exec mode that does not use
-// named prepared statements (default_query_exec_mode=cache_describe or exec)
-// for the function's own statements; pgfence's lock statements never use
-// them. Before committing, TryDo and Do check that the function's statements
-// ran in the very transaction that took the key (same server session, same
-// transaction start); if not, nothing is committed and the call fails with
-// ErrLockLost. That costs one round trip per call.
+// Held for as long as fn runs. PostgreSQL releases a transaction's locks the
+// moment one of its statements fails, not at the ROLLBACK that follows. So
+// TryDo and Do run fn inside a savepoint set right after the lock: a failed
+// statement of fn's aborts the savepoint only, and the key stays held until
+// fn returns and the transaction ends. fn's tx.Commit and tx.Rollback end
+// that savepoint, never the lock's transaction. Behind a transaction pooler
+// (detected when the server session's pid is not the one the connection
+// announced), fn's statements go out unnamed, since the pool's default exec
+// mode may rely on named prepared statements that the pooler mixes up
+// between clients; pgfence's own statements never use them.
+//
+// What still ends the lock while fn runs: the session itself ending (a
+// dropped connection, pg_terminate_backend, idle_in_transaction_session_timeout
+// or a server crash). fn's own database writes are safe then, because they
+// roll back with the transaction; an effect outside the database (an e-mail,
+// a provider call) is not. Only a fence checked by the resource protects
+// those: use a lease (package pglease) and guard the resource (package
+// pgguard).
 package advisory

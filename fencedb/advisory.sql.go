@@ -7,10 +7,40 @@ package fencedb
 
 import (
 	"context"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
 )
+
+const AdvisoryFunctionRelease = `-- name: AdvisoryFunctionRelease :exec
+RELEASE SAVEPOINT pgfence_advisory_fn
+`
+
+func (q *Queries) AdvisoryFunctionRelease(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, AdvisoryFunctionRelease)
+	return err
+}
+
+const AdvisoryFunctionRollback = `-- name: AdvisoryFunctionRollback :exec
+ROLLBACK TO SAVEPOINT pgfence_advisory_fn
+`
+
+func (q *Queries) AdvisoryFunctionRollback(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, AdvisoryFunctionRollback)
+	return err
+}
+
+const AdvisoryFunctionSavepoint = `-- name: AdvisoryFunctionSavepoint :exec
+SAVEPOINT pgfence_advisory_fn
+`
+
+// Set right after the lock, in the same round trip: the function runs inside
+// it, so a failing statement aborts only the savepoint, not the transaction
+// that holds the key (an aborted transaction releases its locks at once,
+// before the ROLLBACK that ends it).
+func (q *Queries) AdvisoryFunctionSavepoint(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, AdvisoryFunctionSavepoint)
+	return err
+}
 
 const AdvisoryLockInt64 = `-- name: AdvisoryLockInt64 :exec
 SELECT pg_advisory_lock($1::bigint)
@@ -56,24 +86,6 @@ func (q *Queries) AdvisorySessionHolds(ctx context.Context, arg AdvisorySessionH
 	return exists, err
 }
 
-const AdvisoryStillInTransaction = `-- name: AdvisoryStillInTransaction :one
-SELECT pg_backend_pid() = $1::integer AND now() = $2::timestamptz
-`
-
-type AdvisoryStillInTransactionParams struct {
-	Pid       int32
-	XactStart time.Time
-}
-
-// Whether this statement runs in the transaction that took a key: the same
-// server session (its pid) and the same transaction start time.
-func (q *Queries) AdvisoryStillInTransaction(ctx context.Context, arg AdvisoryStillInTransactionParams) (pgtype.Bool, error) {
-	row := q.db.QueryRow(ctx, AdvisoryStillInTransaction, arg.Pid, arg.XactStart)
-	var column_1 pgtype.Bool
-	err := row.Scan(&column_1)
-	return column_1, err
-}
-
 const AdvisoryTryLockInt64 = `-- name: AdvisoryTryLockInt64 :one
 SELECT pg_try_advisory_lock($1::bigint)
 `
@@ -103,29 +115,28 @@ func (q *Queries) AdvisoryTryLockPair(ctx context.Context, arg AdvisoryTryLockPa
 
 const AdvisoryTryXactLockInt64 = `-- name: AdvisoryTryXactLockInt64 :one
 
-SELECT pg_try_advisory_xact_lock($1::bigint), pg_backend_pid(), now()
+SELECT pg_try_advisory_xact_lock($1::bigint) AS granted, pg_backend_pid() AS pid
 `
 
 type AdvisoryTryXactLockInt64Row struct {
-	PgTryAdvisoryXactLock bool
-	PgBackendPid          int32
-	Now                   interface{}
+	Granted bool
+	Pid     int32
 }
 
 // Statements of package advisory. PostgreSQL has two advisory key spaces, a
 // bigint and a pair of integers, with a function of each form: every
 // statement comes in both, *Int64 and *Pair. The transaction-level lock
-// statements also return the server session's pid and the transaction's
-// start time, which together name the transaction that holds the key.
+// statements return whether the key was granted and the server session's
+// pid (which tells whether a connection pooler is in between).
 func (q *Queries) AdvisoryTryXactLockInt64(ctx context.Context, key int64) (AdvisoryTryXactLockInt64Row, error) {
 	row := q.db.QueryRow(ctx, AdvisoryTryXactLockInt64, key)
 	var i AdvisoryTryXactLockInt64Row
-	err := row.Scan(&i.PgTryAdvisoryXactLock, &i.PgBackendPid, &i.Now)
+	err := row.Scan(&i.Granted, &i.Pid)
 	return i, err
 }
 
 const AdvisoryTryXactLockPair = `-- name: AdvisoryTryXactLockPair :one
-SELECT pg_try_advisory_xact_lock($1::integer, $2::integer), pg_backend_pid(), now()
+SELECT pg_try_advisory_xact_lock($1::integer, $2::integer) AS granted, pg_backend_pid() AS pid
 `
 
 type AdvisoryTryXactLockPairParams struct {
@@ -134,15 +145,14 @@ type AdvisoryTryXactLockPairParams struct {
 }
 
 type AdvisoryTryXactLockPairRow struct {
-	PgTryAdvisoryXactLock bool
-	PgBackendPid          int32
-	Now                   interface{}
+	Granted bool
+	Pid     int32
 }
 
 func (q *Queries) AdvisoryTryXactLockPair(ctx context.Context, arg AdvisoryTryXactLockPairParams) (AdvisoryTryXactLockPairRow, error) {
 	row := q.db.QueryRow(ctx, AdvisoryTryXactLockPair, arg.Namespace, arg.ID)
 	var i AdvisoryTryXactLockPairRow
-	err := row.Scan(&i.PgTryAdvisoryXactLock, &i.PgBackendPid, &i.Now)
+	err := row.Scan(&i.Granted, &i.Pid)
 	return i, err
 }
 
@@ -170,26 +180,25 @@ func (q *Queries) AdvisoryUnlockPair(ctx context.Context, arg AdvisoryUnlockPair
 }
 
 const AdvisoryXactLockInt64 = `-- name: AdvisoryXactLockInt64 :one
-SELECT pg_advisory_xact_lock($1::bigint) IS NULL, pg_backend_pid(), now()
+SELECT true AS granted, pg_backend_pid() AS pid FROM pg_advisory_xact_lock($1::bigint)
 `
 
 type AdvisoryXactLockInt64Row struct {
-	Column1      interface{}
-	PgBackendPid int32
-	Now          interface{}
+	Granted bool
+	Pid     int32
 }
 
-// pg_advisory_xact_lock returns void: IS NULL turns it into a boolean
-// (always true) so that both forms scan alike.
+// pg_advisory_xact_lock returns void and only returns once the key is
+// granted; called in FROM, it yields one row, so both forms scan alike.
 func (q *Queries) AdvisoryXactLockInt64(ctx context.Context, key int64) (AdvisoryXactLockInt64Row, error) {
 	row := q.db.QueryRow(ctx, AdvisoryXactLockInt64, key)
 	var i AdvisoryXactLockInt64Row
-	err := row.Scan(&i.Column1, &i.PgBackendPid, &i.Now)
+	err := row.Scan(&i.Granted, &i.Pid)
 	return i, err
 }
 
 const AdvisoryXactLockPair = `-- name: AdvisoryXactLockPair :one
-SELECT pg_advisory_xact_lock($1::integer, $2::integer) IS NULL, pg_backend_pid(), now()
+SELECT true AS granted, pg_backend_pid() AS pid FROM pg_advisory_xact_lock($1::integer, $2::integer)
 `
 
 type AdvisoryXactLockPairParams struct {
@@ -198,14 +207,13 @@ type AdvisoryXactLockPairParams struct {
 }
 
 type AdvisoryXactLockPairRow struct {
-	Column1      interface{}
-	PgBackendPid int32
-	Now          interface{}
+	Granted bool
+	Pid     int32
 }
 
 func (q *Queries) AdvisoryXactLockPair(ctx context.Context, arg AdvisoryXactLockPairParams) (AdvisoryXactLockPairRow, error) {
 	row := q.db.QueryRow(ctx, AdvisoryXactLockPair, arg.Namespace, arg.ID)
 	var i AdvisoryXactLockPairRow
-	err := row.Scan(&i.Column1, &i.PgBackendPid, &i.Now)
+	err := row.Scan(&i.Granted, &i.Pid)
 	return i, err
 }

@@ -1,27 +1,35 @@
 -- Statements of package advisory. PostgreSQL has two advisory key spaces, a
 -- bigint and a pair of integers, with a function of each form: every
 -- statement comes in both, *Int64 and *Pair. The transaction-level lock
--- statements also return the server session's pid and the transaction's
--- start time, which together name the transaction that holds the key.
+-- statements return whether the key was granted and the server session's
+-- pid (which tells whether a connection pooler is in between).
 
 -- name: AdvisoryTryXactLockInt64 :one
-SELECT pg_try_advisory_xact_lock(sqlc.arg(key)::bigint), pg_backend_pid(), now();
+SELECT pg_try_advisory_xact_lock(sqlc.arg(key)::bigint) AS granted, pg_backend_pid() AS pid;
 
 -- name: AdvisoryTryXactLockPair :one
-SELECT pg_try_advisory_xact_lock(sqlc.arg(namespace)::integer, sqlc.arg(id)::integer), pg_backend_pid(), now();
+SELECT pg_try_advisory_xact_lock(sqlc.arg(namespace)::integer, sqlc.arg(id)::integer) AS granted, pg_backend_pid() AS pid;
 
 -- name: AdvisoryXactLockInt64 :one
--- pg_advisory_xact_lock returns void: IS NULL turns it into a boolean
--- (always true) so that both forms scan alike.
-SELECT pg_advisory_xact_lock(sqlc.arg(key)::bigint) IS NULL, pg_backend_pid(), now();
+-- pg_advisory_xact_lock returns void and only returns once the key is
+-- granted; called in FROM, it yields one row, so both forms scan alike.
+SELECT true AS granted, pg_backend_pid() AS pid FROM pg_advisory_xact_lock(sqlc.arg(key)::bigint);
 
 -- name: AdvisoryXactLockPair :one
-SELECT pg_advisory_xact_lock(sqlc.arg(namespace)::integer, sqlc.arg(id)::integer) IS NULL, pg_backend_pid(), now();
+SELECT true AS granted, pg_backend_pid() AS pid FROM pg_advisory_xact_lock(sqlc.arg(namespace)::integer, sqlc.arg(id)::integer);
 
--- name: AdvisoryStillInTransaction :one
--- Whether this statement runs in the transaction that took a key: the same
--- server session (its pid) and the same transaction start time.
-SELECT pg_backend_pid() = sqlc.arg(pid)::integer AND now() = sqlc.arg(xact_start)::timestamptz;
+-- name: AdvisoryFunctionSavepoint :exec
+-- Set right after the lock, in the same round trip: the function runs inside
+-- it, so a failing statement aborts only the savepoint, not the transaction
+-- that holds the key (an aborted transaction releases its locks at once,
+-- before the ROLLBACK that ends it).
+SAVEPOINT pgfence_advisory_fn;
+
+-- name: AdvisoryFunctionRelease :exec
+RELEASE SAVEPOINT pgfence_advisory_fn;
+
+-- name: AdvisoryFunctionRollback :exec
+ROLLBACK TO SAVEPOINT pgfence_advisory_fn;
 
 -- name: AdvisoryTryLockInt64 :one
 SELECT pg_try_advisory_lock(sqlc.arg(key)::bigint);
