@@ -59,16 +59,16 @@ func fence(tli uint32, seq uint64, shift uint) int64 {
 }
 
 // fenceBounds reads the shift, the sequence's MAXVALUE and the highest
-// timeline from the migration that defines pgfence_next_fence.
+// timeline from the migration that defines pgfence_draw_fence.
 func fenceBounds(tb testing.TB) (shift uint, maxSeq uint64, maxTLI uint32) {
-	b, err := fs.ReadFile(migrations.FS(), "000001_lock_leases.up.sql")
+	b, err := fs.ReadFile(migrations.FS(), "000008_baseline.up.sql")
 	if err != nil {
 		tb.Fatal(err)
 	}
 	find := func(re string) uint64 {
 		m := regexp.MustCompile(re).FindSubmatch(b)
 		if m == nil {
-			tb.Fatalf("migration 000001 no longer matches %s: update this test with the fence arithmetic", re)
+			tb.Fatalf("the baseline migration no longer matches %s: update this test with the fence arithmetic", re)
 		}
 		v, err := strconv.ParseUint(string(m[1]), 10, 64)
 		if err != nil {
@@ -76,9 +76,16 @@ func fenceBounds(tb testing.TB) (shift uint, maxSeq uint64, maxTLI uint32) {
 		}
 		return v
 	}
-	shift = uint(find(`RETURN \(tli << (\d+)\) \| nextval`))
+	mult := find(`pgfence_fence_timeline \* (\d+) \+ nextval`)
+	for mult > 1 {
+		if mult%2 != 0 {
+			tb.Fatalf("the timeline's multiplier is no power of two")
+		}
+		mult /= 2
+		shift++
+	}
 	maxSeq = find(`pgfence_fence_seq AS bigint MINVALUE 1 MAXVALUE (\d+)`)
-	limit := find(`IF tli >= (\d+) THEN`)
+	limit := find(`CHECK \(VALUE BETWEEN 0 AND (\d+)\)`) + 1
 	if maxSeq != 1<<shift-1 || limit-1 > 1<<(63-shift)-1 {
 		tb.Fatalf("the migration's bounds (shift %d, MAXVALUE %d, timeline < %d) overlap or overflow a bigint", shift, maxSeq, limit)
 	}

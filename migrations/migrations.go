@@ -2,7 +2,6 @@ package migrations
 
 import (
 	"context"
-	"database/sql"
 	"embed"
 	"errors"
 	"fmt"
@@ -27,16 +26,28 @@ const Table = "pgfence_schema_migrations"
 //go:embed *.sql
 var files embed.FS
 
-// FS returns the migration files (NNNNNN_name.up.sql / .down.sql) for
-// running with a tool of one's own, their schema markers removed: the
-// functions then find pgfence's objects through the search_path of the
-// session that calls them, as before migration 000007. Up qualifies them
-// with the schema instead.
-func FS() fs.FS { return schemaFS{base: files} }
+// FS returns the migration files (NNNNNN_name.up.sql / .down.sql), plain
+// SQL, for running with a tool of one's own: psql, golang-migrate's CLI
+// (with x-migrations-table=pgfence_schema_migrations, so that pgfence
+// migrate and Version see what it applied), or any other. Each file puts
+// pgfence's objects into the current schema of the session that runs it.
+func FS() fs.FS { return files }
 
 // Up applies every migration not yet applied. A database already at the
-// newest version is not an error.
+// newest version is not an error. A schema that holds pgfence's objects but
+// no record of a version (applied by another tool that keeps its own
+// record) is refused with ErrUnrecorded before anything runs.
 func Up(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error {
+	if pool == nil {
+		return errors.New("pgfence migrations: nil pool")
+	}
+	st, err := Inspect(ctx, pool, opts...)
+	if err != nil && !errors.Is(err, ErrNoSuchSchema) {
+		return err
+	}
+	if err == nil && st.AppliedElsewhere() {
+		return &UnrecordedError{State: st}
+	}
 	return run(ctx, pool, "up", opts, func(m *migrate.Migrate) error { return m.Up() })
 }
 
@@ -47,16 +58,15 @@ func Down(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error {
 	return run(ctx, pool, "down", opts, func(m *migrate.Migrate) error { return m.Down() })
 }
 
-// Version reports the applied schema version. A database on which pgfence's
-// migrations never ran reports version 0 and no error. dirty means a migration
-// failed half-way and needs a person: see golang-migrate's "force".
+// Version reports the applied schema version, as recorded in
+// pgfence_schema_migrations, without changing anything in the database. A
+// database on which pgfence's migrations never ran reports version 0 and no
+// error. dirty means a migration failed half-way and needs a person: see
+// golang-migrate's "force". Inspect tells more, such as whether another
+// tool applied the schema.
 func Version(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (version uint, dirty bool, err error) {
-	err = run(ctx, pool, "version", opts, func(m *migrate.Migrate) error {
-		var verr error
-		version, dirty, verr = m.Version()
-		return verr
-	})
-	return version, dirty, err
+	st, err := Inspect(ctx, pool, opts...)
+	return st.Version, st.Dirty, err
 }
 
 // Latest is the newest schema version these files define.
@@ -145,14 +155,7 @@ func run(ctx context.Context, pool *pgxpool.Pool, what string, opts []Option, fn
 		}
 		return fmt.Errorf("pgfence migrations: connect: %w", unwrapDB(err))
 	}
-	schema := o.schema
-	if schema == "" {
-		if schema, err = currentSchema(ctx, db); err != nil {
-			driver.Close()
-			return fmt.Errorf("pgfence migrations: %s: %w", what, err)
-		}
-	}
-	src, err := iofs.New(schemaFS{base: files, schema: schema}, ".")
+	src, err := iofs.New(files, ".")
 	if err != nil {
 		driver.Close()
 		return fmt.Errorf("pgfence migrations: read embedded files: %w", err)
@@ -187,22 +190,6 @@ func run(ctx context.Context, pool *pgxpool.Pool, what string, opts []Option, fn
 		}
 		return fmt.Errorf("pgfence migrations: %s: %w", what, unwrapDB(err))
 	}
-}
-
-// currentSchema is the schema the default layout's objects go into: the
-// first existing schema of the connection's search_path. Migration 000007
-// qualifies the names in pgfence's function bodies with it. "" when the
-// search_path names no existing schema (golang-migrate then has nowhere to
-// put its table either, and says so).
-func currentSchema(ctx context.Context, db *sql.DB) (string, error) {
-	var s *string
-	if err := db.QueryRowContext(ctx, "SELECT current_schema()").Scan(&s); err != nil {
-		return "", unwrapDB(err)
-	}
-	if s == nil {
-		return "", nil
-	}
-	return *s, nil
 }
 
 // undirty clears the dirty flag a failed Up left, when that is safe. Each

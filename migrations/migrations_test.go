@@ -3,8 +3,6 @@ package migrations_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -27,29 +25,7 @@ func TestMain(m *testing.M) { pgtest.MainWithURL(m) }
 // and returns a pool on it; both go away when the test ends.
 func bareDatabase(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, pgtest.ServerURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(ctx)
-	name := fmt.Sprintf("pgfence_mig_%d", rand.Int64())
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c, err := pgx.Connect(context.Background(), pgtest.ServerURL())
-		if err == nil {
-			c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-			c.Close(context.Background())
-		}
-	})
-	cfg, err := pgx.ParseConfig(pgtest.ServerURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Database = name
-	pool, err := pgxpool.New(ctx, dbenv.ConnString(cfg))
+	pool, err := pgxpool.New(context.Background(), pgtest.BareDatabase(t))
 	if err != nil {
 		t.Fatal(err)
 	}

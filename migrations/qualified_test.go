@@ -14,7 +14,7 @@ import (
 )
 
 // pgfence's functions and the fencing trigger work from a session whose
-// search_path does not name pgfence's schema (migration 000007): each body
+// search_path does not name pgfence's schema: each body
 // finds its schema's objects by qualified name, and only them.
 func TestFunctionsIndependentOfSearchPath(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -49,6 +49,15 @@ func TestFunctionsIndependentOfSearchPath(t *testing.T) {
 	}
 	if !(f1 < f2 && f2 <= ceiling) || !durable {
 		t.Fatalf("fences %d, %d, ceiling %d, durable %v", f1, f2, ceiling, durable)
+	}
+	// So do the SQL lease functions: a grant in "Fence One"'s lease table.
+	var granted int64
+	if err := conn.QueryRow(ctx, `SELECT fence FROM `+s+`.pgfence_acquire('k', '1 min', 'sql')`).Scan(&granted); err != nil || granted <= f2 {
+		t.Fatalf("pgfence_acquire from search_path elsewhere: fence %d after %d, %v", granted, f2, err)
+	}
+	var released bool
+	if err := conn.QueryRow(ctx, `SELECT released FROM `+s+`.pgfence_release('k', $1)`, granted).Scan(&released); err != nil || !released {
+		t.Fatalf("pgfence_release from search_path elsewhere: %v %v", released, err)
 	}
 	// The fences came from "Fence One"'s sequence; the default layout's is untouched.
 	var oneCalled, defCalled bool
@@ -97,7 +106,7 @@ func TestFunctionsIndependentOfSearchPath(t *testing.T) {
 		t.Fatalf("fence above the ceiling: %v, want PF004", err)
 	}
 
-	// pgfence_draw_fence stays inlined (migration 000005's point): the
+	// pgfence_draw_fence stays inlined (why it is a SQL function): the
 	// plan shows its body, not a call.
 	var plan strings.Builder
 	rows, err := conn.Query(ctx, `EXPLAIN (VERBOSE) SELECT `+s+`.pgfence_draw_fence()`)

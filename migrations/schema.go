@@ -36,7 +36,7 @@ type options struct {
 // The clients of that schema take it as an option of their own
 // (pglease.WithSchema, claim.WithSchema, pgguard.WithSchema,
 // payouts.WithSchema), which needs no search_path; pgfence's functions name
-// their schema's objects qualified (migration 000007).
+// their schema's objects qualified.
 func WithSchema(schema string) Option {
 	return func(o *options) { o.schema = schema }
 }

@@ -405,7 +405,7 @@ func TestConcurrentHolders(t *testing.T) {
 	}
 }
 
-// TestMigrationDown: the migrations revert cleanly, and refuses to drop
+// TestMigrationDown: the migrations revert cleanly, and refuse to drop
 // the trigger function while a table still uses it rather than silently
 // removing that table's enforcement.
 func TestMigrationDown(t *testing.T) {
@@ -431,12 +431,12 @@ func TestMigrationDown(t *testing.T) {
 	} else {
 		t.Logf("Down with a fenced table: %v", err)
 	}
-	// As an operator would: remove the trigger, then "migrate force 2" (the
-	// failed down left version 1, dirty).
+	// As an operator would: remove the trigger, then "migrate force 8" (the
+	// failed down, rolled back whole, left version 8 dirty).
 	if err := pgguard.RemoveTrigger(ctx, pool, pgguard.Table{Name: "fenced"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, "UPDATE "+migrations.Table+" SET version = 2, dirty = false"); err != nil {
+	if _, err := pool.Exec(ctx, "UPDATE "+migrations.Table+" SET version = 8, dirty = false"); err != nil {
 		t.Fatal(err)
 	}
 	if err := migrations.Down(ctx, pool); err != nil {

@@ -182,13 +182,24 @@ func TestMigrate(t *testing.T) {
 	if !strings.Contains(r.stdout, "version 0") || !strings.Contains(r.stdout, "migrate up") {
 		t.Fatalf("version of an empty database: %s", r)
 	}
-	wantCode(t, pgfence(t, nil, "migrate", "up", "--database-url", db), 0)
+	if hasVersionTable(t, db) {
+		t.Fatal("migrate version created the version table")
+	}
+	r = pgfence(t, nil, "migrate", "up", "--database-url", db)
+	wantCode(t, r, 0)
+	if !strings.Contains(r.stdout, "applied 000008_baseline (version 0 -> "+itoa(latest)+")") {
+		t.Fatalf("up on an empty database: %s", r)
+	}
 	r = pgfence(t, []string{"DATABASE_URL=" + db}, "migrate", "version")
 	wantCode(t, r, 0)
 	if !strings.Contains(r.stdout, "version "+itoa(latest)+" ") {
 		t.Fatalf("after up: %s", r)
 	}
-	wantCode(t, pgfence(t, nil, "migrate", "up", "--database-url", db), 0) // idempotent
+	r = pgfence(t, nil, "migrate", "up", "--database-url", db) // idempotent
+	wantCode(t, r, 0)
+	if !strings.Contains(r.stdout, "already at version "+itoa(latest)+", nothing applied") {
+		t.Fatalf("second up: %s", r)
+	}
 	wantCode(t, pgfence(t, nil, "exec", "--database-url", db, "--key", "k", "--", "true"), 0)
 	r = pgfence(t, nil, "migrate", "down", "--database-url", db)
 	wantCode(t, r, exitUsage)

@@ -82,7 +82,7 @@ Commands:
   list     list leases: owner, fence, held or expired, remaining time (database clock)
   show     show one lease
   plan     size a TTL and renew interval: freezes absorbed, renewals that may fail
-  migrate  create (up), drop (down) or inspect (version) pgfence's schema
+  migrate  create (up), drop (down), inspect (version) or print (sql) pgfence's schema
   serve    a live page, Prometheus /metrics and /healthz on 127.0.0.1:9187 (read-only)
   version  print pgfence's release (and VCS revision) and exit
 

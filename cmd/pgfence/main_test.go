@@ -14,9 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/pgfence/pgfence/internal/testsupport/dbenv"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
 
@@ -104,32 +101,7 @@ func randomName(prefix string) string {
 
 // emptyDatabase creates a database without pgfence's schema and returns
 // its URL; it is dropped when the test ends.
-func emptyDatabase(t *testing.T) string {
-	t.Helper()
-	ctx := context.Background()
-	cfg, err := pgx.ParseConfig(pgtest.ServerURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(ctx)
-	name := randomName("pgfence_cli_empty_")
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if c, err := pgx.ConnectConfig(context.Background(), cfg); err == nil {
-			c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-			c.Close(context.Background())
-		}
-	})
-	dbCfg := cfg.Copy()
-	dbCfg.Database = name
-	return dbenv.ConnString(dbCfg)
-}
+func emptyDatabase(t *testing.T) string { return pgtest.BareDatabase(t) }
 
 // withUser returns u with its userinfo replaced.
 func withUser(t *testing.T, u, user, password string) string {

@@ -9,12 +9,16 @@ import (
 )
 
 // pgfence's own SQLSTATEs, raised by its fencing trigger
-// (pgfence_enforce_fence) and documented by pgguard.
+// (pgfence_enforce_fence), pgfence_set_fence and the lease functions of the
+// SQL contract (pgfence_acquire, pgfence_renew, pgfence_release), and
+// documented by pgguard and docs/sql.md.
 const (
 	StaleFence        = "PF001" // a newer holder has written the row
 	NoFence           = "PF002" // the transaction set no fence
-	UnboundFence      = "PF003" // the fence is bound to another table
+	UnboundFence      = "PF003" // the fence is bound to another transaction
 	FenceAboveCeiling = "PF004" // the fence is above what was ever issued
+	InvalidLeaseArg   = "PF005" // a lease function got a bad key, TTL, owner or fence
+	StaleTransaction  = "PF006" // a lease function ran in a transaction older than its statement
 )
 
 // Code returns the SQLSTATE of the server error in err's chain, "" when

@@ -275,3 +275,23 @@ func (c *Cluster) Kill(sig syscall.Signal) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// ClientTool returns the path of a PostgreSQL client program (psql,
+// pg_dump): the one beside the server binaries the tests start clusters
+// from, else the one on PATH.
+func ClientTool(name string) (string, error) {
+	if dir, err := findBinDir(); err == nil {
+		if p := filepath.Join(dir, name); fileExists(p) {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	return "", fmt.Errorf("%s %w beside initdb or on PATH (install the PostgreSQL client programs: apt-get install postgresql-client)", name, errNotFound)
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}

@@ -1,5 +1,5 @@
 // Package needtool lets a test that needs a program outside Go and
-// PostgreSQL (PgBouncer, Chromium, script(1), a C compiler) run when the
+// PostgreSQL (PgBouncer, Chromium, script(1), a C compiler, Python) run when the
 // program is there and otherwise skip, saying so loudly: each skipped test
 // gives the reason, and once per go test run a notice names what did not
 // run and how to get the program, on the terminal when there is one (go
@@ -40,6 +40,10 @@ var (
 		"apt-get install chromium, or set PGFENCE_CHROMIUM to a Chromium or Chrome binary"}
 	// Script is script(1), which gives pgfence exec a real pseudo-terminal.
 	Script = Tool{"script(1)", "PGFENCE_REQUIRE_SCRIPT", "apt-get install bsdutils (util-linux's script)"}
+	// Python is a Python 3 with psycopg, for the tests where a non-Go client
+	// shares keys with Go's.
+	Python = Tool{"a Python with psycopg", "PGFENCE_REQUIRE_PYTHON",
+		"apt-get install python3-psycopg, or point PGFENCE_PYTHON at an interpreter that has psycopg"}
 	// CC is a C compiler, for the test of a threaded child process.
 	CC = Tool{"a C compiler (cc)", "PGFENCE_REQUIRE_CC", "apt-get install gcc"}
 )

@@ -1,0 +1,85 @@
+"""A non-Go client of pgfence's SQL contract, for the interop tests.
+
+  holder.py DSN contend KEYS SECONDS   take, write under and release leases
+                                       on the keys until SECONDS pass; print
+                                       "grants N writes N refused N"
+  holder.py DSN frozen KEY TTL         take the lease on KEY, print
+                                       "fence F", work 0.5 s, then write
+                                       under the fence; print "written" or
+                                       "refused"
+
+Works with psycopg 3 or psycopg2, in autocommit: each lease call is a
+transaction of its own, as the contract requires.
+"""
+import random
+import sys
+import time
+
+try:
+    import psycopg
+
+    def connect(dsn):
+        return psycopg.connect(dsn, autocommit=True)
+except ImportError:
+    import psycopg2
+
+    def connect(dsn):
+        conn = psycopg2.connect(dsn)
+        conn.autocommit = True
+        return conn
+
+
+def acquire(cur, key, ttl):
+    cur.execute("SELECT fence FROM pgfence_acquire(%s, %s::interval, 'python')", (key, ttl))
+    row = cur.fetchone()
+    return row[0] if row else None
+
+
+def guarded_write(cur, key, fence):
+    # The guarded-write predicate: only a fence at least as new as the
+    # row's counts.
+    cur.execute("UPDATE resource SET last_fence = %s, writes = writes + 1, last_writer = 'python' "
+                "WHERE key = %s AND last_fence <= %s", (fence, key, fence))
+    return cur.rowcount == 1
+
+
+def contend(dsn, keys, seconds):
+    conn = connect(dsn)
+    cur = conn.cursor()
+    grants = writes = refused = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        key = random.choice(keys)
+        fence = acquire(cur, key, "2 s")
+        if fence is None:
+            time.sleep(random.uniform(0, 0.01))
+            continue
+        grants += 1
+        if guarded_write(cur, key, fence):
+            writes += 1
+        else:
+            refused += 1
+        cur.execute("SELECT released FROM pgfence_release(%s, %s)", (key, fence))
+    print("grants %d writes %d refused %d" % (grants, writes, refused), flush=True)
+
+
+def frozen(dsn, key, ttl):
+    conn = connect(dsn)
+    cur = conn.cursor()
+    fence = acquire(cur, key, ttl)
+    if fence is None:
+        print("held", flush=True)
+        return
+    print("fence %d" % fence, flush=True)
+    time.sleep(0.5)  # the test stops this process here, past the TTL
+    print("written" if guarded_write(cur, key, fence) else "refused", flush=True)
+
+
+if __name__ == "__main__":
+    dsn, mode = sys.argv[1], sys.argv[2]
+    if mode == "contend":
+        contend(dsn, sys.argv[3].split(","), float(sys.argv[4]))
+    elif mode == "frozen":
+        frozen(dsn, sys.argv[3], sys.argv[4])
+    else:
+        sys.exit("unknown mode " + mode)
