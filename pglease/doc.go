@@ -18,7 +18,21 @@
 //     judged as if alone and each caller answered for its own key.
 //   - Fences never repeat and never go backwards for a key, across release,
 //     deletion of the row (SweepExpired), a crash-restart and the promotion of
-//     an asynchronous standby: fence = WAL timeline << 44 | a sequence.
+//     a standby: fence = WAL timeline << 44 | a sequence. That holds while one
+//     primary grants at a time. A stale primary that still accepts writes
+//     after a failover (a paused "zombie"), or a failover that is undone
+//     (the cluster rewound to an older timeline), grants fences from an older
+//     timeline: each client keeps a high-water mark of the timelines of the
+//     fences it has seen and refuses such a grant with [ErrStaleTimeline],
+//     giving it back ([WithTimelineMark] shares one mark, for example with
+//     the fences a process passes to package pgguard). A client that has
+//     not yet seen the new primary cannot tell; docs/failover.md says which
+//     replication and HA settings close that gap.
+//   - TryAcquire, Acquire and Release return within their context's deadline
+//     plus a few milliseconds (until Close begins). Settling an acquisition
+//     whose answer was lost goes on in the background once the caller's
+//     context ends, each statement bounded by [ResolveBound] (metric
+//     pgfence.lease.ambiguous.resolutions).
 //   - Renew extends only an unexpired lease that still carries its fence; it
 //     never resurrects an expired one. Release expires the lease but keeps
 //     the row, and never touches a newer holder's lease.
