@@ -11,7 +11,7 @@
 // fence (so the fence ceiling and a fencing trigger on the table apply). A
 // transition that changes no row is explained by a [pgguard.Guard] on the
 // table, so the answers are pgguard's: a *[pgguard.StaleFenceError] (counted
-// in a [pgguard.Counter]), [pgguard.ErrAlreadyDone], [pgguard.ErrPrecondition]
+// in a [pgguard.StaleTally]), [pgguard.ErrAlreadyDone], [pgguard.ErrPrecondition]
 // or [pgguard.ErrNoRow].
 //
 // The pattern, for a provider that knows nothing of fences:

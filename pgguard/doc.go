@@ -101,8 +101,9 @@
 //
 // # Counting stale writes
 //
-// Every stale write caught is recorded in a [Counter] ([DefaultCounter]
-// unless WithCounter is given), by table, and passed to a hook (WithStaleHook). A
+// Every stale write caught is counted by the OpenTelemetry counter, recorded
+// by table in a [StaleTally] when one is given (WithStaleTally), and passed
+// to a hook (WithStaleHook). A
 // non-zero count is the mechanism doing its job: each is a holder that was
 // paused or cut off past its lease.
 //
@@ -110,7 +111,7 @@
 //
 // Each function takes only the options that apply to it ([GuardOption],
 // [RunFencedOption], [SetFenceOption]), so an option it would ignore does not
-// compile: [WithDoneWhen] is for [NewGuard] alone, [WithCounter] and
+// compile: [WithDoneWhen] is for [NewGuard] alone, [WithStaleTally] and
 // [WithStaleHook] for NewGuard and [RunFenced], [WithOwnFenceSource] for all
 // three.
 //
