@@ -97,7 +97,7 @@ func TestTriggerStrict(t *testing.T) {
 	f := fences(t, pool, 3)
 	older, newer := f[0], f[1]
 	// Counts the stale refusals seen through Observe and RunFenced.
-	counter := new(pgguard.Counter)
+	counter := new(pgguard.StaleTally)
 
 	pgtest.Step(t, "INSERT is not checked", func(t *testing.T) {
 		if _, err := pool.Exec(ctx, "INSERT INTO "+table+" (id) VALUES (4)"); err != nil {
@@ -162,7 +162,7 @@ func TestTriggerStrict(t *testing.T) {
 		err := pgguard.RunFenced(ctx, pool, older, func(tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, "DELETE FROM "+table+" WHERE id = 1")
 			return err
-		}, pgguard.WithCounter(counter))
+		}, pgguard.WithStaleTally(counter))
 		var se *pgguard.StaleFenceError
 		if !errors.As(err, &se) || se.Current != newer {
 			t.Fatalf("RunFenced stale DELETE: %v", err)
@@ -420,8 +420,8 @@ func TestRunFencedCountsOnce(t *testing.T) {
 	pool := pgtest.Pool(t)
 	table := newTable(t, pool)
 	insertRow(t, pool, table, "k")
-	c := new(pgguard.Counter)
-	g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"}, pgguard.WithCounter(c))
+	c := new(pgguard.StaleTally)
+	g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"}, pgguard.WithStaleTally(c))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,7 +431,7 @@ func TestRunFencedCountsOnce(t *testing.T) {
 	}
 	err = pgguard.RunFenced(ctx, pool, f[0], func(tx pgx.Tx) error {
 		return g.Update(ctx, tx, "k", f[0], pgguard.Values{"writer": "A"})
-	}, pgguard.WithCounter(c))
+	}, pgguard.WithStaleTally(c))
 	if !errors.Is(err, pgguard.ErrStaleFence) || c.Total() != 1 {
 		t.Fatalf("err %v, counted %d; want ErrStaleFence counted once", err, c.Total())
 	}

@@ -188,7 +188,11 @@ func (c *Client) checkArgs(key string, ttl time.Duration) error {
 
 // TryAcquire takes the lease on key for ttl if no other owner holds an
 // unexpired one, and returns ErrNotAcquired at once otherwise. Expiry is
-// judged by the database's now(), never by this machine's clock.
+// judged by the database's now(), never by this machine's clock. It returns
+// by ctx's deadline plus a few milliseconds: when the server's answer was
+// lost, what is left to settle goes on in the background (ResolveBound). A
+// grant from an older WAL timeline than this client has seen is refused
+// with ErrStaleTimeline (see WithTimelineMark).
 func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
 	if err := c.checkArgs(key, ttl); err != nil {
 		return nil, err
@@ -355,31 +359,65 @@ func notAcquired(key string) error { return fmt.Errorf("%w: %q", ErrNotAcquired,
 func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
 
 // resolveAmbiguous settles an acquisition sent in a statement for keys
-// attempts (1, or a batch's size) whose answer was lost.
+// attempts (1, or a batch's size) whose answer was lost. While the caller's
+// ctx lasts, it asks by owner token and adopts a grant that landed, or gives
+// it back; whatever is left to do when ctx ends (or when the server cannot
+// tell) goes on in the background (giveBackLater), so the caller returns
+// with its context.
 func (c *Client) resolveAmbiguous(ctx context.Context, key, token string, ttl time.Duration, sent time.Time, cause error, keys int) (*Lease, error) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.resolveWait)
-	defer cancel()
+	lost := time.Now()
 	if ctx.Err() == nil {
+		rctx, cancel := context.WithTimeout(ctx, c.cfg.resolveWait)
+		defer cancel()
 		row, err := c.queries(rctx).FindByOwnerToken(rctx, fencedb.FindByOwnerTokenParams{LockKey: key, OwnerToken: token})
 		if err == nil {
+			c.met.resolved(resAdopted, false, lost)
 			c.cfg.logger.Info("pglease: ambiguous acquire was granted; keeping it", "key", key, "fence", row.Fence)
 			return c.startLease(key, token, row.Fence, row.ExpiresAt, ttl, sent)
 		}
-		if !errors.Is(err, pgx.ErrNoRows) {
+		if isNoRows(err) {
+			// Not adopted: tombstone the token, so that the request can
+			// never be granted however late it reaches the server, and give
+			// back a grant that already landed.
+			if _, err = c.abandon(rctx, key, token); err == nil {
+				c.met.resolved(resGivenBack, false, lost)
+				// An acquisition that reached the server before the
+				// tombstone committed may still be executing (waiting on a
+				// row lock, bounded by the statement's lock_timeout):
+				// abandon once more after that bound.
+				c.recheckLater(key, token, keys)
+				return nil, fmt.Errorf("pglease: acquiring %q: no answer from the server, and the lease was not kept: %w", key, cause)
+			}
+		}
+		if ctx.Err() == nil {
+			c.giveBackLater(key, token, keys, lost)
 			return nil, &AmbiguousError{Key: key, TTL: ttl, Err: cause, ResolveErr: err}
 		}
 	}
-	// Not adopted: tombstone the token, so that the request can never be
-	// granted however late it reaches the server, and give back a grant
-	// that already landed.
-	if _, err := c.abandon(rctx, key, token); err != nil {
-		return nil, &AmbiguousError{Key: key, TTL: ttl, Err: cause, ResolveErr: err}
-	}
-	// An acquisition that reached the server before the tombstone committed
-	// may still be executing (waiting on a row lock, bounded by the
-	// statement's lock_timeout): abandon once more after that bound.
-	c.recheckLater(key, token, keys)
-	return nil, fmt.Errorf("pglease: acquiring %q: no answer from the server, and the lease was not kept: %w", key, cause)
+	c.giveBackLater(key, token, keys, lost)
+	return nil, fmt.Errorf("pglease: acquiring %q: %w; the server's answer was lost (%w), and the acquisition is given back in the background",
+		key, context.Cause(ctx), cause)
+}
+
+// giveBackLater abandons token in the background, within ResolveBound, then
+// once more after the lost statement must have ended. It is what an
+// acquisition whose answer was lost leaves behind when its caller cannot
+// wait: the tombstone makes sure the request is never granted later, and a
+// grant that landed is released instead of held until its TTL.
+func (c *Client) giveBackLater(key, token string, keys int, lost time.Time) {
+	c.inBackground(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.resolveWait)
+		_, err := c.abandon(ctx, key, token)
+		cancel()
+		if err != nil {
+			c.met.resolved(resFailed, true, lost)
+			c.cfg.logger.Warn("pglease: could not give back an acquisition whose answer was lost; if it was granted, it expires at its TTL",
+				"key", key, "err", err)
+		} else {
+			c.met.resolved(resGivenBack, true, lost)
+		}
+		c.recheck(key, token, keys)
+	})
 }
 
 // AbandonedTokenRetention is how long the tombstone of an abandoned
@@ -407,30 +445,37 @@ func (c *Client) abandon(ctx context.Context, key, token string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	c.cfg.logger.Info("pglease: ambiguous acquire was granted after the caller gave up; released it", "key", key)
+	c.cfg.logger.Info("pglease: released a grant its caller did not keep (its answer was lost, or it came from an older timeline)", "key", key)
 	return true, nil
 }
 
-// recheckLater abandons token once more after the statement that carried it
-// (for keys attempts) must have ended: lock_timeout bounds each of its row
-// lock waits, one per key.
+// recheckLater abandons token once more, in the background, after the
+// statement that carried it (for keys attempts) must have ended.
 func (c *Client) recheckLater(key, token string, keys int) {
-	recheck := func() {
-		time.Sleep(time.Duration(keys)*acquireLockTimeout + 500*time.Millisecond)
-		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.resolveWait)
-		defer cancel()
-		c.abandon(ctx, key, token)
-	}
+	c.inBackground(func() { c.recheck(key, token, keys) })
+}
+
+// recheck waits until the statement that carried token (for keys attempts)
+// must have ended, lock_timeout bounding each of its row lock waits, one per
+// key, and abandons token once more.
+func (c *Client) recheck(key, token string, keys int) {
+	time.Sleep(time.Duration(keys)*acquireLockTimeout + 500*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.resolveWait)
+	defer cancel()
+	c.abandon(ctx, key, token)
+}
+
+// inBackground runs fn on a goroutine that Close waits for. Once the
+// client is closed, Close waits for no goroutine of ours: the caller runs fn
+// itself then, rather than leave a late grant held until its TTL.
+func (c *Client) inBackground(fn func()) {
 	if !c.track() {
-		// Closed meanwhile, so Close waits for no goroutine of ours: the
-		// caller (whose acquisition failed) waits for the recheck instead,
-		// rather than leave a late grant held until its TTL.
-		recheck()
+		fn()
 		return
 	}
 	go func() {
 		defer c.wg.Done()
-		recheck()
+		fn()
 	}()
 }
 

@@ -101,8 +101,9 @@ func (e *WaitError) Unwrap() []error {
 
 // AmbiguousError is returned when an acquisition's outcome is unknown (the
 // connection broke after the statement was sent) and the client could not
-// find out either way. The lease may be held until it expires, at most TTL
-// from now.
+// find out either way. The acquisition is given back in the background
+// (within ResolveBound); if that fails too, a grant that landed stays held
+// until it expires, at most TTL from now.
 type AmbiguousError struct {
 	Key        string
 	TTL        time.Duration

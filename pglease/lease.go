@@ -43,18 +43,22 @@ type Lease struct {
 	ended      bool        // lost or released
 	released   bool
 
-	// renewing is held for the length of one auto-renewal attempt, so that
-	// Release can wait for an attempt in flight. Renewals run on timer
-	// callbacks, not on a goroutine parked per lease: a held lease costs two
-	// timers and no goroutine between renewals.
-	renewing sync.Mutex
+	// renewing is full for the length of one auto-renewal attempt, so that
+	// Release can wait for an attempt in flight (a channel, so that the wait
+	// ends with Release's context). Renewals run on timer callbacks, not on a
+	// goroutine parked per lease: a held lease costs two timers and no
+	// goroutine between renewals.
+	renewing chan struct{}
 }
 
 func (c *Client) startLease(key, token string, fence int64, expiresAt time.Time, ttl time.Duration, sent time.Time) (*Lease, error) {
+	if err := c.checkTimeline(key, token, fence); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	l := &Lease{
 		c: c, key: key, token: token, fence: fence, ttl: ttl, start: sent,
-		ctx: ctx, cancel: cancel,
+		ctx: ctx, cancel: cancel, renewing: make(chan struct{}, 1),
 		deadline:  c.schedule(ttl).Deadline(sent),
 		expiresAt: expiresAt,
 	}
@@ -252,8 +256,8 @@ func (l *Lease) Renew(ctx context.Context) error {
 // then the next one is scheduled. A transient failure is retried soon, until
 // the local deadline ends the lease; a definite "lost" ends it at once.
 func (l *Lease) renewDue() {
-	l.renewing.Lock()
-	defer l.renewing.Unlock()
+	l.renewing <- struct{}{}
+	defer func() { <-l.renewing }()
 	l.mu.Lock()
 	if l.stopping || l.ended {
 		l.mu.Unlock()
@@ -291,7 +295,8 @@ func (l *Lease) renewDue() {
 // or another owner had taken the key: the caller's work may have run
 // unprotected for a while, which is worth knowing. The lease's context ends
 // with ErrReleased. Release after a successful Release is a no-op; after a
-// transient error it may be called again.
+// transient error it may be called again. It returns by ctx's deadline
+// (plus a few milliseconds), even while an auto-renewal is in flight.
 func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	if l.released {
@@ -303,9 +308,14 @@ func (l *Lease) Release(ctx context.Context) error {
 		l.renewTimer.Stop()
 	}
 	l.mu.Unlock()
-	// Wait out an auto-renewal in flight, so it cannot race the release.
-	l.renewing.Lock()
-	l.renewing.Unlock()
+	// Wait out an auto-renewal in flight, so it cannot race the release;
+	// no longer than ctx (the renewal is bounded by the local deadline).
+	select {
+	case l.renewing <- struct{}{}:
+		<-l.renewing
+	case <-ctx.Done():
+		return fmt.Errorf("pglease: releasing %q: a renewal was still in flight: %w (it expires by itself at its TTL)", l.key, context.Cause(ctx))
+	}
 
 	released, err := l.c.release(ctx, l.key, l.fence)
 	var taken bool // another owner holds the key (else: it had expired)

@@ -54,9 +54,12 @@ type metrics struct {
 	heldFor     metric.Float64Histogram
 	lostCount   metric.Int64Counter
 	renewFails  metric.Int64Counter
+	resolutions metric.Int64Counter
+	resolveTime metric.Float64Histogram
 
 	acq        [2][3]otelx.Attrs                // op, outcome
 	lostAttrs  [keepalive.NumCauses]otelx.Attrs // attribute cause of pgfence.lease.lost
+	resAttrs   [numResolved][2]otelx.Attrs      // outcome, where (caller, background)
 	none       otelx.Attrs
 	unregister func() // the pool's observable instruments
 }
@@ -80,6 +83,18 @@ func newMetrics(mp metric.MeterProvider, pool *pgxpool.Pool) *metrics {
 			metric.WithDescription("Leases lost, by cause (expired, taken_over, local_deadline, release_failed, unknown)."))),
 		renewFails: otelx.Must(m.Int64Counter("pgfence.lease.renew.failures", metric.WithUnit("{renewal}"),
 			metric.WithDescription("Auto-renewal attempts that failed transiently (Stats.RenewFailures)."))),
+	}
+	met.resolutions = otelx.Must(m.Int64Counter("pgfence.lease.ambiguous.resolutions", metric.WithUnit("{acquisition}"),
+		metric.WithDescription("Acquisitions whose answer was lost, by how they were settled (outcome: adopted, given_back, failed) and where "+
+			"(caller: within the caller's context; background: after the caller returned). failed: the grant, if any, expires at its TTL.")))
+	met.resolveTime = otelx.Must(m.Float64Histogram("pgfence.lease.ambiguous.resolution.duration", metric.WithUnit("s"),
+		metric.WithDescription("From the loss of an acquisition's answer to its settlement, by outcome and where."),
+		metric.WithExplicitBucketBoundaries(otelx.LatencyBuckets...)))
+	resOuts := [numResolved]string{"adopted", "given_back", "failed"}
+	for o := range resOuts {
+		for w, where := range [2]string{"caller", "background"} {
+			met.resAttrs[o][w] = otelx.NewAttrs(attribute.String("outcome", resOuts[o]), attribute.String("where", where))
+		}
 	}
 	ops := [2]string{"try", "wait"}
 	outs := [3]string{"granted", "refused", "error"}
@@ -117,6 +132,28 @@ func (m *metrics) acquired(op int, start time.Time, err error) {
 	if op == opWait {
 		m.waited.Add(ctx, d, m.none.Add...)
 	}
+}
+
+// Outcomes of an acquisition whose answer was lost (metric
+// pgfence.lease.ambiguous.resolutions).
+const (
+	resAdopted   = iota // granted, and kept by its caller
+	resGivenBack        // tombstoned, and released if it was granted
+	resFailed           // the server could not be reached within ResolveBound
+	numResolved
+)
+
+// resolved records one ambiguous acquisition settled with outcome, in the
+// background or not, whose answer was lost at lost.
+func (m *metrics) resolved(outcome int, background bool, lost time.Time) {
+	w := 0
+	if background {
+		w = 1
+	}
+	a := &m.resAttrs[outcome][w]
+	ctx := context.Background()
+	m.resolutions.Add(ctx, 1, a.Add...)
+	m.resolveTime.Record(ctx, time.Since(lost).Seconds(), a.Rec...)
 }
 
 func (m *metrics) leaseStarted() { m.held.Add(context.Background(), 1, m.none.Add...) }

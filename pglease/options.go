@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/pgfence/pgfence/internal/validate"
+	"github.com/pgfence/pgfence/pgguard"
 )
 
 // MaxTTL is the longest lease pglease grants. A longer one would turn a
@@ -17,6 +18,15 @@ const MaxTTL = 24 * time.Hour
 
 // MinTTL is the shortest lease: below it a single round trip outlives the lease.
 const MinTTL = 10 * time.Millisecond
+
+// ResolveBound bounds each statement that settles an acquisition whose
+// answer was lost (the read-back by owner token, the give-back). The read-
+// back runs within the caller's context too; a give-back left when that
+// context ends runs in the background (metric
+// pgfence.lease.ambiguous.resolutions, where=background), so TryAcquire,
+// Acquire and Release return within their context's deadline plus a few
+// milliseconds, not ResolveBound.
+const ResolveBound = 5 * time.Second
 
 // Option configures a Client.
 type Option func(*config) error
@@ -36,8 +46,9 @@ type config struct {
 
 	durableRelease bool
 	sweepBatch     int
-	meterProvider  metric.MeterProvider // nil: the global one
-	schema         string               // WithSchema; "": the search_path
+	meterProvider  metric.MeterProvider  // nil: the global one
+	schema         string                // WithSchema; "": the search_path
+	timelines      *pgguard.TimelineMark // WithTimelineMark; else the client's own
 }
 
 func defaultConfig() config {
@@ -50,10 +61,11 @@ func defaultConfig() config {
 		autoRenew:   true,
 		backoffMin:  20 * time.Millisecond,
 		backoffMax:  1 * time.Second,
-		resolveWait: 5 * time.Second,
+		resolveWait: ResolveBound,
 		observePoll: DefaultObserveInterval,
 		sweepBatch:  DefaultSweepBatch,
 		logger:      slog.New(slog.DiscardHandler),
+		timelines:   new(pgguard.TimelineMark),
 	}
 }
 

@@ -89,6 +89,11 @@ type Cluster struct {
 	exited  chan struct{}
 }
 
+// Credential is the user the cluster's processes run as (nil: this
+// process's own user), for other programs that must run as that user (an
+// HA manager that starts PostgreSQL itself).
+func (c *Cluster) Credential() *syscall.Credential { return c.cred }
+
 // DataDir is the cluster's data directory.
 func (c *Cluster) DataDir() string { return filepath.Join(c.Dir, "data") }
 

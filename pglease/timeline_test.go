@@ -1,0 +1,57 @@
+package pglease_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
+	"github.com/pgfence/pgfence/pgguard"
+	"github.com/pgfence/pgfence/pglease"
+)
+
+// A client whose mark has seen a fence from a later WAL timeline than the
+// server's (as after a failover that a stale primary, or a rewound cluster,
+// does not know of) refuses the server's grant with ErrStaleTimeline, says
+// which timelines, and gives the grant back: the key is free again. Without
+// the check the grant is returned as a lease whose fence is below fences
+// already handed out.
+func TestGrantFromOlderTimelineIsRefused(t *testing.T) {
+	ctx := context.Background()
+	mark := new(pgguard.TimelineMark)
+	pool := pgtest.Pool(t)
+	c := newClient(t, pool, pglease.WithTimelineMark(mark))
+	l, err := c.TryAcquire(ctx, uniqueKey(t), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl := pgguard.Timeline(l.Fence())
+	if mark.High() != tl {
+		t.Fatalf("the grant did not raise the shared mark: %d, want %d", mark.High(), tl)
+	}
+	l.Release(ctx)
+
+	if err := mark.Check((tl+1)<<pgguard.TimelineShift | 1); err != nil { // a fence of the next timeline
+		t.Fatal(err)
+	}
+	key := uniqueKey(t)
+	_, err = c.TryAcquire(ctx, key, time.Hour)
+	var stale *pgguard.StaleTimelineError
+	if !errors.Is(err, pglease.ErrStaleTimeline) || !errors.As(err, &stale) {
+		t.Fatalf("want a *StaleTimelineError, got %v", err)
+	}
+	t.Log(err)
+	if stale.Timeline != tl || stale.Seen != tl+1 || pgguard.Timeline(stale.Fence) != tl {
+		t.Errorf("error %+v, want timeline %d below %d", stale, tl, tl+1)
+	}
+	q := fencedb.New(pool)
+	waitUntil(t, "the refused grant is given back", func() bool {
+		row, err := q.GetLease(ctx, key)
+		return err == nil && !row.Held
+	})
+	if mark.High() != tl+1 {
+		t.Errorf("a refused fence moved the mark to %d", mark.High())
+	}
+}
