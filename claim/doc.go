@@ -32,11 +32,11 @@
 // expired attempt stays counted, and a job whose last attempt expired becomes
 // dead.
 //
-// Finished rows stay in the table until Purge deletes the completed and dead
+// Finished rows stay in the table until SweepFinished deletes the completed and dead
 // jobs whose finished_at is older than a given age (it needs the FinishedAt
-// column). It walks the table by id in batches ([WithPurgeBatch]), each its own
+// column). It walks the table by id in batches ([WithSweepBatch]), each its own
 // short transaction that re-checks state and finished_at on the row it
-// deletes, so claims stay fast during a purge of millions of rows and a job
+// deletes, so claims stay fast during a sweep of millions of rows and a job
 // that runs, or finished more recently, is never deleted.
 //
 // Besides the lease in the database, every [Job] keeps a pessimistic local
