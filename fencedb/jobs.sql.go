@@ -97,7 +97,7 @@ type EnqueueJobRow struct {
 
 // Typed statements on the ready-made pgfence_jobs table.
 // The statements package claim sends (claim, renew, complete, fail, release,
-// rescue, purge, ...) are in claim.sql, templated for a table of the user's
+// rescue, sweep, ...) are in claim.sql, templated for a table of the user's
 // own; these are the ones that only make sense for pgfence_jobs.
 // Inserts one job and notifies listeners on the channel (pass ” for none;
 // the notification is delivered when the transaction commits). run_at is

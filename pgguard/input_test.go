@@ -39,7 +39,7 @@ func TestBadInput(t *testing.T) {
 		if err := pool.QueryRow(ctx, "SELECT count(*) FROM bystander").Scan(&n); err != nil {
 			t.Fatalf("bystander table: %v", err)
 		}
-		if m, ok, _ := pgguard.TriggerMode(ctx, pool, pgguard.Table{Name: table}); ok {
+		if m, ok, _ := pgguard.TriggerEnforcement(ctx, pool, pgguard.Table{Name: table}); ok {
 			t.Fatalf("a trigger appeared: %v", m)
 		}
 	}

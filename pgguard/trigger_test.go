@@ -83,14 +83,14 @@ func TestTriggerStrict(t *testing.T) {
 		if err := pgguard.AddFenceColumn(ctx, pool, tbl); err != nil {
 			t.Fatalf("second AddFenceColumn: %v", err)
 		}
-		if _, ok, err := pgguard.TriggerMode(ctx, pool, tbl); err != nil || ok {
-			t.Fatalf("TriggerMode before install: ok=%v err=%v", ok, err)
+		if _, ok, err := pgguard.TriggerEnforcement(ctx, pool, tbl); err != nil || ok {
+			t.Fatalf("TriggerEnforcement before install: ok=%v err=%v", ok, err)
 		}
 		if err := pgguard.InstallTrigger(ctx, pool, tbl, pgguard.Strict); err != nil {
 			t.Fatal(err)
 		}
-		if m, ok, err := pgguard.TriggerMode(ctx, pool, tbl); err != nil || !ok || m != pgguard.Strict {
-			t.Fatalf("TriggerMode = %v %v %v", m, ok, err)
+		if m, ok, err := pgguard.TriggerEnforcement(ctx, pool, tbl); err != nil || !ok || m != pgguard.Strict {
+			t.Fatalf("TriggerEnforcement = %v %v %v", m, ok, err)
 		}
 	})
 
@@ -264,7 +264,7 @@ func TestTriggerStrict(t *testing.T) {
 		if err := pgguard.RemoveTrigger(ctx, pool, tbl); err != nil {
 			t.Fatal(err)
 		}
-		if _, ok, _ := pgguard.TriggerMode(ctx, pool, tbl); ok {
+		if _, ok, _ := pgguard.TriggerEnforcement(ctx, pool, tbl); ok {
 			t.Fatal("trigger still there")
 		}
 		if _, err := pool.Exec(ctx, "UPDATE "+table+" SET balance = 99 WHERE id = 2"); err != nil {
@@ -288,8 +288,8 @@ func TestTriggerLenient(t *testing.T) {
 	if err := pgguard.InstallTrigger(ctx, pool, tbl, pgguard.Lenient); err != nil {
 		t.Fatal(err)
 	}
-	if m, ok, err := pgguard.TriggerMode(ctx, pool, tbl); err != nil || !ok || m != pgguard.Lenient {
-		t.Fatalf("TriggerMode = %v %v %v", m, ok, err)
+	if m, ok, err := pgguard.TriggerEnforcement(ctx, pool, tbl); err != nil || !ok || m != pgguard.Lenient {
+		t.Fatalf("TriggerEnforcement = %v %v %v", m, ok, err)
 	}
 	f := fences(t, pool, 2)
 	older, newer := f[0], f[1]
@@ -365,8 +365,8 @@ func TestMigrationSQL(t *testing.T) {
 				t.Fatalf("%s: %v", sql, err)
 			}
 		}
-		if m, ok, err := pgguard.TriggerMode(ctx, pool, tbl); err != nil || !ok || m != pgguard.Strict {
-			t.Fatalf("TriggerMode = %v %v %v", m, ok, err)
+		if m, ok, err := pgguard.TriggerEnforcement(ctx, pool, tbl); err != nil || !ok || m != pgguard.Strict {
+			t.Fatalf("TriggerEnforcement = %v %v %v", m, ok, err)
 		}
 	})
 
