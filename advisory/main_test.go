@@ -3,7 +3,7 @@ package advisory_test
 import (
 	"testing"
 
-	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
 
 // TestMain gives the package a fresh, migrated database and checks for

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/pgfence/pgfence/advisory"
-	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
 
 func TestSessionLock(t *testing.T) {

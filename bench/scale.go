@@ -153,15 +153,15 @@ SELECT 'scale', 'noop', 'completed', 1, g, now() - interval '1 hour', now() - in
 		return d, nil
 	}, func(ctx context.Context) error {
 		// Jobs finished for more than a minute: the filled ones, not those
-		// completed during the purge. In batches of claim.DefaultPurgeBatch rows.
-		purged, err = cl.Purge(ctx, time.Minute)
+		// completed during the sweep. In batches of claim.DefaultSweepBatch rows.
+		purged, err = cl.SweepFinished(ctx, time.Minute)
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("purge: %w", err)
 	}
 	rep.purgeP99 = cDuring.quantile(0.99)
-	add(scaleRow{fmt.Sprintf("claim.Purge of %s finished jobs (batches of %s rows, each its own transaction)", num(float64(purged)), num(claim.DefaultPurgeBatch)),
+	add(scaleRow{fmt.Sprintf("claim.SweepFinished of %s finished jobs (batches of %s rows, each its own transaction)", num(float64(purged)), num(claim.DefaultSweepBatch)),
 		fmt.Sprintf("took %s; Claim during it: p50 %s, p99 %s", ms(purgeTime), ms(cDuring.quantile(0.5)), ms(cDuring.quantile(0.99))),
 		fmt.Sprintf("%d workers (Claim 1 + Complete), %d claims during it; p99 before it %s (target p99 ≤ 50 ms)", scaleClients, len(cDuring), ms(cBefore.quantile(0.99)))})
 	return e.exec(ctx, p, "TRUNCATE pgfence_jobs, lock_leases")

@@ -17,11 +17,6 @@ import (
 	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
-// Querier is fencedb.DBTX, the one interface pgfence's packages run statements on.
-//
-// Deprecated: use fencedb.DBTX.
-type Querier = fencedb.DBTX
-
 // Claimer claims job rows from one table (and queue) and makes the fenced
 // writes on them. It is safe for concurrent use and holds no goroutines.
 type Claimer struct {

@@ -53,6 +53,7 @@ func lostBy(cause keepalive.Cause, j *Job) error {
 	return &LeaseLostError{Op: op, JobID: j.ID, Fence: j.Fence, Cause: cause.String()}
 }
 
+// Error names the job, the operation and why its lease was lost.
 func (e *LeaseLostError) Error() string {
 	if e.Op == opLocalDeadline {
 		return fmt.Sprintf("claim: job %d (fence %d): lease lost: %s", e.JobID, e.Fence, keepalive.LocalDeadline.Reason())

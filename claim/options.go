@@ -36,7 +36,7 @@ type config struct {
 	backoff  func(attempt int) time.Duration
 	logger   *slog.Logger
 
-	purgeBatch      int                  // 0: DefaultPurgeBatch
+	sweepBatch      int                  // 0: DefaultSweepBatch
 	meterProvider   metric.MeterProvider // nil: the global one (metrics.go)
 	queueStatsEvery time.Duration        // 0: DefaultQueueStatsInterval
 }

@@ -10,14 +10,14 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/pgfence/pgfence/claim"
-	"github.com/pgfence/pgfence/internal/otelx/otelxtest"
-	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/testsupport/otelxtest"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
 
 // A table of the user's own in its own schema, with every column pgfence_jobs
 // has under another name that needs quoting, the optional ones included:
 // every statement claim sends (claim, renew, complete, fail, release,
-// rescue, the batched forms, the pipelined complete-and-claim, purge, the
+// rescue, the batched forms, the pipelined complete-and-claim, sweep, the
 // queue-depth query) works on it and touches only the claimer's queue.
 func TestOwnTableAllColumnsRenamed(t *testing.T) {
 	ctx := context.Background()
@@ -141,8 +141,8 @@ INSERT INTO `+q+` ("Line", "Not Before") VALUES ('other', now() - interval '1 ho
 	if _, err := pool.Exec(ctx, `UPDATE `+q+` SET "Done At" = now() - interval '2 hours' WHERE "Line" = 'mine'`); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := c.Purge(ctx, time.Hour); err != nil || n != 5 {
-		t.Fatalf("purge = %d, %v; want the queue's 5", n, err)
+	if n, err := c.SweepFinished(ctx, time.Hour); err != nil || n != 5 {
+		t.Fatalf("sweep = %d, %v; want the queue's 5", n, err)
 	}
 	var left string
 	if err := pool.QueryRow(ctx, `SELECT string_agg("Line" || ':' || "Status" || ':' || "Tries", ',') FROM `+q).Scan(&left); err != nil {

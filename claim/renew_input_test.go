@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/pgfence/pgfence/claim"
-	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
 
 // Renew on a Job built by hand (no TTL: only Claim sets it) is refused with

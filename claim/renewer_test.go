@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/pgfence/pgfence/claim"
-	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
 
 // A renewal that fails (its connection is cut) is retried after

@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/claim"
-	"github.com/pgfence/pgfence/internal/faultproxy"
-	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/testsupport/faultproxy"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
 
 // proxiedPool returns a pool whose connections go through a fault proxy
@@ -66,7 +66,7 @@ func effectsTable(t *testing.T, pool *pgxpool.Pool, name string) {
 // ends the handler's context, and the handler returns nil anyway. The
 // attempt is stale: lease lost (not a write error), effects rolled back, the
 // new holder's claim untouched.
-func TestTxPoolStaleAttemptIsLeaseLost(t *testing.T) {
+func TestTxRunnerStaleAttemptIsLeaseLost(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	effectsTable(t, pool, "txpool_stale_effects")
@@ -115,7 +115,7 @@ func TestTxPoolStaleAttemptIsLeaseLost(t *testing.T) {
 // The connection breaks after COMMIT was sent and ran, before its answer
 // arrives: the pool reads the job back by id + fence on another connection
 // and reports what happened, completed, instead of a write error.
-func TestTxPoolLostCommitAnswerIsSettled(t *testing.T) {
+func TestTxRunnerLostCommitAnswerIsSettled(t *testing.T) {
 	direct := pgtest.Pool(t)
 	effectsTable(t, direct, "txpool_lost_commit_effects")
 	proxied, proxy := proxiedPool(t)
@@ -155,7 +155,7 @@ func TestTxPoolLostCommitAnswerIsSettled(t *testing.T) {
 // The same for Pool's batched completion: the answer to the completion
 // statement is lost; the pool settles it (sends it again, reads back) and
 // reports every job completed, once.
-func TestPoolLostCompletionAnswerIsSettled(t *testing.T) {
+func TestRunnerLostCompletionAnswerIsSettled(t *testing.T) {
 	direct := pgtest.Pool(t)
 	proxied, proxy := proxiedPool(t)
 	qn := queue("lostcompletion")

@@ -19,8 +19,8 @@ type statements struct {
 	// Batched forms, used by Runner: one statement for many jobs, each row
 	// still matched on id + fence + state 'running'.
 	renewMany, completeMany, readBack string
-	// purge is one batch of Purge; "" when the table has no FinishedAt.
-	purge string
+	// sweep is one batch of SweepFinished; "" when the table has no FinishedAt.
+	sweep string
 	// queueStats feeds the queue-depth gauges (metrics.go).
 	queueStats string
 }
@@ -38,7 +38,7 @@ func (s *statements) sources() []source {
 		{&s.claim, fencedb.ClaimJobs}, {&s.renew, fencedb.RenewJob}, {&s.complete, fencedb.CompleteJob},
 		{&s.fail, fencedb.FailJob}, {&s.release, fencedb.ReleaseJob}, {&s.rescue, fencedb.RescueJobs},
 		{&s.renewMany, fencedb.RenewJobs}, {&s.completeMany, fencedb.CompleteJobs}, {&s.readBack, fencedb.ReadBackJobs},
-		{&s.queueStats, fencedb.JobQueueStats}, {&s.purge, fencedb.PurgeJobsBatch},
+		{&s.queueStats, fencedb.JobQueueStats}, {&s.sweep, fencedb.SweepFinishedJobsBatch},
 	}
 }
 
@@ -49,7 +49,7 @@ func buildStatements(t Table, schema string) (statements, error) {
 	names := t.names()
 	names.Schema = schema
 	for _, src := range s.sources() {
-		if src.dst == &s.purge && t.FinishedAt == "" {
+		if src.dst == &s.sweep && t.FinishedAt == "" {
 			continue
 		}
 		var err error

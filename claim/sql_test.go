@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pgfence/pgfence/internal/pgtest"
 	"github.com/pgfence/pgfence/internal/sqltmpl"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
 
 // Every statement claim sends is one of queries/claim.sql, and for the
@@ -93,8 +93,8 @@ func TestStatementsPrepareForEveryTableShape(t *testing.T) {
 			t.Fatalf("%s: %v", name, err)
 		}
 		for _, src := range s.sources() {
-			if src.dst == &s.purge && tb.FinishedAt == "" {
-				continue // Purge refuses such a table
+			if src.dst == &s.sweep && tb.FinishedAt == "" {
+				continue // SweepFinished refuses such a table
 			}
 			if _, err := conn.Conn().PgConn().Prepare(ctx, "", *src.dst, nil); err != nil {
 				t.Errorf("%s: %v\n%s", name, err, *src.dst)

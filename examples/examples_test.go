@@ -20,8 +20,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgfence/pgfence/internal/dbenv"
-	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/testsupport/dbenv"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
 
 // TestMain starts one server for the whole run (dbenv: an explicit URL or a

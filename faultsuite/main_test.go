@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/pgfence/pgfence/faultsuite/internal/worker"
-	"github.com/pgfence/pgfence/internal/dbenv"
+	"github.com/pgfence/pgfence/internal/testsupport/dbenv"
 )
 
 // TestMain doubles as the worker's main: the suite starts its workers by

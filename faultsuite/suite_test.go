@@ -25,9 +25,9 @@ import (
 
 	"github.com/pgfence/pgfence/claim"
 	"github.com/pgfence/pgfence/faultsuite/internal/worker"
-	"github.com/pgfence/pgfence/internal/dbenv"
-	"github.com/pgfence/pgfence/internal/faultproxy"
-	"github.com/pgfence/pgfence/internal/proc"
+	"github.com/pgfence/pgfence/internal/testsupport/dbenv"
+	"github.com/pgfence/pgfence/internal/testsupport/faultproxy"
+	"github.com/pgfence/pgfence/internal/testsupport/proc"
 )
 
 // Workload and fault parameters. The short run (part of go test) lasts

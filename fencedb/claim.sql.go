@@ -216,52 +216,6 @@ func (q *Queries) JobQueueStats(ctx context.Context, queue string) (JobQueueStat
 	return i, err
 }
 
-const PurgeJobsBatch = `-- name: PurgeJobsBatch :one
-WITH batch AS (
-  SELECT /* TEMPLATE: col */id, /* TEMPLATE: col */state, /* TEMPLATE: col */finished_at/* TEMPLATE_IF: queue */, /* TEMPLATE: col */queue/* TEMPLATE_END */ FROM /* TEMPLATE: table */pgfence_jobs WHERE /* TEMPLATE: col */id > $1::bigint ORDER BY /* TEMPLATE: col */id LIMIT $2::int
-), deleted AS (
-  DELETE FROM /* TEMPLATE: table */pgfence_jobs
-   WHERE /* TEMPLATE: col */id = ANY (ARRAY(SELECT /* TEMPLATE: col */id FROM batch WHERE /* TEMPLATE: col */state IN ('completed', 'dead') AND /* TEMPLATE: col */finished_at < now() - $3::bigint * interval '1 microsecond'/* TEMPLATE_IF: queue */ AND /* TEMPLATE: col */queue = $4::text/* TEMPLATE_END */))
-     AND /* TEMPLATE: col */state IN ('completed', 'dead') AND /* TEMPLATE: col */finished_at < now() - $3::bigint * interval '1 microsecond'/* TEMPLATE_IF: queue */ AND /* TEMPLATE: col */queue = $4/* TEMPLATE_END */
-  RETURNING 1
-)
-SELECT (SELECT count(*) FROM batch)::bigint AS scanned,
-       COALESCE((SELECT max(/* TEMPLATE: col */id) FROM batch), 0)::bigint AS last_id,
-       (SELECT count(*) FROM deleted)::bigint AS deleted
- WHERE set_config('synchronous_commit', 'off', true) = 'off'
-`
-
-type PurgeJobsBatchParams struct {
-	Column1 int64
-	Column2 int32
-	Column3 int64
-	Column4 string
-}
-
-type PurgeJobsBatchRow struct {
-	Scanned int64
-	LastID  int64
-	Deleted int64
-}
-
-// One batch of claim's Purge: reads the next $2 rows in id order after $1 (a
-// cursor on the unique, so indexed, id) and deletes those (of queue $4)
-// finished more than $3 microseconds ago, re-checking on the newest row
-// version. Returns the rows read (fewer than $2: the walk is done), the last
-// id read (the next cursor) and the rows deleted. It commits asynchronously:
-// a delete lost in a crash leaves a finished job that the next purge deletes.
-func (q *Queries) PurgeJobsBatch(ctx context.Context, arg PurgeJobsBatchParams) (PurgeJobsBatchRow, error) {
-	row := q.db.QueryRow(ctx, PurgeJobsBatch,
-		arg.Column1,
-		arg.Column2,
-		arg.Column3,
-		arg.Column4,
-	)
-	var i PurgeJobsBatchRow
-	err := row.Scan(&i.Scanned, &i.LastID, &i.Deleted)
-	return i, err
-}
-
 const ReadBackJobs = `-- name: ReadBackJobs :many
 SELECT j./* TEMPLATE: col */id::bigint, j./* TEMPLATE: col */fence, j./* TEMPLATE: col */state::text
   FROM /* TEMPLATE: table */pgfence_jobs AS j
@@ -423,5 +377,51 @@ func (q *Queries) RescueJobs(ctx context.Context, arg RescueJobsParams) (RescueJ
 	row := q.db.QueryRow(ctx, RescueJobs, arg.Limit, arg.Queue)
 	var i RescueJobsRow
 	err := row.Scan(&i.Requeued, &i.Dead)
+	return i, err
+}
+
+const SweepFinishedJobsBatch = `-- name: SweepFinishedJobsBatch :one
+WITH batch AS (
+  SELECT /* TEMPLATE: col */id, /* TEMPLATE: col */state, /* TEMPLATE: col */finished_at/* TEMPLATE_IF: queue */, /* TEMPLATE: col */queue/* TEMPLATE_END */ FROM /* TEMPLATE: table */pgfence_jobs WHERE /* TEMPLATE: col */id > $1::bigint ORDER BY /* TEMPLATE: col */id LIMIT $2::int
+), deleted AS (
+  DELETE FROM /* TEMPLATE: table */pgfence_jobs
+   WHERE /* TEMPLATE: col */id = ANY (ARRAY(SELECT /* TEMPLATE: col */id FROM batch WHERE /* TEMPLATE: col */state IN ('completed', 'dead') AND /* TEMPLATE: col */finished_at < now() - $3::bigint * interval '1 microsecond'/* TEMPLATE_IF: queue */ AND /* TEMPLATE: col */queue = $4::text/* TEMPLATE_END */))
+     AND /* TEMPLATE: col */state IN ('completed', 'dead') AND /* TEMPLATE: col */finished_at < now() - $3::bigint * interval '1 microsecond'/* TEMPLATE_IF: queue */ AND /* TEMPLATE: col */queue = $4/* TEMPLATE_END */
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM batch)::bigint AS scanned,
+       COALESCE((SELECT max(/* TEMPLATE: col */id) FROM batch), 0)::bigint AS last_id,
+       (SELECT count(*) FROM deleted)::bigint AS deleted
+ WHERE set_config('synchronous_commit', 'off', true) = 'off'
+`
+
+type SweepFinishedJobsBatchParams struct {
+	Column1 int64
+	Column2 int32
+	Column3 int64
+	Column4 string
+}
+
+type SweepFinishedJobsBatchRow struct {
+	Scanned int64
+	LastID  int64
+	Deleted int64
+}
+
+// One batch of claim's SweepFinished: reads the next $2 rows in id order after $1 (a
+// cursor on the unique, so indexed, id) and deletes those (of queue $4)
+// finished more than $3 microseconds ago, re-checking on the newest row
+// version. Returns the rows read (fewer than $2: the walk is done), the last
+// id read (the next cursor) and the rows deleted. It commits asynchronously:
+// a delete lost in a crash leaves a finished job that the next sweep deletes.
+func (q *Queries) SweepFinishedJobsBatch(ctx context.Context, arg SweepFinishedJobsBatchParams) (SweepFinishedJobsBatchRow, error) {
+	row := q.db.QueryRow(ctx, SweepFinishedJobsBatch,
+		arg.Column1,
+		arg.Column2,
+		arg.Column3,
+		arg.Column4,
+	)
+	var i SweepFinishedJobsBatchRow
+	err := row.Scan(&i.Scanned, &i.LastID, &i.Deleted)
 	return i, err
 }

@@ -95,9 +95,9 @@ type EnqueueJobRow struct {
 	Notified bool
 }
 
-// Typed statements on the ready-made pgfence_jobs table (migration 000003).
+// Typed statements on the ready-made pgfence_jobs table.
 // The statements package claim sends (claim, renew, complete, fail, release,
-// rescue, purge, ...) are in claim.sql, templated for a table of the user's
+// rescue, sweep, ...) are in claim.sql, templated for a table of the user's
 // own; these are the ones that only make sense for pgfence_jobs.
 // Inserts one job and notifies listeners on the channel (pass ” for none;
 // the notification is delivered when the transaction commits). run_at is

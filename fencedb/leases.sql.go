@@ -19,7 +19,10 @@ WITH tombstone AS (
   UPDATE /* TEMPLATE: schema */lock_leases AS l
      SET expires_at = CASE WHEN l.owner_token = $2::text
                            THEN LEAST(l.expires_at, now())
-                           ELSE l.expires_at END
+                           ELSE l.expires_at END,
+         released_at = CASE WHEN l.owner_token = $2::text AND l.expires_at > now()
+                              THEN now()
+                              ELSE l.released_at END
    WHERE l.lock_key = $3
   RETURNING l.lock_key, l.fence, (l.owner_token = $2::text AND l.expires_at = now()) AS ours
 )
@@ -69,7 +72,8 @@ ON CONFLICT (lock_key) DO UPDATE
        owner_token = EXCLUDED.owner_token,
        fence       = EXCLUDED.fence,
        acquired_at = EXCLUDED.acquired_at,
-       expires_at  = EXCLUDED.expires_at
+       expires_at  = EXCLUDED.expires_at,
+       released_at = NULL
  WHERE l.expires_at <= now()
    AND l.fence < EXCLUDED.fence
 RETURNING l.fence, l.expires_at
@@ -106,8 +110,8 @@ type AcquireRow struct {
 //
 // pgfence_draw_fence() is inlined into this statement, no function call. A
 // fence is drawn on every call, granted or not; gaps are harmless. The key is
-// not checked here (the table has no CHECK constraints: migration 000008):
-// pglease refuses keys outside 1-512 bytes before they are sent.
+// not checked here (the table has no CHECK constraints, which PostgreSQL
+// would re-plan in every statement): pglease refuses keys outside 1-512 bytes before they are sent.
 func (q *Queries) Acquire(ctx context.Context, arg AcquireParams) (AcquireRow, error) {
 	row := q.db.QueryRow(ctx, Acquire,
 		arg.LockKey,
@@ -136,7 +140,8 @@ ON CONFLICT (lock_key) DO UPDATE
        owner_token = EXCLUDED.owner_token,
        fence       = EXCLUDED.fence,
        acquired_at = EXCLUDED.acquired_at,
-       expires_at  = EXCLUDED.expires_at
+       expires_at  = EXCLUDED.expires_at,
+       released_at = NULL
  WHERE l.expires_at <= now()
    AND l.fence < EXCLUDED.fence
 RETURNING l.owner_token, l.fence, l.expires_at
@@ -217,7 +222,7 @@ func (q *Queries) FindByOwnerToken(ctx context.Context, arg FindByOwnerTokenPara
 }
 
 const GetLease = `-- name: GetLease :one
-SELECT lock_key, owner, fence, acquired_at, expires_at,
+SELECT lock_key, owner, fence, acquired_at, expires_at, released_at,
        (expires_at > now())::boolean AS held,
        (extract(epoch FROM GREATEST(expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros,
        now()::timestamptz AS db_now
@@ -231,12 +236,14 @@ type GetLeaseRow struct {
 	Fence           int64
 	AcquiredAt      time.Time
 	ExpiresAt       time.Time
+	ReleasedAt      *time.Time
 	Held            bool
 	RemainingMicros int64
 	DbNow           time.Time
 }
 
-// One lease as the database clock sees it now.
+// One lease as the database clock sees it now; released_at is set when its
+// holder released it, NULL when it is held or ran out.
 func (q *Queries) GetLease(ctx context.Context, lockKey string) (GetLeaseRow, error) {
 	row := q.db.QueryRow(ctx, GetLease, lockKey)
 	var i GetLeaseRow
@@ -246,6 +253,7 @@ func (q *Queries) GetLease(ctx context.Context, lockKey string) (GetLeaseRow, er
 		&i.Fence,
 		&i.AcquiredAt,
 		&i.ExpiresAt,
+		&i.ReleasedAt,
 		&i.Held,
 		&i.RemainingMicros,
 		&i.DbNow,
@@ -268,7 +276,7 @@ func (q *Queries) LeaseFence(ctx context.Context, lockKey string) (int64, error)
 }
 
 const ListLeases = `-- name: ListLeases :many
-SELECT lock_key, owner, fence, acquired_at, expires_at,
+SELECT lock_key, owner, fence, acquired_at, expires_at, released_at,
        (expires_at > now())::boolean AS held,
        (extract(epoch FROM GREATEST(expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros,
        now()::timestamptz AS db_now
@@ -282,12 +290,13 @@ type ListLeasesRow struct {
 	Fence           int64
 	AcquiredAt      time.Time
 	ExpiresAt       time.Time
+	ReleasedAt      *time.Time
 	Held            bool
 	RemainingMicros int64
 	DbNow           time.Time
 }
 
-// Every lease row, held or expired, by key.
+// Every lease row, held, released or expired, by key.
 func (q *Queries) ListLeases(ctx context.Context) ([]ListLeasesRow, error) {
 	rows, err := q.db.Query(ctx, ListLeases)
 	if err != nil {
@@ -303,6 +312,7 @@ func (q *Queries) ListLeases(ctx context.Context) ([]ListLeasesRow, error) {
 			&i.Fence,
 			&i.AcquiredAt,
 			&i.ExpiresAt,
+			&i.ReleasedAt,
 			&i.Held,
 			&i.RemainingMicros,
 			&i.DbNow,
@@ -334,7 +344,7 @@ func (q *Queries) NextFence(ctx context.Context) (int64, error) {
 
 const Release = `-- name: Release :one
 UPDATE /* TEMPLATE: schema */lock_leases
-   SET expires_at = now()
+   SET expires_at = now(), released_at = now()
  WHERE lock_key = $1
    AND fence = $2
    AND expires_at > now()
@@ -369,7 +379,7 @@ func (q *Queries) Release(ctx context.Context, arg ReleaseParams) (bool, error) 
 
 const ReleaseNotify = `-- name: ReleaseNotify :one
 UPDATE /* TEMPLATE: schema */lock_leases
-   SET expires_at = now()
+   SET expires_at = now(), released_at = now()
  WHERE lock_key = $1
    AND fence = $2
    AND expires_at > now()
@@ -534,8 +544,8 @@ type SweepExpiredBatchRow struct {
 
 // One batch of pglease's SweepExpired, in its own short transaction: it
 // reads the next batch_size rows in key order after after_key (a cursor on
-// the primary key, so no index on expires_at is needed: migration 000005
-// dropped it to keep acquire's updates HOT) and deletes those expired longer
+// the primary key, so no index on expires_at is needed; the schema has none,
+// which keeps acquire's updates HOT) and deletes those expired longer
 // than the grace period. The DELETE re-checks the expiry on the newest row
 // version (READ COMMITTED re-evaluates its WHERE on a row updated since the
 // snapshot), so a row acquired or renewed meanwhile is never deleted.

@@ -18,6 +18,7 @@ type LockLease struct {
 	Fence      int64
 	AcquiredAt time.Time
 	ExpiresAt  time.Time
+	ReleasedAt *time.Time
 }
 
 type PayoutIntent struct {

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgfence/pgfence/internal/dbenv"
+	"github.com/pgfence/pgfence/internal/testsupport/dbenv"
 )
 
 // Patroni's timings. ttl is how long the leader key lives without an

@@ -22,11 +22,6 @@ var (
 
 func invalid(format string, args ...any) error { return validate.Invalid("lockless", format, args...) }
 
-// Querier is fencedb.DBTX, the one interface pgfence's packages run statements on.
-//
-// Deprecated: use fencedb.DBTX.
-type Querier = fencedb.DBTX
-
 // Table names a table, optionally schema-qualified ("" Schema: found through
 // search_path).
 type Table struct {

@@ -29,6 +29,7 @@ type ConflictError struct {
 	Current int64
 }
 
+// Error names the row and the version it was expected at.
 func (e *ConflictError) Error() string {
 	if e.Current < 0 {
 		return fmt.Sprintf("lockless: version conflict on %s key %v: expected version %d, the row no longer exists", e.Table, e.Key, e.Expected)

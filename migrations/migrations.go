@@ -223,6 +223,7 @@ type DBError struct {
 	What string // golang-migrate's summary, e.g. "migration failed"
 }
 
+// Error names what failed and the database error.
 func (e *DBError) Error() string {
 	if e.Line > 0 {
 		return fmt.Sprintf("%s (line %d): %v", e.What, e.Line, e.Err)
@@ -230,6 +231,7 @@ func (e *DBError) Error() string {
 	return fmt.Sprintf("%s: %v", e.What, e.Err)
 }
 
+// Unwrap returns the database error.
 func (e *DBError) Unwrap() error { return e.Err }
 
 // unwrapDB replaces golang-migrate's database.Error, whose message carries

@@ -14,8 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/claim"
-	"github.com/pgfence/pgfence/internal/pgtest"
-	"github.com/pgfence/pgfence/internal/watch"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/payouts"
 	"github.com/pgfence/pgfence/pgguard"
 	"github.com/pgfence/pgfence/pglease"
@@ -306,28 +305,6 @@ func sideBySide(t *testing.T, pool *pgxpool.Pool) {
 		}
 		if _, err := pb.Create(ctx, pool, id, 200, "USD"); err != nil {
 			t.Fatalf("the same id in B is B's own: %v", err)
-		}
-	})
-
-	t.Run("serve's watcher", func(t *testing.T) {
-		key := fmt.Sprintf("watched-%d", rand.Int64())
-		if _, err := admin.Exec(ctx, `INSERT INTO `+q(a)+`.lock_leases (lock_key, owner, owner_token, fence, acquired_at, expires_at)
-			VALUES ($1, 'w', 't', `+q(a)+`.pgfence_next_fence(), now(), now() + interval '1 hour')`, key); err != nil {
-			t.Fatal(err)
-		}
-		for s, want := range map[string]bool{a: true, b: false} {
-			w := watch.New(pool, watch.Options{Schema: s})
-			if err := w.Refresh(ctx); err != nil {
-				t.Fatalf("watch %s: %v", s, err)
-			}
-			snap, _, _ := w.Latest()
-			found := false
-			for _, l := range snap.Leases.List {
-				found = found || l.Key == key
-			}
-			if found != want || !snap.Stale.Present {
-				t.Fatalf("watch %s: lease %s listed %v, want %v; stale counter present %v", s, key, found, want, snap.Stale.Present)
-			}
 		}
 	})
 }

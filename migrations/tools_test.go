@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/migrations"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -178,8 +178,9 @@ func buildMigrateCLI(t *testing.T) string {
 // The one baseline replaces the pre-release chain of eight migrations
 // (kept in testdata/prerelease, run as the former migrator ran them, names
 // qualified with "public"): a database that chain brought to version 8 is
-// at the baseline's version already, Up leaves it as it is and the clients
-// work on it. Its catalog is the baseline's but for the SQL lease
+// at the baseline's version already, Up applies only the migrations after
+// the baseline and the clients work on it. Its catalog is then the same as
+// a fresh database's but for the SQL lease
 // functions, which the chain never had; the only other difference is that
 // the chain wrote the schema in function bodies as "public" where the
 // baseline writes public, the same name.

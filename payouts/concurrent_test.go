@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/payouts"
 	"github.com/pgfence/pgfence/pgguard"
 )
@@ -20,9 +20,9 @@ import (
 func TestConcurrentHolders(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
-	counter := new(pgguard.Counter)
+	counter := new(pgguard.StaleTally)
 	var hooked atomic.Uint64
-	p, err := payouts.New(ctx, pool, payouts.WithCounter(counter),
+	p, err := payouts.New(ctx, pool, payouts.WithStaleTally(counter),
 		payouts.WithStaleHook(func(context.Context, *pgguard.StaleFenceError) { hooked.Add(1) }))
 	if err != nil {
 		t.Fatal(err)

@@ -41,7 +41,8 @@ const (
 // Final reports whether no transition leaves s: the work is done.
 func (s State) Final() bool { return s == Submitted || s == Failed }
 
-// TableName is the table that holds payout intents (migration 000002),
+// TableName is the table that holds payout intents (created by pgfence's
+// migrations),
 // unqualified: it is found on the search_path, like pgfence's other objects.
 const TableName = "payout_intents"
 
@@ -103,16 +104,16 @@ func IdempotencyKey(id string) string {
 type Option func(*config) error
 
 type config struct {
-	counter *pgguard.Counter
-	hook    func(context.Context, *pgguard.StaleFenceError)
-	own     bool
-	schema  string
-	meter   metric.MeterProvider
+	tally  *pgguard.StaleTally // nil: none
+	hook   func(context.Context, *pgguard.StaleFenceError)
+	own    bool
+	schema string
+	meter  metric.MeterProvider
 }
 
 // WithMeterProvider sets where the OpenTelemetry metrics of the Intents'
-// Guard go: stale transitions refused count in pgfence.guard.stale (README,
-// "Metrics"). Default: the global provider.
+// Guard go: stale transitions refused count in pgfence.guard.stale
+// (docs/metrics.md). Default: the global provider.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(o *config) error {
 		if mp == nil {
@@ -143,14 +144,14 @@ func (c *config) queries(db fencedb.DBTX) *fencedb.Queries {
 	return fencedb.New(inschema.Wrap(pgmode.Wrap(db), c.schema))
 }
 
-// WithCounter sets the counter that stale transitions caught are recorded
-// in. Default: pgguard.DefaultCounter().
-func WithCounter(c *pgguard.Counter) Option {
+// WithStaleTally sets a tally that stale transitions caught are recorded
+// in (see [pgguard.WithStaleTally]). Default: none.
+func WithStaleTally(t *pgguard.StaleTally) Option {
 	return func(o *config) error {
-		if c == nil {
-			return invalid("nil counter")
+		if t == nil {
+			return invalid("nil stale tally")
 		}
-		o.counter = c
+		o.tally = t
 		return nil
 	}
 }
@@ -209,7 +210,7 @@ func New(ctx context.Context, db fencedb.DBTX, opts ...Option) (*Intents, error)
 	if db == nil {
 		return nil, invalid("nil DBTX")
 	}
-	cfg := config{counter: pgguard.DefaultCounter()}
+	var cfg config
 	for _, opt := range opts {
 		if opt == nil {
 			continue
@@ -218,7 +219,10 @@ func New(ctx context.Context, db fencedb.DBTX, opts ...Option) (*Intents, error)
 			return nil, err
 		}
 	}
-	gopts := []pgguard.GuardOption{pgguard.WithCounter(cfg.counter), pgguard.WithDoneWhen(done)}
+	gopts := []pgguard.GuardOption{pgguard.WithDoneWhen(done)}
+	if cfg.tally != nil {
+		gopts = append(gopts, pgguard.WithStaleTally(cfg.tally))
+	}
 	if cfg.hook != nil {
 		gopts = append(gopts, pgguard.WithStaleHook(cfg.hook))
 	}
@@ -438,7 +442,9 @@ func (p *Intents) refused(ctx context.Context, id, op string, err error) error {
 	err = pgguard.Classify(err) // a trigger's refusal, or a fence above the ceiling
 	if se, ok := err.(*pgguard.StaleFenceError); ok {
 		se.Key = id
-		p.cfg.counter.Record(se)
+		if p.cfg.tally != nil {
+			p.cfg.tally.Record(se)
+		}
 		if p.cfg.hook != nil {
 			p.cfg.hook(ctx, se)
 		}

@@ -9,12 +9,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pgguard"
 )
 
 // fencedAccounts is accountsTable with a fence column and a trigger in mode.
-func fencedAccounts(t *testing.T, pool *pgxpool.Pool, n int, mode pgguard.Mode) string {
+func fencedAccounts(t *testing.T, pool *pgxpool.Pool, n int, mode pgguard.Enforcement) string {
 	t.Helper()
 	ctx := context.Background()
 	table := accountsTable(t, pool, n)
@@ -35,7 +35,7 @@ func TestFenceBoundToTransaction(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t, func(c *pgxpool.Config) { c.MaxConns = 1 })
 	f := fences(t, pool, 1)[0]
-	for _, mode := range []pgguard.Mode{pgguard.Strict, pgguard.Lenient} {
+	for _, mode := range []pgguard.Enforcement{pgguard.Strict, pgguard.Lenient} {
 		t.Run(mode.String(), func(t *testing.T) {
 			table := fencedAccounts(t, pool, 2, mode)
 			update := "UPDATE " + table + " SET balance = balance + 1 WHERE id = 1"

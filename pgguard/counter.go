@@ -16,26 +16,20 @@ import (
 	"github.com/pgfence/pgfence/internal/validate"
 )
 
-// Counter counts stale writes caught, per table. Each one is a holder that
-// was paused or cut off past its lease and that the fence stopped: a number
-// to watch, not a bug to silence. It is safe for concurrent use; the zero
-// value is ready.
-type Counter struct {
+// StaleTally counts stale writes caught, per table, for the Guards and
+// RunFenced calls given it WithStaleTally. Each one is a holder that was
+// paused or cut off past its lease and that the fence stopped: a number to
+// watch, not a bug to silence. It is safe for concurrent use; the zero value
+// is ready.
+type StaleTally struct {
 	mu      sync.Mutex
 	total   uint64
 	byTable map[string]uint64
 	last    *StaleFenceError
 }
 
-var defaultCounter = new(Counter)
-
-// DefaultCounter is the process-wide counter that Guards and RunFenced (and
-// packages built on a Guard, such as payouts) record into unless given
-// WithCounter.
-func DefaultCounter() *Counter { return defaultCounter }
-
 // Record counts one stale write caught.
-func (c *Counter) Record(e *StaleFenceError) {
+func (c *StaleTally) Record(e *StaleFenceError) {
 	if e == nil {
 		return
 	}
@@ -53,7 +47,7 @@ func (c *Counter) Record(e *StaleFenceError) {
 // Observe records err when it is a stale-fence refusal (from a guarded write
 // or the fencing trigger) and returns it classified (see Classify). Pass the
 // error of your own SQL through it to count what the trigger caught.
-func (c *Counter) Observe(err error) error {
+func (c *StaleTally) Observe(err error) error {
 	err = Classify(err)
 	var se *StaleFenceError
 	if errors.As(err, &se) {
@@ -63,21 +57,21 @@ func (c *Counter) Observe(err error) error {
 }
 
 // Total is the number of stale writes caught.
-func (c *Counter) Total() uint64 {
+func (c *StaleTally) Total() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.total
 }
 
 // ByTable returns a copy of the counts per schema-qualified table.
-func (c *Counter) ByTable() map[string]uint64 {
+func (c *StaleTally) ByTable() map[string]uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return maps.Clone(c.byTable)
 }
 
 // Last returns a copy of the last stale write caught, nil if none.
-func (c *Counter) Last() *StaleFenceError {
+func (c *StaleTally) Last() *StaleFenceError {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.last == nil {
@@ -87,11 +81,11 @@ func (c *Counter) Last() *StaleFenceError {
 	return &cp
 }
 
-// GuardOption configures NewGuard: WithCounter, WithStaleHook,
+// GuardOption configures NewGuard: WithStaleTally, WithStaleHook,
 // WithMeterProvider, WithDoneWhen, WithOwnFenceSource.
 type GuardOption interface{ applyGuard(*options) error }
 
-// RunFencedOption configures RunFenced: WithCounter, WithStaleHook,
+// RunFencedOption configures RunFenced: WithStaleTally, WithStaleHook,
 // WithMeterProvider, WithOwnFenceSource.
 type RunFencedOption interface{ applyRunFenced(*options) error }
 
@@ -101,7 +95,7 @@ type SetFenceOption interface{ applySetFence(*options) error }
 // TriggerOption configures InstallTrigger: WithSchema.
 type TriggerOption interface{ applyTrigger(*options) error }
 
-// CountOption is what WithCounter, WithStaleHook and WithMeterProvider
+// CountOption is what WithStaleTally, WithStaleHook and WithMeterProvider
 // return: it applies to NewGuard and RunFenced, the two that catch stale
 // writes.
 type CountOption struct{ fn func(*options) error }
@@ -142,9 +136,9 @@ func apply(fn func(*options) error, o *options) error {
 }
 
 type options struct {
-	counter *Counter
-	hook    func(context.Context, *StaleFenceError)
-	done    []Cond // Guard only: the row's final states
+	tally *StaleTally // nil: none (WithStaleTally)
+	hook  func(context.Context, *StaleFenceError)
+	done  []Cond // Guard only: the row's final states
 	// ownSource: fences come from the caller's own source, so the
 	// ceiling of pgfence's source does not apply (WithOwnFenceSource).
 	ownSource bool
@@ -159,7 +153,7 @@ type options struct {
 // skipped. use is the method of the option type the caller takes (such as
 // GuardOption.applyGuard).
 func buildOptions[O any](opts []O, use func(O, *options) error) (options, error) {
-	o := options{counter: defaultCounter}
+	var o options
 	for _, opt := range opts {
 		if any(opt) == nil {
 			continue
@@ -171,14 +165,15 @@ func buildOptions[O any](opts []O, use func(O, *options) error) (options, error)
 	return o, nil
 }
 
-// WithCounter sets the counter that stale writes caught are recorded in.
-// Default: DefaultCounter().
-func WithCounter(c *Counter) CountOption {
+// WithStaleTally sets a tally that stale writes caught are recorded in.
+// Default: none (the OpenTelemetry counter and WithStaleHook still see
+// every one).
+func WithStaleTally(t *StaleTally) CountOption {
 	return CountOption{func(o *options) error {
-		if c == nil {
-			return invalid("nil counter")
+		if t == nil {
+			return invalid("nil stale tally")
 		}
-		o.counter = c
+		o.tally = t
 		return nil
 	}}
 }
@@ -198,7 +193,9 @@ func WithStaleHook(fn func(ctx context.Context, e *StaleFenceError)) CountOption
 
 // caught counts e and calls the hook; it returns e.
 func (o *options) caught(ctx context.Context, e *StaleFenceError) error {
-	o.counter.Record(e)
+	if o.tally != nil {
+		o.tally.Record(e)
+	}
 	o.countStale(ctx, e)
 	if o.hook != nil {
 		o.hook(ctx, e)
@@ -287,7 +284,7 @@ func (o *options) checkSchema(ctx context.Context, db fencedb.DBTX) error {
 }
 
 // setFenceCall is the SQL call that sets the transaction's fence, bound to
-// the transaction (migration 000004), with the ceiling checked unless the
+// the transaction, with the ceiling checked unless the
 // fences come from a source of the caller's own.
 func (o *options) setFenceCall(fenceParam string) string {
 	return o.fn + "pgfence_set_fence(" + fenceParam + "::bigint, " + strconv.FormatBool(!o.ownSource) + ")"

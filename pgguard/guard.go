@@ -423,14 +423,6 @@ func (g *Guard) ClaimFirst(ctx context.Context, db fencedb.DBTX, key any, fence 
 	return err
 }
 
-// Claim is ClaimFirst under its old name, which read as package claim's
-// (claiming job rows), a different thing.
-//
-// Deprecated: use ClaimFirst; Claim will be removed in the next release.
-func (g *Guard) Claim(ctx context.Context, db fencedb.DBTX, key any, fence int64, columns []string, dest ...any) error {
-	return g.ClaimFirst(ctx, db, key, fence, columns, dest...)
-}
-
 // wrap classifies a database error (a fencing trigger's refusal is counted)
 // and names the operation.
 func (g *Guard) wrap(ctx context.Context, op string, key any, err error) error {

@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/jackc/pgerrcode"
-	"github.com/pgfence/pgfence/internal/dbenv"
-	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/testsupport/dbenv"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/migrations"
 	"github.com/pgfence/pgfence/pgguard"
 	"github.com/pgfence/pgfence/pglease"
@@ -29,9 +29,9 @@ func TestLessOrEqual(t *testing.T) {
 	insertRow(t, pool, table, "inv_72")
 
 	var hooked []*pgguard.StaleFenceError
-	counter := new(pgguard.Counter)
+	counter := new(pgguard.StaleTally)
 	g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"},
-		pgguard.WithCounter(counter),
+		pgguard.WithStaleTally(counter),
 		pgguard.WithStaleHook(func(_ context.Context, e *pgguard.StaleFenceError) { hooked = append(hooked, e) }))
 	if err != nil {
 		t.Fatal(err)
@@ -169,7 +169,7 @@ func TestClaimingOff(t *testing.T) {
 	pool := pgtest.Pool(t)
 	table := newTable(t, pool)
 	insertRow(t, pool, table, "inv_72")
-	g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"}, pgguard.WithCounter(new(pgguard.Counter)))
+	g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"}, pgguard.WithStaleTally(new(pgguard.StaleTally)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func TestClaimingOn(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	table := newTable(t, pool)
-	g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"}, pgguard.WithCounter(new(pgguard.Counter)))
+	g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"}, pgguard.WithStaleTally(new(pgguard.StaleTally)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,10 +323,6 @@ func TestClaimingOn(t *testing.T) {
 		if err := g.ClaimFirst(ctx, pool, "inv_404", f[1], nil); !errors.Is(err, pgguard.ErrNoRow) {
 			t.Fatalf("claim of a missing row: %v", err)
 		}
-		// The deprecated name still does the same, for one release.
-		if err := g.Claim(ctx, pool, key, f[0], nil); !errors.As(err, &se) || se.Current != f[1] {
-			t.Fatalf("deprecated Claim by an older holder: %v", err)
-		}
 	})
 }
 
@@ -372,7 +368,7 @@ func TestConcurrentHolders(t *testing.T) {
 	pool := pgtest.Pool(t)
 	table := newTable(t, pool)
 	insertRow(t, pool, table, "hot")
-	g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"}, pgguard.WithCounter(new(pgguard.Counter)))
+	g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"}, pgguard.WithStaleTally(new(pgguard.StaleTally)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -463,7 +459,7 @@ func TestRepeatableRead(t *testing.T) {
 	pool := pgtest.Pool(t)
 	table := newTable(t, pool)
 	insertRow(t, pool, table, "k")
-	g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"}, pgguard.WithCounter(new(pgguard.Counter)))
+	g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"}, pgguard.WithStaleTally(new(pgguard.StaleTally)))
 	if err != nil {
 		t.Fatal(err)
 	}

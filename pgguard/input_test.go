@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pgguard"
 )
 
@@ -39,7 +39,7 @@ func TestBadInput(t *testing.T) {
 		if err := pool.QueryRow(ctx, "SELECT count(*) FROM bystander").Scan(&n); err != nil {
 			t.Fatalf("bystander table: %v", err)
 		}
-		if m, ok, _ := pgguard.TriggerMode(ctx, pool, pgguard.Table{Name: table}); ok {
+		if m, ok, _ := pgguard.TriggerEnforcement(ctx, pool, pgguard.Table{Name: table}); ok {
 			t.Fatalf("a trigger appeared: %v", m)
 		}
 	}
@@ -147,7 +147,7 @@ func TestBadInput(t *testing.T) {
 		invalid(t, "nil in In", g.Update(ctx, pool, "k", f, nil, pgguard.In("status", nil)), "IsNull")
 		invalid(t, "zero Cond", g.Update(ctx, pool, "k", f, nil, pgguard.Cond{}), "zero Cond")
 		invalid(t, "ClaimFirst arity", g.ClaimFirst(ctx, pool, "k", f, []string{"status"}), "1 columns and 0 destinations")
-		invalid(t, "nil counter", func() error { _, err := pgguard.NewGuard(ctx, pool, good, pgguard.WithCounter(nil)); return err }(), "nil counter")
+		invalid(t, "nil stale tally", func() error { _, err := pgguard.NewGuard(ctx, pool, good, pgguard.WithStaleTally(nil)); return err }(), "nil stale tally")
 		invalid(t, "zero option", func() error { _, err := pgguard.NewGuard(ctx, pool, good, pgguard.CountOption{}); return err }(), "zero option")
 		invalid(t, "zero RunFenced option", pgguard.RunFenced(ctx, pool, f, func(pgx.Tx) error { return nil }, pgguard.SourceOption{}), "zero option")
 	})
@@ -192,7 +192,7 @@ func TestOptionsPerFunction(t *testing.T) {
 		opt  any
 		want []string
 	}{
-		"WithCounter":        {pgguard.WithCounter(new(pgguard.Counter)), []string{"NewGuard", "RunFenced"}},
+		"WithStaleTally":     {pgguard.WithStaleTally(new(pgguard.StaleTally)), []string{"NewGuard", "RunFenced"}},
 		"WithStaleHook":      {pgguard.WithStaleHook(func(context.Context, *pgguard.StaleFenceError) {}), []string{"NewGuard", "RunFenced"}},
 		"WithDoneWhen":       {pgguard.WithDoneWhen(pgguard.Eq("status", "SENT")), []string{"NewGuard"}},
 		"WithOwnFenceSource": {pgguard.WithOwnFenceSource(), []string{"NewGuard", "RunFenced", "SetFence"}},

@@ -13,9 +13,9 @@ import (
 	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
-// Mode is how a table's fencing trigger treats an UPDATE or DELETE from a
-// transaction that set no fence. There is no default: choose one.
-type Mode int
+// Enforcement is how a table's fencing trigger treats an UPDATE or DELETE
+// from a transaction that set no fence. There is no default: choose one.
+type Enforcement int
 
 const (
 	// Strict refuses an UPDATE or DELETE from a transaction without a fence,
@@ -24,7 +24,7 @@ const (
 	// fix, an operator sets a fresh fence, in the transaction that writes,
 	// which also locks out every current holder:
 	//	SELECT pgfence_set_fence(pgfence_next_fence());
-	Strict Mode = iota + 1
+	Strict Enforcement = iota + 1
 	// Lenient lets an UPDATE or DELETE from a transaction without a fence
 	// through (writers that know nothing of fences keep working), but such
 	// an UPDATE cannot change the row's fence. Writes that carry a fence are
@@ -37,14 +37,14 @@ const (
 )
 
 // String is "strict" or "lenient": the argument the trigger is created with.
-func (m Mode) String() string {
+func (m Enforcement) String() string {
 	switch m {
 	case Strict:
 		return "strict"
 	case Lenient:
 		return "lenient"
 	}
-	return fmt.Sprintf("Mode(%d)", int(m))
+	return fmt.Sprintf("Enforcement(%d)", int(m))
 }
 
 // TriggerName is the name of the fencing trigger that InstallTrigger puts on
@@ -52,7 +52,7 @@ func (m Mode) String() string {
 const TriggerName = "pgfence_fence_guard"
 
 // SetFence sets the fence of the transaction tx, bound to tx: SELECT
-// pgfence_set_fence(fence) (migration 000004). The fencing trigger compares
+// pgfence_set_fence(fence). The fencing trigger compares
 // it with the fence column of every row an UPDATE or DELETE touches,
 // whatever SQL issued it, and accepts it only in the transaction that set it:
 // it ends with tx, and no session-level setting can stand in for it. A Guard's
@@ -182,7 +182,7 @@ func FenceColumnMigration(t Table) (up, down string, err error) {
 // which fires no row triggers. The fence column must exist as bigint NOT
 // NULL (AddFenceColumn). t.KeyColumn is not used. Classify turns the
 // trigger's errors into ErrStaleFence and ErrNoFence.
-func InstallTrigger(ctx context.Context, db fencedb.DBTX, t Table, mode Mode, opts ...TriggerOption) error {
+func InstallTrigger(ctx context.Context, db fencedb.DBTX, t Table, mode Enforcement, opts ...TriggerOption) error {
 	if mode != Strict && mode != Lenient {
 		return invalid("mode must be Strict or Lenient, got %v", mode)
 	}
@@ -227,7 +227,7 @@ func inheritors(ctx context.Context, db fencedb.DBTX, r *resolved) ([]string, er
 // fn is the schema prefix of pgfence_enforce_fence (WithSchema): the trigger
 // names its function once, when it is created, so it keeps calling that
 // schema's function whatever the search_path of the sessions that write.
-func triggerSQL(quotedTable, fenceColumn string, mode Mode, fn string) string {
+func triggerSQL(quotedTable, fenceColumn string, mode Enforcement, fn string) string {
 	// fenceColumn passed checkIdent: it holds no quote or backslash, so it
 	// is a safe string literal.
 	return fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s;\n"+
@@ -256,9 +256,9 @@ func RemoveTrigger(ctx context.Context, db fencedb.DBTX, t Table) error {
 	return nil
 }
 
-// TriggerMode reports the mode of t's fencing trigger; ok is false when t has
-// none.
-func TriggerMode(ctx context.Context, db fencedb.DBTX, t Table) (mode Mode, ok bool, err error) {
+// TriggerEnforcement reports the enforcement of t's fencing trigger; ok is
+// false when t has no fencing trigger.
+func TriggerEnforcement(ctx context.Context, db fencedb.DBTX, t Table) (mode Enforcement, ok bool, err error) {
 	r, err := lookupTable(ctx, db, t)
 	if err != nil {
 		return 0, false, err
@@ -270,7 +270,7 @@ func TriggerMode(ctx context.Context, db fencedb.DBTX, t Table) (mode Mode, ok b
 	if !ok {
 		return 0, false, nil
 	}
-	for _, mode := range []Mode{Strict, Lenient} {
+	for _, mode := range []Enforcement{Strict, Lenient} {
 		if len(args) > 0 && args[0] == mode.String() {
 			return mode, true, nil
 		}
@@ -284,7 +284,7 @@ func TriggerMode(ctx context.Context, db fencedb.DBTX, t Table) (mode Mode, ok b
 // t's INHERITS children; generate one for each of them too. It needs pgfence's migrations to have run first. The names
 // are checked (but not against a catalog) and quoted. WithSchema names
 // pgfence's schema, as for InstallTrigger.
-func TriggerMigration(t Table, mode Mode, opts ...TriggerOption) (up, down string, err error) {
+func TriggerMigration(t Table, mode Enforcement, opts ...TriggerOption) (up, down string, err error) {
 	if mode != Strict && mode != Lenient {
 		return "", "", invalid("mode must be Strict or Lenient, got %v", mode)
 	}

@@ -13,11 +13,6 @@ import (
 	"github.com/pgfence/pgfence/internal/validate"
 )
 
-// DBTX is fencedb.DBTX, the one interface pgfence's packages run statements on.
-//
-// Deprecated: use fencedb.DBTX.
-type DBTX = fencedb.DBTX
-
 // DefaultFenceColumn is the fence column's name when Table.FenceColumn is
 // empty.
 const DefaultFenceColumn = "last_fence"

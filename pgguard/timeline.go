@@ -31,6 +31,7 @@ type StaleTimelineError struct {
 	Seen     int64 // the highest timeline seen before it
 }
 
+// Error names the timelines presented and current.
 func (e *StaleTimelineError) Error() string {
 	return fmt.Sprintf("pgfence: fence %d is from WAL timeline %d, but a fence from timeline %d was already seen: "+
 		"the server that issued it is a stale primary (a failover happened and it still accepts writes), "+

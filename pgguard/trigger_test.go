@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pgguard"
 )
 
@@ -83,21 +83,21 @@ func TestTriggerStrict(t *testing.T) {
 		if err := pgguard.AddFenceColumn(ctx, pool, tbl); err != nil {
 			t.Fatalf("second AddFenceColumn: %v", err)
 		}
-		if _, ok, err := pgguard.TriggerMode(ctx, pool, tbl); err != nil || ok {
-			t.Fatalf("TriggerMode before install: ok=%v err=%v", ok, err)
+		if _, ok, err := pgguard.TriggerEnforcement(ctx, pool, tbl); err != nil || ok {
+			t.Fatalf("TriggerEnforcement before install: ok=%v err=%v", ok, err)
 		}
 		if err := pgguard.InstallTrigger(ctx, pool, tbl, pgguard.Strict); err != nil {
 			t.Fatal(err)
 		}
-		if m, ok, err := pgguard.TriggerMode(ctx, pool, tbl); err != nil || !ok || m != pgguard.Strict {
-			t.Fatalf("TriggerMode = %v %v %v", m, ok, err)
+		if m, ok, err := pgguard.TriggerEnforcement(ctx, pool, tbl); err != nil || !ok || m != pgguard.Strict {
+			t.Fatalf("TriggerEnforcement = %v %v %v", m, ok, err)
 		}
 	})
 
 	f := fences(t, pool, 3)
 	older, newer := f[0], f[1]
 	// Counts the stale refusals seen through Observe and RunFenced.
-	counter := new(pgguard.Counter)
+	counter := new(pgguard.StaleTally)
 
 	pgtest.Step(t, "INSERT is not checked", func(t *testing.T) {
 		if _, err := pool.Exec(ctx, "INSERT INTO "+table+" (id) VALUES (4)"); err != nil {
@@ -162,7 +162,7 @@ func TestTriggerStrict(t *testing.T) {
 		err := pgguard.RunFenced(ctx, pool, older, func(tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, "DELETE FROM "+table+" WHERE id = 1")
 			return err
-		}, pgguard.WithCounter(counter))
+		}, pgguard.WithStaleTally(counter))
 		var se *pgguard.StaleFenceError
 		if !errors.As(err, &se) || se.Current != newer {
 			t.Fatalf("RunFenced stale DELETE: %v", err)
@@ -264,7 +264,7 @@ func TestTriggerStrict(t *testing.T) {
 		if err := pgguard.RemoveTrigger(ctx, pool, tbl); err != nil {
 			t.Fatal(err)
 		}
-		if _, ok, _ := pgguard.TriggerMode(ctx, pool, tbl); ok {
+		if _, ok, _ := pgguard.TriggerEnforcement(ctx, pool, tbl); ok {
 			t.Fatal("trigger still there")
 		}
 		if _, err := pool.Exec(ctx, "UPDATE "+table+" SET balance = 99 WHERE id = 2"); err != nil {
@@ -288,8 +288,8 @@ func TestTriggerLenient(t *testing.T) {
 	if err := pgguard.InstallTrigger(ctx, pool, tbl, pgguard.Lenient); err != nil {
 		t.Fatal(err)
 	}
-	if m, ok, err := pgguard.TriggerMode(ctx, pool, tbl); err != nil || !ok || m != pgguard.Lenient {
-		t.Fatalf("TriggerMode = %v %v %v", m, ok, err)
+	if m, ok, err := pgguard.TriggerEnforcement(ctx, pool, tbl); err != nil || !ok || m != pgguard.Lenient {
+		t.Fatalf("TriggerEnforcement = %v %v %v", m, ok, err)
 	}
 	f := fences(t, pool, 2)
 	older, newer := f[0], f[1]
@@ -365,8 +365,8 @@ func TestMigrationSQL(t *testing.T) {
 				t.Fatalf("%s: %v", sql, err)
 			}
 		}
-		if m, ok, err := pgguard.TriggerMode(ctx, pool, tbl); err != nil || !ok || m != pgguard.Strict {
-			t.Fatalf("TriggerMode = %v %v %v", m, ok, err)
+		if m, ok, err := pgguard.TriggerEnforcement(ctx, pool, tbl); err != nil || !ok || m != pgguard.Strict {
+			t.Fatalf("TriggerEnforcement = %v %v %v", m, ok, err)
 		}
 	})
 
@@ -420,8 +420,8 @@ func TestRunFencedCountsOnce(t *testing.T) {
 	pool := pgtest.Pool(t)
 	table := newTable(t, pool)
 	insertRow(t, pool, table, "k")
-	c := new(pgguard.Counter)
-	g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"}, pgguard.WithCounter(c))
+	c := new(pgguard.StaleTally)
+	g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"}, pgguard.WithStaleTally(c))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,7 +431,7 @@ func TestRunFencedCountsOnce(t *testing.T) {
 	}
 	err = pgguard.RunFenced(ctx, pool, f[0], func(tx pgx.Tx) error {
 		return g.Update(ctx, tx, "k", f[0], pgguard.Values{"writer": "A"})
-	}, pgguard.WithCounter(c))
+	}, pgguard.WithStaleTally(c))
 	if !errors.Is(err, pgguard.ErrStaleFence) || c.Total() != 1 {
 		t.Fatalf("err %v, counted %d; want ErrStaleFence counted once", err, c.Total())
 	}

@@ -49,6 +49,7 @@ type LeaseLostError struct {
 	reason string
 }
 
+// Error names the key, the fence and why the lease was lost.
 func (e *LeaseLostError) Error() string {
 	return fmt.Sprintf("pglease: lease lost: %q (fence %d): %s", e.Key, e.Fence, e.reason)
 }
@@ -71,6 +72,7 @@ type WaitError struct {
 	LastErr error
 }
 
+// Error names the key and why the wait ended.
 func (e *WaitError) Error() string {
 	msg := fmt.Sprintf("pglease: %q not acquired after waiting %v (%d attempts)", e.Key, e.Waited.Round(time.Millisecond), e.Attempts)
 	if e.Cause != nil {
@@ -111,9 +113,11 @@ type AmbiguousError struct {
 	ResolveErr error // why the follow-up could not tell
 }
 
+// Error says that the outcome is unknown and why.
 func (e *AmbiguousError) Error() string {
 	return fmt.Sprintf("pglease: acquiring %q: outcome unknown (%v), and checking failed (%v); the lease may stay held for up to %v",
 		e.Key, e.Err, e.ResolveErr, e.TTL)
 }
 
+// Unwrap returns the error of the attempt and that of resolving it.
 func (e *AmbiguousError) Unwrap() []error { return []error{e.Err, e.ResolveErr} }

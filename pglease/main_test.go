@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
 
 // TestMain gives the package a fresh, migrated database and checks for

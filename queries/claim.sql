@@ -111,13 +111,13 @@ WITH rescued AS (
 SELECT count(*) FILTER (WHERE new_state = 'available') AS requeued, count(*) FILTER (WHERE new_state = 'dead') AS dead
   FROM rescued;
 
--- name: PurgeJobsBatch :one
--- One batch of claim's Purge: reads the next $2 rows in id order after $1 (a
+-- name: SweepFinishedJobsBatch :one
+-- One batch of claim's SweepFinished: reads the next $2 rows in id order after $1 (a
 -- cursor on the unique, so indexed, id) and deletes those (of queue $4)
 -- finished more than $3 microseconds ago, re-checking on the newest row
 -- version. Returns the rows read (fewer than $2: the walk is done), the last
 -- id read (the next cursor) and the rows deleted. It commits asynchronously:
--- a delete lost in a crash leaves a finished job that the next purge deletes.
+-- a delete lost in a crash leaves a finished job that the next sweep deletes.
 WITH batch AS (
   SELECT /* TEMPLATE: col */id, /* TEMPLATE: col */state, /* TEMPLATE: col */finished_at/* TEMPLATE_IF: queue */, /* TEMPLATE: col */queue/* TEMPLATE_END */ FROM /* TEMPLATE: table */pgfence_jobs WHERE /* TEMPLATE: col */id > $1::bigint ORDER BY /* TEMPLATE: col */id LIMIT $2::int
 ), deleted AS (

@@ -17,8 +17,8 @@
 --     waited for the row can never write a fence below the row's.
 -- pgfence_draw_fence() is inlined into this statement, no function call. A
 -- fence is drawn on every call, granted or not; gaps are harmless. The key is
--- not checked here (the table has no CHECK constraints: migration 000008):
--- pglease refuses keys outside 1-512 bytes before they are sent.
+-- not checked here (the table has no CHECK constraints, which PostgreSQL
+-- would re-plan in every statement): pglease refuses keys outside 1-512 bytes before they are sent.
 INSERT INTO /* TEMPLATE: schema */lock_leases AS l (lock_key, owner, owner_token, fence, acquired_at, expires_at)
 SELECT sqlc.arg(lock_key)::text, sqlc.arg(owner)::text, sqlc.arg(owner_token)::text,
        /* TEMPLATE: schema */pgfence_draw_fence(), now(),
@@ -31,7 +31,8 @@ ON CONFLICT (lock_key) DO UPDATE
        owner_token = EXCLUDED.owner_token,
        fence       = EXCLUDED.fence,
        acquired_at = EXCLUDED.acquired_at,
-       expires_at  = EXCLUDED.expires_at
+       expires_at  = EXCLUDED.expires_at,
+       released_at = NULL
  WHERE l.expires_at <= now()
    AND l.fence < EXCLUDED.fence
 RETURNING l.fence, l.expires_at;
@@ -61,7 +62,8 @@ ON CONFLICT (lock_key) DO UPDATE
        owner_token = EXCLUDED.owner_token,
        fence       = EXCLUDED.fence,
        acquired_at = EXCLUDED.acquired_at,
-       expires_at  = EXCLUDED.expires_at
+       expires_at  = EXCLUDED.expires_at,
+       released_at = NULL
  WHERE l.expires_at <= now()
    AND l.fence < EXCLUDED.fence
 RETURNING l.owner_token, l.fence, l.expires_at;
@@ -92,7 +94,7 @@ RETURNING expires_at;
 -- server (any acquisition) flushes it anyway. That saves one WAL flush per
 -- acquire + release.
 UPDATE /* TEMPLATE: schema */lock_leases
-   SET expires_at = now()
+   SET expires_at = now(), released_at = now()
  WHERE lock_key = sqlc.arg(lock_key)
    AND fence = sqlc.arg(fence)
    AND expires_at > now()
@@ -109,7 +111,7 @@ RETURNING true AS released;
 -- them on a global lock), which halved release throughput at 8+ concurrent
 -- clients with fsync on.
 UPDATE /* TEMPLATE: schema */lock_leases
-   SET expires_at = now()
+   SET expires_at = now(), released_at = now()
  WHERE lock_key = sqlc.arg(lock_key)
    AND fence = sqlc.arg(fence)
    AND expires_at > now()
@@ -154,7 +156,10 @@ WITH tombstone AS (
   UPDATE /* TEMPLATE: schema */lock_leases AS l
      SET expires_at = CASE WHEN l.owner_token = sqlc.arg(owner_token)::text
                            THEN LEAST(l.expires_at, now())
-                           ELSE l.expires_at END
+                           ELSE l.expires_at END,
+         released_at = CASE WHEN l.owner_token = sqlc.arg(owner_token)::text AND l.expires_at > now()
+                              THEN now()
+                              ELSE l.released_at END
    WHERE l.lock_key = sqlc.arg(lock_key)
   RETURNING l.lock_key, l.fence, (l.owner_token = sqlc.arg(owner_token)::text AND l.expires_at = now()) AS ours
 )
@@ -165,8 +170,9 @@ SELECT r.fence
  WHERE r.ours;
 
 -- name: GetLease :one
--- One lease as the database clock sees it now.
-SELECT lock_key, owner, fence, acquired_at, expires_at,
+-- One lease as the database clock sees it now; released_at is set when its
+-- holder released it, NULL when it is held or ran out.
+SELECT lock_key, owner, fence, acquired_at, expires_at, released_at,
        (expires_at > now())::boolean AS held,
        (extract(epoch FROM GREATEST(expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros,
        now()::timestamptz AS db_now
@@ -174,8 +180,8 @@ SELECT lock_key, owner, fence, acquired_at, expires_at,
  WHERE lock_key = sqlc.arg(lock_key);
 
 -- name: ListLeases :many
--- Every lease row, held or expired, by key.
-SELECT lock_key, owner, fence, acquired_at, expires_at,
+-- Every lease row, held, released or expired, by key.
+SELECT lock_key, owner, fence, acquired_at, expires_at, released_at,
        (expires_at > now())::boolean AS held,
        (extract(epoch FROM GREATEST(expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros,
        now()::timestamptz AS db_now
@@ -199,8 +205,8 @@ DELETE FROM /* TEMPLATE: schema */pgfence_abandoned_tokens
 -- name: SweepExpiredBatch :one
 -- One batch of pglease's SweepExpired, in its own short transaction: it
 -- reads the next batch_size rows in key order after after_key (a cursor on
--- the primary key, so no index on expires_at is needed: migration 000005
--- dropped it to keep acquire's updates HOT) and deletes those expired longer
+-- the primary key, so no index on expires_at is needed; the schema has none,
+-- which keeps acquire's updates HOT) and deletes those expired longer
 -- than the grace period. The DELETE re-checks the expiry on the newest row
 -- version (READ COMMITTED re-evaluates its WHERE on a row updated since the
 -- snapshot), so a row acquired or renewed meanwhile is never deleted.

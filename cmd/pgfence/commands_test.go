@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/migrations"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -28,14 +28,32 @@ func TestListShow(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.Release(context.Background())
+	lapsed := lapsedLease(t)
 
 	db := pgtest.URL()
-	t.Run("list shows held and expired leases", func(t *testing.T) {
+	t.Run("list tells held, released and expired leases apart", func(t *testing.T) {
 		r := pgfence(t, nil, "list", "--database-url", db)
 		wantCode(t, r, 0)
-		for _, want := range []string{held, "test-holder", "held,", gone, "gone-owner", "expired"} {
-			if !strings.Contains(r.stdout, want) {
-				t.Fatalf("list lacks %q: %s", want, r)
+		for key, want := range map[string]string{held: "test-holder  ", gone: "released ", lapsed: "expired "} {
+			line := lineWith(r.stdout, key)
+			if !strings.Contains(line, want) {
+				t.Fatalf("list: the line of %s is %q, want it to say %q:\n%s", key, line, want, r)
+			}
+		}
+		if line := lineWith(r.stdout, held); !strings.Contains(line, "held,") {
+			t.Fatalf("list: the held lease's line is %q", line)
+		}
+	})
+
+	t.Run("show a released and an expired lease", func(t *testing.T) {
+		for key, want := range map[string]string{gone: "released ", lapsed: "expired "} {
+			r := pgfence(t, nil, "show", key, "--database-url", db)
+			wantCode(t, r, 0)
+			if line := lineWith(r.stdout, "state"); !strings.Contains(line, want) {
+				t.Fatalf("show %s: state %q, want %q:\n%s", key, line, want, r)
+			}
+			if got := strings.Contains(r.stdout, "released at"); got != (key == gone) {
+				t.Fatalf("show %s: a 'released at' line %v:\n%s", key, got, r)
 			}
 		}
 	})
@@ -78,7 +96,7 @@ func TestListShow(t *testing.T) {
 		r := pgfence(t, nil, "show", "--json", "--database-url", db, gone)
 		wantCode(t, r, 0)
 		var one leaseJSON
-		if err := json.Unmarshal([]byte(r.stdout), &one); err != nil || one.Held || one.Owner != "gone-owner" || one.RemainingSeconds != 0 {
+		if err := json.Unmarshal([]byte(r.stdout), &one); err != nil || one.Held || !one.Released || one.ReleasedAt == nil || one.Owner != "gone-owner" || one.RemainingSeconds != 0 {
 			t.Fatalf("show --json of a released lease: %+v %v\n%s", one, err, r)
 		}
 	})
@@ -92,6 +110,44 @@ func TestListShow(t *testing.T) {
 			t.Fatalf("no hint to migrate: %s", r)
 		}
 	})
+}
+
+// lapsedLease takes a lease of 20 ms that nobody renews or releases (through
+// the SQL function, as a client that then crashed would: pglease itself
+// releases a lease whose local deadline passed) and returns its key once
+// the database's clock has passed its expiry.
+func lapsedLease(t *testing.T) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := randomName("list-lapsed:")
+	if _, err := pgtest.Pool(t).Exec(ctx, `SELECT pgfence_acquire($1, interval '20 milliseconds', 'lapsed-owner')`, key); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		var expired bool
+		if err := pgtest.Pool(t).QueryRow(ctx, `SELECT expires_at <= now() FROM lock_leases WHERE lock_key = $1`, key).Scan(&expired); err != nil {
+			t.Fatal(err)
+		}
+		if expired {
+			return key
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("lease %s never expired: %v", key, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// lineWith is the first line of out that contains s, "" if none does.
+func lineWith(out, s string) string {
+	for line := range strings.Lines(out) {
+		if strings.Contains(line, s) {
+			return line
+		}
+	}
+	return ""
 }
 
 func TestNoLeasesSaysWhatItFound(t *testing.T) {
@@ -187,7 +243,7 @@ func TestMigrate(t *testing.T) {
 	}
 	r = pgfence(t, nil, "migrate", "up", "--database-url", db)
 	wantCode(t, r, 0)
-	if !strings.Contains(r.stdout, "applied 000008_baseline (version 0 -> "+itoa(latest)+")") {
+	if !strings.Contains(r.stdout, "applied 000008_baseline, 000009_released_at (version 0 -> "+itoa(latest)+")") {
 		t.Fatalf("up on an empty database: %s", r)
 	}
 	r = pgfence(t, []string{"DATABASE_URL=" + db}, "migrate", "version")

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/pgfence/pgfence/fencedb"
-	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
 
 // procGone reports whether pid no longer runs: it is not in the process

@@ -6,7 +6,7 @@ import (
 	"regexp"
 	"testing"
 
-	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
 
 // launcherScript is a launcher without job control of its own: it starts

@@ -10,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/testsupport/needtool"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
 
 // zombieLeaderC ignores SIGTERM, records its pid, and ends its main thread
@@ -52,10 +53,7 @@ func threadsGone(pid int) bool {
 // ends (it was taken for gone and ran on after pgfence exited).
 func TestExecLeaseLostKillsThreadedZombie(t *testing.T) {
 	t.Parallel()
-	cc, err := exec.LookPath("cc")
-	if err != nil {
-		t.Fatalf("this test needs a C compiler (cc): %v", err)
-	}
+	cc := needtool.CC.LookPath(t, "cc")
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "zl.c"), []byte(zombieLeaderC), 0o644); err != nil {
 		t.Fatal(err)

@@ -12,7 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/testsupport/needtool"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
 
 func shQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
@@ -32,10 +33,7 @@ func inTerminal(t *testing.T, env []string, args ...string) (*exec.Cmd, io.Write
 // process group with a waiting shell; bash execs, so pgfence is alone.
 func onTerminal(t *testing.T, env []string, argv ...string) (*exec.Cmd, io.WriteCloser, *syncBuffer) {
 	t.Helper()
-	script, err := exec.LookPath("script")
-	if err != nil {
-		t.Fatalf("these tests need script(1) from util-linux: %v", err)
-	}
+	script := needtool.Script.LookPath(t, "script")
 	line := shQuote(argv[0])
 	for _, a := range argv[1:] {
 		line += " " + shQuote(a)

@@ -14,43 +14,59 @@ import (
 
 const listUsage = `Usage: pgfence list [--json] [--held]
 
-Lists every lease row: key, owner, fence, held or expired, and the time left,
-all judged by the database's clock (never this machine's). In text, then the
-held permits of semaphores and the shared/exclusive leases by key and slot,
-and the waiters: fair (--wait) waiters in queue order, and exclusive waiters.
+Lists every lease row: key, owner, fence, and its state by the database's
+clock (never this machine's): held (and the time left), released by its
+holder, or expired (its holder stopped renewing: gone, stalled or cut off).
+In text, then the held permits of semaphores and the shared/exclusive leases
+by key and slot, and the waiters: fair (--wait) waiters in queue order, and
+exclusive waiters.
 `
 
 const showUsage = `Usage: pgfence show [--json] KEY
 
-Shows one lease: owner, fence, held or expired, time left (or since expiry)
-by the database's clock, acquired and expiry times. Exits 1 if the key has
+Shows one lease: owner, fence, held, released or expired, time left (or
+since the release or expiry) by the database's clock, acquired, expiry and
+release times. Exits 1 if the key has
 no lease row.
 `
 
 // leaseJSON is one lease in list --json and show --json output.
 type leaseJSON struct {
-	Key              string    `json:"key"`
-	Owner            string    `json:"owner"`
-	Fence            int64     `json:"fence"`
-	Held             bool      `json:"held"`
-	RemainingSeconds float64   `json:"remaining_seconds"`
-	AcquiredAt       time.Time `json:"acquired_at"`
-	ExpiresAt        time.Time `json:"expires_at"`
-	DBNow            time.Time `json:"db_now"`
+	Key              string     `json:"key"`
+	Owner            string     `json:"owner"`
+	Fence            int64      `json:"fence"`
+	Held             bool       `json:"held"`
+	Released         bool       `json:"released"`
+	RemainingSeconds float64    `json:"remaining_seconds"`
+	AcquiredAt       time.Time  `json:"acquired_at"`
+	ExpiresAt        time.Time  `json:"expires_at"`
+	ReleasedAt       *time.Time `json:"released_at,omitempty"`
+	DBNow            time.Time  `json:"db_now"`
 }
 
-func toJSON(key, owner string, fence int64, held bool, remainingMicros int64, acquired, expires, now time.Time) leaseJSON {
-	return leaseJSON{Key: key, Owner: owner, Fence: fence, Held: held,
+// toJSON is one lease row as the output shows it. released is when the
+// holder released it (nil: held, or ran out).
+func toJSON(key, owner string, fence int64, held bool, remainingMicros int64, acquired, expires time.Time, released *time.Time, now time.Time) leaseJSON {
+	l := leaseJSON{Key: key, Owner: owner, Fence: fence, Held: held,
 		RemainingSeconds: float64(remainingMicros) / 1e6,
 		AcquiredAt:       acquired.UTC(), ExpiresAt: expires.UTC(), DBNow: now.UTC()}
+	if released != nil && !held {
+		at := released.UTC()
+		l.Released, l.ReleasedAt = true, &at
+	}
+	return l
 }
 
-// state says "held, 12.3s left" or "expired 4s ago", by the database clock.
+// state says "held, 12.3s left", "released 4s ago" (by its holder) or
+// "expired 4s ago" (its holder stopped renewing), by the database clock.
 func state(l leaseJSON) string {
-	if l.Held {
+	switch {
+	case l.Held:
 		return fmt.Sprintf("held, %v left", roundDur(time.Duration(l.RemainingSeconds*1e6)*time.Microsecond))
+	case l.Released:
+		return fmt.Sprintf("released %v ago", roundDur(l.DBNow.Sub(*l.ReleasedAt)))
 	}
-	return fmt.Sprintf("expired %v ago", roundDur(l.DBNow.Sub(l.ExpiresAt)))
+	return fmt.Sprintf("expired %v ago (not released: its holder stopped renewing)", roundDur(l.DBNow.Sub(l.ExpiresAt)))
 }
 
 func roundDur(d time.Duration) time.Duration {
@@ -87,7 +103,7 @@ func (a *app) cmdList(ctx context.Context, args []string) error {
 		if heldOnly && !r.Held {
 			continue
 		}
-		out = append(out, toJSON(r.LockKey, r.Owner, r.Fence, r.Held, r.RemainingMicros, r.AcquiredAt, r.ExpiresAt, r.DbNow))
+		out = append(out, toJSON(r.LockKey, r.Owner, r.Fence, r.Held, r.RemainingMicros, r.AcquiredAt, r.ExpiresAt, r.ReleasedAt, r.DbNow))
 	}
 	if asJSON {
 		enc := json.NewEncoder(a.stdout)
@@ -162,7 +178,7 @@ func (a *app) cmdShow(ctx context.Context, args []string) error {
 	if err != nil {
 		return dbError(where, err)
 	}
-	l := toJSON(r.LockKey, r.Owner, r.Fence, r.Held, r.RemainingMicros, r.AcquiredAt, r.ExpiresAt, r.DbNow)
+	l := toJSON(r.LockKey, r.Owner, r.Fence, r.Held, r.RemainingMicros, r.AcquiredAt, r.ExpiresAt, r.ReleasedAt, r.DbNow)
 	if asJSON {
 		enc := json.NewEncoder(a.stdout)
 		enc.SetIndent("", "  ")
@@ -175,6 +191,9 @@ func (a *app) cmdShow(ctx context.Context, args []string) error {
 	fmt.Fprintf(tw, "state\t%s (database clock)\n", state(l))
 	fmt.Fprintf(tw, "acquired at\t%s\n", l.AcquiredAt.Format(time.RFC3339Nano))
 	fmt.Fprintf(tw, "expires at\t%s\n", l.ExpiresAt.Format(time.RFC3339Nano))
+	if l.ReleasedAt != nil {
+		fmt.Fprintf(tw, "released at\t%s\n", l.ReleasedAt.Format(time.RFC3339Nano))
+	}
 	fmt.Fprintf(tw, "database now\t%s\n", l.DBNow.Format(time.RFC3339Nano))
 	if err := tw.Flush(); err != nil {
 		return err

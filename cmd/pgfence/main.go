@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence/cmd/pgfence/internal/dsn"
 	"github.com/pgfence/pgfence/fencedb"
-	"github.com/pgfence/pgfence/internal/dsn"
 	"github.com/pgfence/pgfence/internal/inschema"
 	"github.com/pgfence/pgfence/internal/pgerr"
 	"github.com/pgfence/pgfence/internal/pgmode"
@@ -84,9 +84,9 @@ Commands:
   plan     size a TTL and renew interval: freezes absorbed, renewals that may fail
   migrate  create (up), drop (down), inspect (version) or print (sql) pgfence's schema
   serve    a live page, Prometheus /metrics and /healthz on 127.0.0.1:9187 (read-only)
-  version  print pgfence's version (module version, VCS revision) and exit
+  version  print pgfence's release (and VCS revision) and exit
 
-The demo is an example now: go run ./examples/demo in a checkout
+The demo is an example: go run ./examples/demo in a checkout
 (go run github.com/pgfence/pgfence/examples/demo@latest elsewhere).
 
 The database: --database-url, else PGFENCE_DATABASE_URL, else DATABASE_URL,
@@ -154,9 +154,6 @@ func (a *app) run(ctx context.Context, args []string) int {
 	case "version":
 		fmt.Fprintln(a.stdout, versionLine())
 		return exitOK
-	case "demo":
-		fmt.Fprint(a.stderr, demoMoved)
-		return exitUsage
 	case "serve":
 		err = a.cmdServe(ctx, rest[1:])
 	case "help", "-h", "--help":

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/migrations"
 )
 
@@ -50,6 +50,10 @@ func hasVersionTable(t *testing.T, db string) bool {
 // force adopts it.
 func TestMigrateSQL(t *testing.T) {
 	t.Parallel()
+	latest, err := migrations.Latest()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, schema := range []string{"", "Fence Three"} {
 		name := schema
 		if name == "" {
@@ -93,7 +97,7 @@ func TestMigrateSQL(t *testing.T) {
 
 			r = pgfence(t, nil, append([]string{"migrate", "version", "--database-url", db}, flags...)...)
 			wantCode(t, r, 0)
-			if !strings.Contains(r.stdout, "applied by another tool") || !strings.Contains(r.stdout, "migrate force 8 --yes") {
+			if !strings.Contains(r.stdout, "applied by another tool") || !strings.Contains(r.stdout, "migrate force "+itoa(latest)+" --yes") {
 				t.Fatalf("version of a schema psql applied: %s", r)
 			}
 			if hasVersionTable(t, db) {
@@ -104,10 +108,10 @@ func TestMigrateSQL(t *testing.T) {
 			if !strings.Contains(r.stderr, "another tool") || hasVersionTable(t, db) {
 				t.Fatalf("up on a schema psql applied: %s", r)
 			}
-			wantCode(t, pgfence(t, nil, append([]string{"migrate", "force", "8", "--yes", "--database-url", db}, flags...)...), 0)
+			wantCode(t, pgfence(t, nil, append([]string{"migrate", "force", itoa(latest), "--yes", "--database-url", db}, flags...)...), 0)
 			r = pgfence(t, nil, append([]string{"migrate", "up", "--database-url", db}, flags...)...)
 			wantCode(t, r, 0)
-			if !strings.Contains(r.stdout, "already at version 8") {
+			if !strings.Contains(r.stdout, "already at version "+itoa(latest)) {
 				t.Fatalf("up after force: %s", r)
 			}
 			r = pgfence(t, nil, append([]string{"exec", "--database-url", db, "--key", "k"}, append(flags, "--", "true")...)...)

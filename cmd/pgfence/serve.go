@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/pgfence/pgfence/internal/watch"
+	"github.com/pgfence/pgfence/cmd/pgfence/internal/watch"
 )
 
 const serveUsage = `Usage: pgfence serve [--listen 127.0.0.1:9187] [--allow-remote] [--interval 2s]

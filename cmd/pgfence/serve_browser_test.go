@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,20 +11,23 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/testsupport/needtool"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pglease"
 )
 
 // browserPath finds the Chromium the page test drives: $PGFENCE_CHROMIUM,
 // else Debian's /usr/bin/chromium, else chromium or google-chrome on PATH.
-// No browser is a failure, not a skip: .ci/run installs Debian's chromium.
+// No browser (PGFENCE_CHROMIUM naming a missing binary included) skips the
+// test loudly, or fails it when PGFENCE_REQUIRE_CHROMIUM is set, as CI does.
 func browserPath(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv("PGFENCE_CHROMIUM"); p != "" {
-		if _, err := exec.LookPath(p); err != nil {
-			t.Fatalf("PGFENCE_CHROMIUM=%s is not a browser binary this test can run: %v", p, err)
+		found, err := exec.LookPath(p)
+		if err != nil {
+			needtool.Chromium.Missing(t, fmt.Errorf("PGFENCE_CHROMIUM=%s: %w", p, err))
 		}
-		return p
+		return found
 	}
 	if _, err := os.Stat("/usr/bin/chromium"); err == nil {
 		return "/usr/bin/chromium"
@@ -33,7 +37,7 @@ func browserPath(t *testing.T) string {
 			return p
 		}
 	}
-	t.Fatal("no headless browser for the page test: install Debian's Chromium (apt-get install -y chromium, as .ci/run does) or set PGFENCE_CHROMIUM to a Chromium or Chrome binary")
+	needtool.Chromium.Missing(t, errors.New("no /usr/bin/chromium, and no chromium, chromium-browser or google-chrome on PATH"))
 	return ""
 }
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgfence/pgfence/internal/watch"
+	"github.com/pgfence/pgfence/cmd/pgfence/internal/watch"
 	"github.com/pgfence/pgfence/pglease"
 )
 

@@ -21,9 +21,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgfence/pgfence/internal/faultproxy"
-	"github.com/pgfence/pgfence/internal/pgtest"
-	"github.com/pgfence/pgfence/internal/watch"
+	"github.com/pgfence/pgfence/cmd/pgfence/internal/watch"
+	"github.com/pgfence/pgfence/internal/testsupport/faultproxy"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pglease"
 )
 

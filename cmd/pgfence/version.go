@@ -6,18 +6,14 @@ import (
 	"strings"
 )
 
-// demoMoved answers the demo subcommand of earlier versions: the demo
-// links the test harness (a throwaway PostgreSQL), which the CLI must not,
-// so it became an example.
-const demoMoved = `pgfence: the demo is no longer a pgfence command; run it as an example:
-  go run ./examples/demo                                   (in a checkout of pgfence)
-  go run github.com/pgfence/pgfence/examples/demo@latest   (anywhere)
-`
+// release is the version of pgfence this source tree is.
+const release = "v0.1.0"
 
-// versionLine describes this binary from the build information the Go
-// toolchain embeds: the module version (a tag, a pseudo-version, or
-// "(devel)" for a build from a working tree), and, when the build stamped
-// them, the VCS revision and whether the tree had uncommitted changes.
+// versionLine describes this binary: the release, then, from the build
+// information the Go toolchain embeds, the module version when it differs
+// from the release (a pseudo-version of a build between releases), the VCS
+// revision and whether the tree had uncommitted changes, when the build
+// stamped them, and the Go version.
 func versionLine() string {
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
@@ -28,11 +24,10 @@ func versionLine() string {
 
 // formatVersion is versionLine for a given BuildInfo.
 func formatVersion(info *debug.BuildInfo) string {
-	version := info.Main.Version
-	if version == "" {
-		version = "(devel)"
-	}
 	var details []string
+	if v := info.Main.Version; v != "" && v != "(devel)" && v != release {
+		details = append(details, "module "+v)
+	}
 	settings := map[string]string{}
 	for _, s := range info.Settings {
 		settings[s.Key] = s.Value
@@ -48,5 +43,5 @@ func formatVersion(info *debug.BuildInfo) string {
 		details = append(details, d)
 	}
 	details = append(details, info.GoVersion)
-	return fmt.Sprintf("pgfence %s (%s)", version, strings.Join(details, "; "))
+	return fmt.Sprintf("pgfence %s (%s)", release, strings.Join(details, "; "))
 }

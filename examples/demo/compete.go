@@ -13,11 +13,13 @@ import (
 	"github.com/pgfence/pgfence/pglease"
 )
 
-// ttl is the lease of the stale-writer scenes; freeze is how long the
-// worker stays frozen, longer than its lease.
+// competeTTL is the lease of scene 1; ttl is the lease of the stale-writer
+// scenes; freeze is how long their worker stays frozen, longer than its
+// lease.
 const (
-	ttl    = time.Second
-	freeze = 1500 * time.Millisecond
+	competeTTL = 2 * time.Second
+	ttl        = time.Second
+	freeze     = 1500 * time.Millisecond
 )
 
 // instance is one billing instance of scene 1: its own pool and lease
@@ -77,8 +79,8 @@ func newInstance(ctx context.Context, env *example.Env, name string) (*instance,
 // tick is what an instance does when the invoice is due: take the lease or
 // skip, send with the fence, release.
 func (in *instance) tick(ctx context.Context, env *example.Env) error {
-	env.Logf(in.name, "asks for %s (TTL %v)", key, 2*ttl)
-	lease, err := in.client.TryAcquire(ctx, key, 2*ttl)
+	env.Logf(in.name, "asks for %s (TTL %v)", key, competeTTL)
+	lease, err := in.client.TryAcquire(ctx, key, competeTTL)
 	if errors.Is(err, pglease.ErrNotAcquired) {
 		in.skipped = true
 		env.Logf(in.name, "refused: another instance holds it; skips this tick")

@@ -14,7 +14,8 @@
 //  3. The same run without the fence: the invoice is sent twice. The lock
 //     alone could not stop the late write; only the resource can.
 //
-// Times are scaled down: the lease lasts 1 s, the freeze 1.5 s.
+// Times are scaled down: a lease lasts 2 s in scene 1 and 1 s in the
+// stale-writer scenes, where the freeze lasts 1.5 s.
 //
 //	go run ./examples/demo
 //

@@ -19,7 +19,7 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 	if _, err := env.Pool.Exec(ctx, schemaSQL); err != nil {
 		return err
 	}
-	env.Note("times are scaled down: a lease lasts %v, a frozen worker stays frozen %v", ttl, freeze)
+	env.Note("times are scaled down: a lease lasts %v in scene 1 and %v in the stale-writer scenes, where a frozen worker stays frozen %v", competeTTL, ttl, freeze)
 	env.Note("fences are large numbers (the server's WAL timeline in the high bits, a sequence below);")
 	env.Note("all that matters is that a later grant's fence is larger")
 	if err := compete(ctx, env, v); err != nil {

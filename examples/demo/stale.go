@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/pgfence/pgfence/examples/internal/example"
-	"github.com/pgfence/pgfence/internal/proc"
+	"github.com/pgfence/pgfence/internal/testsupport/proc"
 	"github.com/pgfence/pgfence/pglease"
 )
 

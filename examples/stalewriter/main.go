@@ -38,7 +38,7 @@ type world struct {
 	env     *example.Env
 	a, b    *pglease.Client
 	guard   *pgguard.Guard
-	counter *pgguard.Counter
+	counter *pgguard.StaleTally
 }
 
 func main() {
@@ -49,7 +49,7 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 	if _, err := env.Pool.Exec(ctx, schema); err != nil {
 		return err
 	}
-	w := &world{env: env, counter: new(pgguard.Counter)}
+	w := &world{env: env, counter: new(pgguard.StaleTally)}
 	var err error
 	// A's renewals freeze with A: no auto-renewal.
 	if w.a, err = pglease.New(env.Pool, pglease.WithOwner("worker-A"), pglease.WithoutAutoRenew()); err != nil {
@@ -62,14 +62,14 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 	}
 	defer w.b.Close()
 	if w.guard, err = pgguard.NewGuard(ctx, env.Pool, pgguard.Table{Name: "invoice_jobs", KeyColumn: "job_id"},
-		pgguard.WithCounter(w.counter)); err != nil {
+		pgguard.WithStaleTally(w.counter)); err != nil {
 		return err
 	}
 
 	env.Note("fences here are large numbers: the server's WAL timeline in the high bits, a sequence below;")
-	env.Note("all that matters is that a later grant's fence is larger (41 and 42 in README's timeline)")
+	env.Note("all that matters is that a later grant's fence is larger")
 
-	// 1. The README's timeline ("Concepts").
+	// 1. The stale-writer timeline.
 	env.Section("1. the stale-writer timeline: B writes, then A's late write arrives")
 	la, lb, err := w.handover(ctx, "invoice:inv_1", "inv_1: PENDING")
 	if err != nil {
@@ -138,7 +138,7 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 			// No "AND last_fence <= $fence": the trigger checks it anyway.
 			_, err := tx.Exec(ctx, `UPDATE ledger SET balance = balance - $1 WHERE account = 'acct_9'`, cents)
 			return err
-		}, pgguard.WithCounter(w.counter))
+		}, pgguard.WithStaleTally(w.counter))
 		if err != nil {
 			env.Logf(who, "UPDATE ledger SET balance = balance - %d (fence %d): REFUSED: %v", cents, fence, err)
 		} else {
@@ -161,7 +161,7 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 	lb.Release(ctx)
 
 	env.Section("monitoring")
-	env.Note("stale writes caught (pgguard.Counter): %d, by table %v", w.counter.Total(), w.counter.ByTable())
+	env.Note("stale writes caught (pgguard.StaleTally): %d, by table %v", w.counter.Total(), w.counter.ByTable())
 	env.Note("each one is a paused holder that the fence stopped: a number to watch, not a bug to silence")
 	v.Check(w.counter.Total() == 3, "the stale-write counter saw the 3 refusals (%d)", w.counter.Total())
 	return nil

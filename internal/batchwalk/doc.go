@@ -1,5 +1,5 @@
 // Package batchwalk runs a maintenance walk (pglease's sweep of expired
-// leases, claim's purge of finished jobs) as a series of short batches, each
+// leases, claim's sweep of finished jobs) as a series of short batches, each
 // its own transaction, resting between batches.
 //
 // Why rest: a walk of a million rows sent back to back keeps one server

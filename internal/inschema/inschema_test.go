@@ -15,8 +15,8 @@ import (
 	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/inschema"
 	"github.com/pgfence/pgfence/internal/pgmode"
-	"github.com/pgfence/pgfence/internal/pgtest"
 	"github.com/pgfence/pgfence/internal/sqltmpl"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -3,6 +3,7 @@ package interop
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,7 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/testsupport/needtool"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/migrations"
 )
 
@@ -77,13 +79,7 @@ func python(t *testing.T) string {
 		}
 		tried = append(tried, fmt.Sprintf("%s: %s", path, strings.TrimSpace(lastLine(string(out)))))
 	}
-	msg := "no Python with psycopg: the Python side of the interop tests did NOT run (" + strings.Join(tried, "; ") +
-		"). Install it: apt-get install python3-psycopg (or point PGFENCE_PYTHON at an interpreter that has psycopg)"
-	if os.Getenv("PGFENCE_REQUIRE_PYTHON") == "1" {
-		t.Fatal(msg + "; PGFENCE_REQUIRE_PYTHON=1 makes this a failure")
-	}
-	fmt.Fprintln(os.Stderr, "interop: SKIPPED:", msg)
-	t.Skip(msg)
+	needtool.Python.Missing(t, errors.New(strings.Join(tried, "; ")))
 	return ""
 }
 

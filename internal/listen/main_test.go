@@ -3,7 +3,7 @@ package listen_test
 import (
 	"testing"
 
-	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
 
 // TestMain gives the package a fresh database and checks for leaked

@@ -11,7 +11,7 @@
 //
 // It prints PGFENCE_DATABASE_URL=<url> on stdout (and the export line to
 // copy on stderr) and keeps the container until Ctrl-C (SIGINT) or SIGTERM.
-// internal/dbenv runs it the same way with -stdin, which also stops it when
+// internal/testsupport/dbenv runs it the same way with -stdin, which also stops it when
 // its standard input closes, so the container goes away with the test
 // process that started it, even if that process is killed.
 package main
@@ -34,7 +34,7 @@ import (
 const image = "postgres:16-alpine"
 
 func main() {
-	untilEOF := flag.Bool("stdin", false, "also stop when standard input closes (how internal/dbenv runs it)")
+	untilEOF := flag.Bool("stdin", false, "also stop when standard input closes (how internal/testsupport/dbenv runs it)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

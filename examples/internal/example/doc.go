@@ -15,6 +15,7 @@
 // it at the end, so a shared server is left as it was found.
 //
 // The example records what it observed with Verdict.Check; Main prints
-// exactly one line, "VERDICT: PASS — <what held>" or "VERDICT: FAIL — <what
-// broke>", and exits 0 only on PASS.
+// each check on a line of its own, then, as the last line, exactly one
+// verdict, "VERDICT: PASS — all N checks held" or "VERDICT: FAIL — M of N
+// checks broke: <what broke>", and exits 0 only on PASS.
 package example

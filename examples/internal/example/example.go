@@ -15,7 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgfence/pgfence/internal/dbenv"
+	"github.com/pgfence/pgfence/internal/testsupport/dbenv"
 )
 
 // Exit codes of an example.
@@ -111,25 +111,29 @@ func (v *Verdict) Check(ok bool, format string, args ...any) bool {
 	return ok
 }
 
-// line returns the verdict line and whether it is a PASS.
-func (v *Verdict) line() (string, bool) {
+// report returns the checks, one per line ("  ok    ..." or "  BROKE ..."),
+// the verdict line, and whether it is a PASS. The verdict line stays short
+// enough for a terminal: it counts the checks and names only those that
+// broke.
+func (v *Verdict) report() (checks []string, verdict string, pass bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	var held, broke []string
+	var broke []string
 	for _, c := range v.checks {
-		if c.ok {
-			held = append(held, c.text)
-		} else {
+		mark := "  ok    "
+		if !c.ok {
+			mark = "  BROKE "
 			broke = append(broke, c.text)
 		}
+		checks = append(checks, mark+c.text)
 	}
 	switch {
 	case len(v.checks) == 0:
-		return "VERDICT: FAIL — the example made no checks", false
+		return nil, "VERDICT: FAIL — the example made no checks", false
 	case len(broke) > 0:
-		return "VERDICT: FAIL — " + strings.Join(broke, "; "), false
+		return checks, fmt.Sprintf("VERDICT: FAIL — %d of %d checks broke: %s", len(broke), len(v.checks), strings.Join(broke, "; ")), false
 	}
-	return "VERDICT: PASS — " + strings.Join(held, "; "), true
+	return checks, fmt.Sprintf("VERDICT: PASS — all %d checks held", len(v.checks)), true
 }
 
 // Main runs an example and exits with its verdict's code. title names the
@@ -169,7 +173,10 @@ func Run(stdout, stderr io.Writer, title string, run func(ctx context.Context, e
 	case runErr != nil:
 		return r.failed("the example could not finish: %v", runErr)
 	}
-	line, pass := v.line()
+	checks, line, pass := v.report()
+	for _, c := range checks {
+		fmt.Fprintln(stdout, c)
+	}
 	fmt.Fprintln(stdout, line)
 	if !pass {
 		return ExitFail

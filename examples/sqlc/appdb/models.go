@@ -23,6 +23,7 @@ type LockLease struct {
 	Fence      int64
 	AcquiredAt pgtype.Timestamptz
 	ExpiresAt  pgtype.Timestamptz
+	ReleasedAt pgtype.Timestamptz
 }
 
 type PayoutIntent struct {

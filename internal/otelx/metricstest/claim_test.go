@@ -11,8 +11,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/pgfence/pgfence/claim"
-	"github.com/pgfence/pgfence/internal/otelx/otelxtest"
-	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/testsupport/otelxtest"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
 
 // Jobs claimed, completed, failed, rescued and refused for a lost lease,

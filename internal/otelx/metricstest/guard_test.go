@@ -7,8 +7,8 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
-	"github.com/pgfence/pgfence/internal/otelx/otelxtest"
-	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/testsupport/otelxtest"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/payouts"
 	"github.com/pgfence/pgfence/pgguard"
 )
@@ -21,9 +21,9 @@ func TestMetricsGuardedWrites(t *testing.T) {
 	pool := pgtest.Pool(t)
 	table := newTable(t, pool)
 	insertRow(t, pool, table, "k1")
-	counter := new(pgguard.Counter)
+	counter := new(pgguard.StaleTally)
 	g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"},
-		pgguard.WithCounter(counter), pgguard.WithMeterProvider(r.Provider), pgguard.WithDoneWhen(pgguard.Eq("status", "SENT")))
+		pgguard.WithStaleTally(counter), pgguard.WithMeterProvider(r.Provider), pgguard.WithDoneWhen(pgguard.Eq("status", "SENT")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +32,7 @@ func TestMetricsGuardedWrites(t *testing.T) {
 	pending := pgguard.Eq("status", "PENDING")
 
 	var status string
-	if err := g.Claim(ctx, pool, "k1", older, []string{"status"}, &status); err != nil { // applied (claim)
+	if err := g.ClaimFirst(ctx, pool, "k1", older, []string{"status"}, &status); err != nil { // applied (claim)
 		t.Fatal(err)
 	}
 	if err := g.Update(ctx, pool, "k1", older, pgguard.Values{"writer": "A"}, pgguard.Eq("status", "NOPE")); err == nil { // precondition
@@ -47,7 +47,7 @@ func TestMetricsGuardedWrites(t *testing.T) {
 	if err := g.Update(ctx, pool, "k1", older, pgguard.Values{"writer": "late"}); err == nil { // stale
 		t.Fatal("stale write applied")
 	}
-	if err := g.Claim(ctx, pool, "k1", older, nil); err == nil { // stale (claim)
+	if err := g.ClaimFirst(ctx, pool, "k1", older, nil); err == nil { // stale (claim)
 		t.Fatal("stale claim applied")
 	}
 	if err := g.Update(ctx, pool, "missing", newer, pgguard.Values{"writer": "x"}); err == nil { // no_row
@@ -84,8 +84,8 @@ func TestMetricsPayoutStale(t *testing.T) {
 	ctx := context.Background()
 	r := otelxtest.New(t)
 	pool := pgtest.Pool(t)
-	counter := new(pgguard.Counter)
-	intents, err := payouts.New(ctx, pool, payouts.WithCounter(counter), payouts.WithMeterProvider(r.Provider))
+	counter := new(pgguard.StaleTally)
+	intents, err := payouts.New(ctx, pool, payouts.WithStaleTally(counter), payouts.WithMeterProvider(r.Provider))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/claim"
-	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
 
 // insertJobs adds n jobs to queue q in the given state (setup in SQL, not
@@ -52,27 +52,27 @@ func countJobs(t *testing.T, pool *pgxpool.Pool, q string) string {
 // Only finished jobs older than the cutoff, of the claimer's queue, go,
 // whatever the batch size: sizes that divide the table exactly (the last
 // batch full, then an empty one), that leave a remainder, and that exceed it.
-func TestPurgeBatchBoundaries(t *testing.T) {
+func TestSweepFinishedBatchBoundaries(t *testing.T) {
 	ctx := context.Background()
 	for _, batch := range []int{1, 7, 150, 450, 451, 1000} {
 		t.Run(fmt.Sprint(batch), func(t *testing.T) {
 			pool := pgtest.SchemaPool(t)
 			// Interleaved in id order, 450 rows in all.
 			for range 2 {
-				insertJobs(t, pool, "q", "completed", 50, 48*time.Hour) // purged
-				insertJobs(t, pool, "q", "dead", 50, 48*time.Hour)      // purged
+				insertJobs(t, pool, "q", "completed", 50, 48*time.Hour) // swept
+				insertJobs(t, pool, "q", "dead", 50, 48*time.Hour)      // swept
 				insertJobs(t, pool, "q", "completed", 50, time.Minute)  // too recent
 				insertJobs(t, pool, "q", "available", 25, 0)
 				insertJobs(t, pool, "q", "running", 25, 0)
 				insertJobs(t, pool, "other", "completed", 25, 48*time.Hour) // another queue
 			}
-			c := newClaimer(t, pool, "q", claim.WithPurgeBatch(batch))
-			n, err := c.Purge(ctx, time.Hour)
+			c := newClaimer(t, pool, "q", claim.WithSweepBatch(batch))
+			n, err := c.SweepFinished(ctx, time.Hour)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if n != 200 {
-				t.Fatalf("purged %d jobs, want 200", n)
+				t.Fatalf("swept %d jobs, want 200", n)
 			}
 			if got, want := countJobs(t, pool, "q"), "available:50,completed:100,running:50"; got != want {
 				t.Errorf("left %s, want %s", got, want)
@@ -84,13 +84,13 @@ func TestPurgeBatchBoundaries(t *testing.T) {
 	}
 }
 
-// A purge runs while 6 workers claim and complete the queue's jobs, which
+// A sweep runs while 6 workers claim and complete the queue's jobs, which
 // are interleaved in id order with old finished ones: the old ones go, and
-// every job completed during the purge stays (it is newer than the cutoff);
+// every job completed during the sweep stays (it is newer than the cutoff);
 // no claimed job disappears under its worker (every Complete succeeds).
-// Then purges with no age limit run back to back while the workers go on:
+// Then sweeps with no age limit run back to back while the workers go on:
 // still no job is deleted before it finished.
-func TestPurgeConcurrentWithClaims(t *testing.T) {
+func TestSweepFinishedConcurrentWithClaims(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	pool := pgtest.SchemaPool(t, func(c *pgxpool.Config) { c.MaxConns = 10 })
@@ -98,7 +98,7 @@ func TestPurgeConcurrentWithClaims(t *testing.T) {
 		insertJobs(t, pool, "q", "available", 20, 0)
 		insertJobs(t, pool, "q", "completed", 25, 48*time.Hour)
 	}
-	c := newClaimer(t, pool, "q", claim.WithPurgeBatch(4))
+	c := newClaimer(t, pool, "q", claim.WithSweepBatch(4))
 
 	// work starts 6 workers that claim and complete until the queue is
 	// empty; wait waits for them.
@@ -118,7 +118,7 @@ func TestPurgeConcurrentWithClaims(t *testing.T) {
 						return
 					}
 					if err := c.Complete(ctx, jobs[0]); err != nil {
-						t.Errorf("complete job %d during a purge: %v", jobs[0].ID, err)
+						t.Errorf("complete job %d during a sweep: %v", jobs[0].ID, err)
 						return
 					}
 				}
@@ -127,54 +127,54 @@ func TestPurgeConcurrentWithClaims(t *testing.T) {
 		return wg.Wait
 	}
 
-	pgtest.Step(t, "one purge of what finished over an hour ago", func(t *testing.T) {
+	pgtest.Step(t, "one sweep of what finished over an hour ago", func(t *testing.T) {
 		wait := work(t)
-		n, err := c.Purge(ctx, time.Hour)
+		n, err := c.SweepFinished(ctx, time.Hour)
 		wait()
 		if err != nil {
 			t.Fatal(err)
 		}
 		if n != 500 {
-			t.Fatalf("purged %d jobs, want the 500 old ones", n)
+			t.Fatalf("swept %d jobs, want the 500 old ones", n)
 		}
 		if got, want := countJobs(t, pool, "q"), "completed:400"; got != want {
-			t.Fatalf("left %s, want %s (every job completed during the purge)", got, want)
+			t.Fatalf("left %s, want %s (every job completed during the sweep)", got, want)
 		}
 	})
 
-	pgtest.Step(t, "purges with no age limit, back to back, while jobs are claimed and completed", func(t *testing.T) {
+	pgtest.Step(t, "sweeps with no age limit, back to back, while jobs are claimed and completed", func(t *testing.T) {
 		insertJobs(t, pool, "q", "available", 400, 0)
 		stop := make(chan struct{})
-		var purged atomic.Int64
-		purgeErr := make(chan error, 1)
+		var swept atomic.Int64
+		sweepErr := make(chan error, 1)
 		go func() {
-			defer close(purgeErr)
+			defer close(sweepErr)
 			for {
 				select {
 				case <-stop:
 					return
 				default:
 				}
-				n, err := c.Purge(ctx, 0)
+				n, err := c.SweepFinished(ctx, 0)
 				if err != nil {
-					purgeErr <- err
+					sweepErr <- err
 					return
 				}
-				purged.Add(n)
+				swept.Add(n)
 			}
 		}()
 		wait := work(t)
 		wait()
 		close(stop)
-		if err := <-purgeErr; err != nil {
+		if err := <-sweepErr; err != nil {
 			t.Fatal(err)
 		}
-		n, err := c.Purge(ctx, 0)
+		n, err := c.SweepFinished(ctx, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if total := purged.Load() + n; total != 800 {
-			t.Fatalf("purged %d jobs in all, want the 800 completed ones", total)
+		if total := swept.Load() + n; total != 800 {
+			t.Fatalf("swept %d jobs in all, want the 800 completed ones", total)
 		}
 		if got := countJobs(t, pool, "q"); got != "" {
 			t.Fatalf("left %s, want nothing", got)
@@ -199,34 +199,34 @@ func (c *cancelAfter) TraceQueryEnd(_ context.Context, _ *pgx.Conn, _ pgx.TraceQ
 	}
 }
 
-// A purge whose context ends between batches returns the jobs deleted so
-// far with the context's error; the next purge deletes the rest.
-func TestPurgeCanceledMidway(t *testing.T) {
+// A sweep whose context ends between batches returns the jobs deleted so
+// far with the context's error; the next sweep deletes the rest.
+func TestSweepFinishedCanceledMidway(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	tracer := &cancelAfter{cancel: cancel}
 	pool := pgtest.SchemaPool(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = tracer })
 	insertJobs(t, pool, "q", "completed", 50, time.Hour)
-	c := newClaimer(t, pool, "q", claim.WithPurgeBatch(10))
+	c := newClaimer(t, pool, "q", claim.WithSweepBatch(10))
 	tracer.n.Store(3) // New's checks are done: three batches, then the cancel
-	n, err := c.Purge(ctx, time.Minute)
+	n, err := c.SweepFinished(ctx, time.Minute)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %d jobs and %v, want context.Canceled", n, err)
 	}
 	if n != 30 {
-		t.Fatalf("purged %d jobs before the cancel, want 30 (3 batches of 10)", n)
+		t.Fatalf("swept %d jobs before the cancel, want 30 (3 batches of 10)", n)
 	}
 	if got := countJobs(t, pool, "q"); got != "completed:20" {
 		t.Fatalf("left %s, want completed:20", got)
 	}
-	if n, err := c.Purge(context.Background(), time.Minute); err != nil || n != 20 {
-		t.Fatalf("second purge: %d jobs, %v; want 20", n, err)
+	if n, err := c.SweepFinished(context.Background(), time.Minute); err != nil || n != 20 {
+		t.Fatalf("second sweep: %d jobs, %v; want 20", n, err)
 	}
 }
 
 // A table of one's own: integer ids, other column names, no queue column.
-// Without a FinishedAt column Purge refuses, naming it.
-func TestPurgeOwnTable(t *testing.T) {
+// Without a FinishedAt column SweepFinished refuses, naming it.
+func TestSweepFinishedOwnTable(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.SchemaPool(t)
 	if _, err := pool.Exec(ctx, `
@@ -250,12 +250,12 @@ INSERT INTO "My Mails" (status, done_at) VALUES ('completed', now()), ('complete
 	}
 	tb := claim.Table{Name: "My Mails", ID: "mail_id", State: "status", Priority: "prio", RunAt: "not_before",
 		Attempt: "tries", MaxAttempts: "max_tries", Fence: "token", Owner: "worker", ExpiresAt: "leased_to", FinishedAt: "done_at"}
-	c, err := claim.New(ctx, pool, claim.WithTable(tb), claim.WithPurgeBatch(3))
+	c, err := claim.New(ctx, pool, claim.WithTable(tb), claim.WithSweepBatch(3))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := c.Purge(ctx, time.Hour); err != nil || n != 15 {
-		t.Fatalf("purge = %d, %v; want 15", n, err)
+	if n, err := c.SweepFinished(ctx, time.Hour); err != nil || n != 15 {
+		t.Fatalf("sweep = %d, %v; want 15", n, err)
 	}
 	var left string
 	if err := pool.QueryRow(ctx, `SELECT string_agg(status || ':' || (done_at IS NULL), ',' ORDER BY mail_id) FROM "My Mails"`).Scan(&left); err != nil {
@@ -270,21 +270,21 @@ INSERT INTO "My Mails" (status, done_at) VALUES ('completed', now()), ('complete
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Purge(ctx, time.Hour); !errors.Is(err, claim.ErrInvalidInput) || !strings.Contains(err.Error(), "FinishedAt") {
-		t.Fatalf("purge without FinishedAt: %v, want ErrInvalidInput naming FinishedAt", err)
+	if _, err := c.SweepFinished(ctx, time.Hour); !errors.Is(err, claim.ErrInvalidInput) || !strings.Contains(err.Error(), "FinishedAt") {
+		t.Fatalf("sweep without FinishedAt: %v, want ErrInvalidInput naming FinishedAt", err)
 	}
 }
 
-func TestPurgeRefusesBadInput(t *testing.T) {
+func TestSweepFinishedRefusesBadInput(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
-	for _, n := range []int{0, -1, claim.MaxPurgeBatch + 1} {
-		if _, err := claim.New(ctx, pool, claim.WithPurgeBatch(n)); !errors.Is(err, claim.ErrInvalidInput) {
-			t.Errorf("WithPurgeBatch(%d): %v, want ErrInvalidInput", n, err)
+	for _, n := range []int{0, -1, claim.MaxSweepBatch + 1} {
+		if _, err := claim.New(ctx, pool, claim.WithSweepBatch(n)); !errors.Is(err, claim.ErrInvalidInput) {
+			t.Errorf("WithSweepBatch(%d): %v, want ErrInvalidInput", n, err)
 		}
 	}
-	c := newClaimer(t, pool, queue("purge-bad"))
-	if _, err := c.Purge(ctx, -time.Second); !errors.Is(err, claim.ErrInvalidInput) {
+	c := newClaimer(t, pool, queue("sweep-bad"))
+	if _, err := c.SweepFinished(ctx, -time.Second); !errors.Is(err, claim.ErrInvalidInput) {
 		t.Errorf("negative age: %v, want ErrInvalidInput", err)
 	}
 }

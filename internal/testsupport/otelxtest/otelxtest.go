@@ -99,16 +99,3 @@ func (s Snapshot) Value(name string, attrs ...attribute.KeyValue) float64 {
 	}
 	return total
 }
-
-// HistSum sums the recorded values of histogram name's points matching attrs.
-func (s Snapshot) HistSum(name string, attrs ...attribute.KeyValue) float64 {
-	var total float64
-	if d, ok := s[name].Data.(metricdata.Histogram[float64]); ok {
-		for _, p := range d.DataPoints {
-			if match(p.Attributes, attrs) {
-				total += p.Sum
-			}
-		}
-	}
-	return total
-}

@@ -221,7 +221,24 @@ func WithResultHook(f func(*Job, Result)) RunnerOption {
 }
 
 // Runner runs a Handler (or a TxHandler) over the jobs a Claimer claims, with
-// N workers.
+// N workers, and spends the database sparingly: one claim statement takes as
+// many jobs as there are idle workers; one goroutine renews the leases of all
+// running jobs in one statement per round (a job's local deadline is a timer,
+// not a goroutine); and the jobs whose handler returned nil are completed in
+// one statement per batch, each row still matched on id, fence and state
+// 'running', pipelined with the next claim in one transaction when one is due.
+//
+// Each job learns on its own whether its completion counted: [Completed] is
+// reported only after the completion committed durably, LeaseLost when it did
+// not count. A handler that returns nil after its lease was lost gets no
+// completion, and Rescue takes the job back after its expiry. A completion
+// whose answer was lost is sent again and read back by id and fence on
+// another connection, within the write timeout; WriteError only when even
+// that fails. Runner also rescues expired leases periodically, wakes on
+// LISTEN/NOTIFY when asked to (polling stays the fallback), and on shutdown
+// lets in-flight jobs finish within a grace period, releases the rest and
+// writes the completions still queued. Every goroutine it starts has stopped
+// when Run returns.
 type Runner struct {
 	c       *Claimer
 	h       Handler
@@ -247,21 +264,21 @@ func NewTxRunner(c *Claimer, h TxHandler, opts ...RunnerOption) (*Runner, error)
 	if h == nil {
 		return nil, invalid("nil handler")
 	}
-	p, err := NewRunner(c, func(context.Context, *Job) error { return nil }, opts...)
+	rn, err := NewRunner(c, func(context.Context, *Job) error { return nil }, opts...)
 	if err != nil {
 		return nil, err
 	}
-	need, why := p.cfg.workers+2, "one for renewals, one for claims"
-	if p.cfg.listen != "" {
+	need, why := rn.cfg.workers+2, "one for renewals, one for claims"
+	if rn.cfg.listen != "" {
 		need, why = need+1, why+", one held by WithListen's listener"
 	}
 	if have := int(c.pool.Config().MaxConns); have < need {
 		return nil, invalid("the pool's MaxConns %d is too small for a transaction runner with %d workers: "+
 			"each worker holds a connection for its handler's transaction, so set MaxConns to at least %d "+
-			"(workers + %d: %s), or use fewer workers", have, p.cfg.workers, need, need-p.cfg.workers, why)
+			"(workers + %d: %s), or use fewer workers", have, rn.cfg.workers, need, need-rn.cfg.workers, why)
 	}
-	p.h, p.txh = nil, h
-	return p, nil
+	rn.h, rn.txh = nil, h
+	return rn, nil
 }
 
 // NewRunner returns a runner (a worker pool). Start it with Run.
@@ -304,48 +321,48 @@ func NewRunner(c *Claimer, h Handler, opts ...RunnerOption) (*Runner, error) {
 // when one is due, so a worker is free for the next job while its last
 // one's completion is written. A job is reported Completed only after its
 // completion committed durably.
-func (p *Runner) Run(ctx context.Context) error {
-	if !p.running.CompareAndSwap(false, true) {
-		return errors.New("claim: pool is already running")
+func (rn *Runner) Run(ctx context.Context) error {
+	if !rn.running.CompareAndSwap(false, true) {
+		return errors.New("claim: runner is already running")
 	}
-	defer p.running.Store(false)
+	defer rn.running.Store(false)
 
 	jobsCtx, stopJobs := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopJobs(nil)
-	slots := make(chan struct{}, p.cfg.workers)
-	for range p.cfg.workers {
+	slots := make(chan struct{}, rn.cfg.workers)
+	for range rn.cfg.workers {
 		slots <- struct{}{}
 	}
-	work := make(chan *Job, p.cfg.workers)
+	work := make(chan *Job, rn.cfg.workers)
 	wake := make(chan struct{}, 1)
-	r := &run{renew: newRenewer(p.c, p.cfg.ttl), completions: make(chan *Job, p.cfg.workers)}
+	r := &run{renew: newRenewer(rn.c, rn.cfg.ttl), completions: make(chan *Job, rn.cfg.workers)}
 
 	var workers, background, completer, renewer sync.WaitGroup
 	stopRenew := make(chan struct{})
 	renewer.Go(func() { r.renew.run(stopRenew) })
-	for range p.cfg.workers {
+	for range rn.cfg.workers {
 		workers.Go(func() {
 			for j := range work {
-				p.process(jobsCtx, r, j)
+				rn.process(jobsCtx, r, j)
 				slots <- struct{}{}
 			}
 		})
 	}
-	if p.cfg.rescueEvery > 0 {
-		background.Go(func() { p.rescueLoop(ctx, wake) })
+	if rn.cfg.rescueEvery > 0 {
+		background.Go(func() { rn.rescueLoop(ctx, wake) })
 	}
-	if p.cfg.listen != "" {
-		background.Go(func() { p.listenLoop(ctx, wake) })
+	if rn.cfg.listen != "" {
+		background.Go(func() { rn.listenLoop(ctx, wake) })
 	}
 
-	p.fetchLoop(ctx, r, work, slots, wake)
+	rn.fetchLoop(ctx, r, work, slots, wake)
 	close(work)
 	// From here on completions are written on their own.
-	completer.Go(func() { p.completeLoop(r) })
+	completer.Go(func() { rn.completeLoop(r) })
 
 	done := make(chan struct{})
 	go func() { workers.Wait(); close(done) }()
-	t := time.NewTimer(p.cfg.grace)
+	t := time.NewTimer(rn.cfg.grace)
 	select {
 	case <-done:
 		t.Stop()
@@ -376,7 +393,7 @@ type run struct {
 // worker, or waiting for the poll interval after a short claim) they go
 // alone. When ctx ends it returns, and completeLoop takes the completions
 // over.
-func (p *Runner) fetchLoop(ctx context.Context, r *run, work chan<- *Job, slots chan struct{}, wake <-chan struct{}) {
+func (rn *Runner) fetchLoop(ctx context.Context, r *run, work chan<- *Job, slots chan struct{}, wake <-chan struct{}) {
 	poll := time.NewTimer(time.Hour)
 	poll.Stop()
 	gather := time.NewTimer(time.Hour)
@@ -410,18 +427,18 @@ func (p *Runner) fetchLoop(ctx context.Context, r *run, work chan<- *Job, slots 
 			done = append(done, j)
 		}
 		if !resting {
-			n = p.gatherSlots(n, slots, gather, window)
+			n = rn.gatherSlots(n, slots, gather, window)
 		}
 		done = drain(done, r.completions)
 		if n == 0 {
-			p.completeBatch(r, done)
+			rn.completeBatch(r, done)
 			continue
 		}
 		sent := time.Now()
-		jobs, err := p.claimFor(r, n, done)
-		window = min(time.Since(sent)/2, p.cfg.poll)
+		jobs, err := rn.claimFor(r, n, done)
+		window = min(time.Since(sent)/2, rn.cfg.poll)
 		if err != nil {
-			p.c.cfg.logger.Warn("claim: claiming failed; retrying after the poll interval", "err", err)
+			rn.c.cfg.logger.Warn("claim: claiming failed; retrying after the poll interval", "err", err)
 		}
 		for _, j := range jobs {
 			work <- j // n workers are idle: this does not wait long
@@ -431,7 +448,7 @@ func (p *Runner) fetchLoop(ctx context.Context, r *run, work chan<- *Job, slots 
 		}
 		if len(jobs) < n || err != nil {
 			resting = true
-			poll.Reset(p.cfg.poll)
+			poll.Reset(rn.cfg.poll)
 		}
 	}
 }
@@ -440,8 +457,8 @@ func (p *Runner) fetchLoop(ctx context.Context, r *run, work chan<- *Job, slots 
 // window (half a claim's round trip) for more to come free: workers that
 // finish together then share one claim instead of each paying for a claim
 // of its own, and a job never waits for more than that.
-func (p *Runner) gatherSlots(n int, slots chan struct{}, gather *time.Timer, window time.Duration) int {
-	for n < p.cfg.batch {
+func (rn *Runner) gatherSlots(n int, slots chan struct{}, gather *time.Timer, window time.Duration) int {
+	for n < rn.cfg.batch {
 		select {
 		case <-slots:
 			n++
@@ -483,52 +500,52 @@ func drain(done []*Job, completions <-chan *Job) []*Job {
 // reporting each completion once it is settled. The claim's answer must not
 // be lost to shutdown (rows it claimed would wait for Rescue), so it runs on
 // its own timeout.
-func (p *Runner) claimFor(r *run, n int, done []*Job) ([]*Job, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.writeTimeout)
+func (rn *Runner) claimFor(r *run, n int, done []*Job) ([]*Job, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), rn.cfg.writeTimeout)
 	defer cancel()
 	if len(done) == 0 {
-		return p.c.Claim(ctx, n, p.cfg.ttl)
+		return rn.c.Claim(ctx, n, rn.cfg.ttl)
 	}
-	if !p.c.pipeline {
+	if !rn.c.pipeline {
 		// Behind a transaction pooler with named statements: the
 		// completions go alone, then the claim.
-		p.completeBatch(r, done)
-		return p.c.Claim(ctx, n, p.cfg.ttl)
+		rn.completeBatch(r, done)
+		return rn.c.Claim(ctx, n, rn.cfg.ttl)
 	}
-	res, jobs, err := p.c.completeAndClaim(ctx, done, n, p.cfg.ttl)
+	res, jobs, err := rn.c.completeAndClaim(ctx, done, n, rn.cfg.ttl)
 	if ambiguous(err) {
 		// Whether the completions committed is unknown: settle them.
-		p.settleBatch(r, done, err)
+		rn.settleBatch(r, done, err)
 		return nil, err
 	}
 	if err != nil {
 		// Refused by the server (the batch's one transaction rolled
 		// back) or never sent: nothing of it landed.
-		p.reportBatch(r, done, nil, err)
+		rn.reportBatch(r, done, nil, err)
 		return nil, err
 	}
-	p.reportBatch(r, done, res, nil)
+	rn.reportBatch(r, done, res, nil)
 	return jobs, nil
 }
 
 // process runs one job's handler and records its result: a completion goes
 // to the completer (the worker is then free), anything else is written here.
-func (p *Runner) process(base context.Context, r *run, j *Job) {
+func (rn *Runner) process(base context.Context, r *run, j *Job) {
 	jctx, cancel := context.WithCancelCause(base)
 	r.renew.add(j, cancel)
-	herr := p.call(jctx, j)
+	herr := rn.call(jctx, j)
 	cause := context.Cause(jctx)
 	cancel(nil)
 
-	if herr == nil && p.txh == nil {
+	if herr == nil && rn.txh == nil {
 		if errors.Is(cause, ErrLeaseLost) {
 			// The lease was lost (local deadline passed, or a renewal
 			// found the job gone) before the handler returned: its work
 			// may overlap another attempt's, so it is not completed.
 			// Rescue takes the job back once its lease expires.
 			r.renew.remove(j)
-			p.c.met.leaseLost(opComplete)
-			p.report(j, Result{Outcome: LeaseLost, Err: cause})
+			rn.c.met.leaseLost(opComplete)
+			rn.report(j, Result{Outcome: LeaseLost, Err: cause})
 			return
 		}
 		// The renewer keeps the lease until the completion is written.
@@ -536,7 +553,7 @@ func (p *Runner) process(base context.Context, r *run, j *Job) {
 		return
 	}
 	defer r.renew.remove(j)
-	wctx, wcancel := context.WithTimeout(context.Background(), p.cfg.writeTimeout)
+	wctx, wcancel := context.WithTimeout(context.Background(), rn.cfg.writeTimeout)
 	defer wcancel()
 	res := Result{HandlerErr: herr}
 	var completed *completedInTx
@@ -546,27 +563,27 @@ func (p *Runner) process(base context.Context, r *run, j *Job) {
 		res.HandlerErr = nil
 		res.Outcome, res.Err = completed.outcome, completed.err
 	case errors.Is(cause, ErrShutdown):
-		res.Outcome, res.Err = Released, p.c.Release(wctx, j)
+		res.Outcome, res.Err = Released, rn.c.Release(wctx, j)
 	default:
 		res.Outcome = Failed
-		res.Fail, res.Err = p.c.Fail(wctx, j, herr)
+		res.Fail, res.Err = rn.c.Fail(wctx, j, herr)
 	}
-	p.report(j, res)
+	rn.report(j, res)
 }
 
 // report classifies a result's write error, logs it and calls the hook.
-func (p *Runner) report(j *Job, res Result) {
+func (rn *Runner) report(j *Job, res Result) {
 	if res.Err != nil {
 		if errors.Is(res.Err, ErrLeaseLost) {
 			res.Outcome = LeaseLost
-			p.c.cfg.logger.Warn("claim: job result refused: lease lost", "job", j.ID, "fence", j.Fence, "err", res.Err)
+			rn.c.cfg.logger.Warn("claim: job result refused: lease lost", "job", j.ID, "fence", j.Fence, "err", res.Err)
 		} else {
 			res.Outcome = WriteError
-			p.c.cfg.logger.Error("claim: could not record job result; its lease will expire", "job", j.ID, "err", res.Err)
+			rn.c.cfg.logger.Error("claim: could not record job result; its lease will expire", "job", j.ID, "err", res.Err)
 		}
 	}
-	if p.cfg.hook != nil {
-		p.cfg.hook(j, res)
+	if rn.cfg.hook != nil {
+		rn.cfg.hook(j, res)
 	}
 }
 
@@ -576,9 +593,9 @@ const maxCompleteBatch = 1000
 // completeLoop writes the completions still queued once fetchLoop has
 // stopped (shutdown), as many per statement as are queued, until the queue
 // is closed and drained.
-func (p *Runner) completeLoop(r *run) {
+func (rn *Runner) completeLoop(r *run) {
 	for j := range r.completions {
-		p.completeBatch(r, drain([]*Job{j}, r.completions))
+		rn.completeBatch(r, drain([]*Job{j}, r.completions))
 	}
 }
 
@@ -586,50 +603,50 @@ func (p *Runner) completeLoop(r *run) {
 // outcome. An answer lost on the way back is settled before anything is
 // reported (see Claimer.settleMany), so Completed always means durably
 // completed and LeaseLost always means refused.
-func (p *Runner) completeBatch(r *run, jobs []*Job) {
-	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.writeTimeout)
-	res, err := p.c.completeMany(ctx, jobs)
+func (rn *Runner) completeBatch(r *run, jobs []*Job) {
+	ctx, cancel := context.WithTimeout(context.Background(), rn.cfg.writeTimeout)
+	res, err := rn.c.completeMany(ctx, jobs)
 	cancel()
 	if ambiguous(err) {
-		p.settleBatch(r, jobs, err)
+		rn.settleBatch(r, jobs, err)
 		return
 	}
-	p.reportBatch(r, jobs, res, err)
+	rn.reportBatch(r, jobs, res, err)
 }
 
 // settleBatch settles completions whose outcome err left unknown.
-func (p *Runner) settleBatch(r *run, jobs []*Job, err error) {
-	p.c.cfg.logger.Warn("claim: completion answer lost; settling by reading the jobs back", "jobs", len(jobs), "err", err)
-	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.writeTimeout)
+func (rn *Runner) settleBatch(r *run, jobs []*Job, err error) {
+	rn.c.cfg.logger.Warn("claim: completion answer lost; settling by reading the jobs back", "jobs", len(jobs), "err", err)
+	ctx, cancel := context.WithTimeout(context.Background(), rn.cfg.writeTimeout)
 	defer cancel()
-	res, err := p.c.settleMany(ctx, jobs)
-	p.reportBatch(r, jobs, res, err)
+	res, err := rn.c.settleMany(ctx, jobs)
+	rn.reportBatch(r, jobs, res, err)
 }
 
 // reportBatch reports each job's completion: res[i] for job i, or err for
 // all when err is not nil.
-func (p *Runner) reportBatch(r *run, jobs []*Job, res []error, err error) {
+func (rn *Runner) reportBatch(r *run, jobs []*Job, res []error, err error) {
 	for i, j := range jobs {
 		r.renew.remove(j)
 		out := Result{Outcome: Completed, Err: err}
 		if err == nil {
 			out.Err = res[i]
 		}
-		p.c.met.batchCompleted(j, out.Err)
-		p.report(j, out)
+		rn.c.met.batchCompleted(j, out.Err)
+		rn.report(j, out)
 	}
 }
 
-func (p *Runner) call(ctx context.Context, j *Job) (err error) {
+func (rn *Runner) call(ctx context.Context, j *Job) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("claim: handler panicked on job %d: %v\n%s", j.ID, r, debug.Stack())
 		}
 	}()
-	if p.txh != nil {
-		return p.callTx(ctx, j)
+	if rn.txh != nil {
+		return rn.callTx(ctx, j)
 	}
-	return p.h(ctx, j)
+	return rn.h(ctx, j)
 }
 
 // completedInTx carries a TxHandler's completion out of call, with the
@@ -660,60 +677,60 @@ func (c *completedInTx) Error() string { return "claim: completed in the handler
 // The completion and the commit run on a context of their own, bounded by
 // the write timeout: a handler that ran into the shutdown grace still gets
 // its completion recorded.
-func (p *Runner) callTx(ctx context.Context, j *Job) error {
-	tx, err := p.c.pool.Begin(ctx)
+func (rn *Runner) callTx(ctx context.Context, j *Job) error {
+	tx, err := rn.c.pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("claim: begin transaction for job %d: %w", j.ID, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	if err := p.txh(ctx, tx, j); err != nil {
+	if err := rn.txh(ctx, tx, j); err != nil {
 		return err
 	}
 	if cause := context.Cause(ctx); errors.Is(cause, ErrLeaseLost) {
-		p.c.met.leaseLost(opComplete)
+		rn.c.met.leaseLost(opComplete)
 		return &completedInTx{outcome: LeaseLost, err: cause}
 	}
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.writeTimeout)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rn.cfg.writeTimeout)
 	defer cancel()
 	// Not CompleteTx: the completion is counted once the commit is known.
-	if err := p.c.complete(wctx, tx, j); err != nil {
+	if err := rn.c.complete(wctx, tx, j); err != nil {
 		return &completedInTx{outcome: Completed, err: err}
 	}
 	err = tx.Commit(wctx)
 	if err == nil {
-		p.c.met.completed(j)
+		rn.c.met.completed(j)
 		return &completedInTx{outcome: Completed}
 	}
 	err = fmt.Errorf("claim: commit job %d: %w", j.ID, err)
 	if !ambiguous(err) {
 		return &completedInTx{outcome: Completed, err: err}
 	}
-	return p.settleTx(j, err)
+	return rn.settleTx(j, err)
 }
 
 // settleTx reads back a job whose commit answer was lost; see callTx.
-func (p *Runner) settleTx(j *Job, commitErr error) error {
-	p.c.cfg.logger.Warn("claim: commit answer lost; reading the job back", "job", j.ID, "fence", j.Fence, "err", commitErr)
-	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.writeTimeout)
+func (rn *Runner) settleTx(j *Job, commitErr error) error {
+	rn.c.cfg.logger.Warn("claim: commit answer lost; reading the job back", "job", j.ID, "fence", j.Fence, "err", commitErr)
+	ctx, cancel := context.WithTimeout(context.Background(), rn.cfg.writeTimeout)
 	defer cancel()
-	states, err := p.c.readBack(ctx, nil, []*Job{j})
+	states, err := rn.c.readBack(ctx, nil, []*Job{j})
 	switch {
 	case err != nil:
 		return &completedInTx{outcome: WriteError, err: fmt.Errorf("%w; reading the job back: %w", commitErr, err)}
 	case states[attemptOf(j)] == "completed":
-		p.c.met.completed(j)
+		rn.c.met.completed(j)
 		return &completedInTx{outcome: Completed}
 	case states[attemptOf(j)] == "running":
 		// The commit did not land and the lease is still ours: the
 		// attempt failed, its effects are gone.
 		return commitErr
 	}
-	p.c.met.leaseLost(opComplete)
+	rn.c.met.leaseLost(opComplete)
 	return &completedInTx{outcome: LeaseLost, err: &LeaseLostError{Op: "complete", JobID: j.ID, Fence: j.Fence}}
 }
 
-func (p *Runner) rescueLoop(ctx context.Context, wake chan<- struct{}) {
-	t := time.NewTicker(p.cfg.rescueEvery)
+func (rn *Runner) rescueLoop(ctx context.Context, wake chan<- struct{}) {
+	t := time.NewTicker(rn.cfg.rescueEvery)
 	defer t.Stop()
 	for {
 		select {
@@ -722,10 +739,10 @@ func (p *Runner) rescueLoop(ctx context.Context, wake chan<- struct{}) {
 		case <-t.C:
 		}
 		for ctx.Err() == nil {
-			r, err := p.c.Rescue(ctx, 1000)
+			r, err := rn.c.Rescue(ctx, 1000)
 			if err != nil {
 				if ctx.Err() == nil {
-					p.c.cfg.logger.Warn("claim: rescue failed", "err", err)
+					rn.c.cfg.logger.Warn("claim: rescue failed", "err", err)
 				}
 				break
 			}
@@ -745,23 +762,16 @@ func (p *Runner) rescueLoop(ctx context.Context, wake chan<- struct{}) {
 // listenLoop keeps a listener (internal/listen) on the runner's channel
 // until ctx ends: each notification, and each (re)connection (notifications
 // sent meanwhile went unheard), wakes fetchLoop, which claims at once.
-func (p *Runner) listenLoop(ctx context.Context, wake chan<- struct{}) {
-	l := listen.New(p.c.pool, listen.Config{OnError: func(err error, retryIn time.Duration) {
-		p.c.cfg.logger.Warn("claim: listening for notifications failed; polling meanwhile",
-			"channel", p.cfg.listen, "err", err, "retry_in", retryIn)
+func (rn *Runner) listenLoop(ctx context.Context, wake chan<- struct{}) {
+	l := listen.New(rn.c.pool, listen.Config{OnError: func(err error, retryIn time.Duration) {
+		rn.c.cfg.logger.Warn("claim: listening for notifications failed; polling meanwhile",
+			"channel", rn.cfg.listen, "err", err, "retry_in", retryIn)
 	}})
-	unsubscribe, err := l.Subscribe(p.cfg.listen, "", wake)
+	unsubscribe, err := l.Subscribe(rn.cfg.listen, "", wake)
 	if err != nil { // WithListen checked the channel: never
-		p.c.cfg.logger.Error("claim: cannot listen; polling only", "channel", p.cfg.listen, "err", err)
+		rn.c.cfg.logger.Error("claim: cannot listen; polling only", "channel", rn.cfg.listen, "err", err)
 		return
 	}
 	defer unsubscribe()
 	l.Run(ctx) // a fresh listener: never ErrRunning
-}
-
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
 }

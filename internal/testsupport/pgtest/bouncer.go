@@ -11,12 +11,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgfence/pgfence/internal/dbenv"
+	"github.com/pgfence/pgfence/internal/testsupport/dbenv"
+	"github.com/pgfence/pgfence/internal/testsupport/needtool"
 )
-
-// RequireBouncerVariable, when set (CI sets it), turns a missing pgbouncer
-// binary into a test failure instead of a skip.
-const RequireBouncerVariable = "PGFENCE_REQUIRE_BOUNCER"
 
 var (
 	bouncerOnce sync.Once
@@ -29,7 +26,7 @@ var (
 // the test server, with a wildcard database entry), or else one started from
 // the local pgbouncer binary on first use and stopped when the package's
 // tests end. Without a pgbouncer binary the test is skipped with a loud
-// reason, or fails when PGFENCE_REQUIRE_BOUNCER is set.
+// reason (needtool.Bouncer), or fails when PGFENCE_REQUIRE_BOUNCER is set.
 func BouncerURL(t testing.TB) string {
 	t.Helper()
 	bouncerOnce.Do(func() {
@@ -38,8 +35,8 @@ func BouncerURL(t testing.TB) string {
 		bouncer, bouncerErr = dbenv.OpenBouncer(ctx, ServerURL(), os.Stderr)
 	})
 	switch {
-	case errors.Is(bouncerErr, dbenv.ErrNoBouncer) && os.Getenv(RequireBouncerVariable) == "":
-		t.Skipf("NOT TESTED BEHIND PGBOUNCER: %v", bouncerErr)
+	case errors.Is(bouncerErr, dbenv.ErrNoBouncer):
+		needtool.Bouncer.Missing(t, bouncerErr)
 	case bouncerErr != nil:
 		t.Fatalf("pgtest: PgBouncer: %v", bouncerErr)
 	}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/pgfence/pgfence/claim"
 	"github.com/pgfence/pgfence/fencedb"
-	"github.com/pgfence/pgfence/internal/pgtest"
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
 
 func enqueueMany(t testing.TB, q fencedb.DBTX, queue string, n int, maxAttempts int32) {
@@ -42,7 +42,7 @@ func itoa(i int) string {
 // random running jobs and rescuing them, as a stalled worker would see. The
 // database must accept exactly one completion per job, lose none, and count
 // every attempt.
-func TestPoolManyJobsWithLeaseLosses(t *testing.T) {
+func TestRunnerManyJobsWithLeaseLosses(t *testing.T) {
 	const jobs, workers = 10000, 8
 	ctx := context.Background()
 	pool := pgtest.Pool(t, func(c *pgxpool.Config) { c.MaxConns = 20 })
@@ -203,7 +203,7 @@ func TestPoolManyJobsWithLeaseLosses(t *testing.T) {
 		jobs, workers, elapsed.Round(time.Millisecond), float64(jobs)/elapsed.Seconds(), injected.Load(), rescued.Load(), sumAttempts, outcomes)
 }
 
-func TestPoolLeaseLossEndsJobContext(t *testing.T) {
+func TestRunnerLeaseLossEndsJobContext(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	qn := queue("loss")
@@ -264,7 +264,7 @@ func TestPoolLeaseLossEndsJobContext(t *testing.T) {
 	})
 }
 
-func TestPoolGracefulShutdown(t *testing.T) {
+func TestRunnerGracefulShutdown(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	qn := queue("shutdown")
@@ -352,7 +352,7 @@ func notifiedRuns(t *testing.T, pool *pgxpool.Pool, done <-chan int64, qn, chann
 	}
 }
 
-func TestPoolListenNotify(t *testing.T) {
+func TestRunnerListenNotify(t *testing.T) {
 	pool := pgtest.Pool(t)
 	qn := queue("listen")
 	done := runListening(t, pool, qn, "pgfence test wake")
@@ -366,7 +366,7 @@ func TestPoolListenNotify(t *testing.T) {
 
 // After its listening backend is killed, the runner listens again (a new
 // backend) and a notified job still runs at once.
-func TestPoolListenReconnects(t *testing.T) {
+func TestRunnerListenReconnects(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	qn := queue("relisten")
@@ -402,7 +402,7 @@ func TestPoolListenReconnects(t *testing.T) {
 	}
 }
 
-func TestPoolBadOptions(t *testing.T) {
+func TestRunnerBadOptions(t *testing.T) {
 	pool := pgtest.Pool(t)
 	qn := queue("opts")
 	c := newClaimer(t, pool, qn)
@@ -483,7 +483,7 @@ func TestRunnerLocalDeadlineWhenRenewalsStall(t *testing.T) {
 // first job completes and its effect stays; the second is rescued and
 // re-claimed while its handler runs, so its completion is refused and its
 // effect is rolled back.
-func TestTxPoolEffectsCommitWithCompletion(t *testing.T) {
+func TestTxRunnerEffectsCommitWithCompletion(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	if _, err := pool.Exec(ctx, `DROP TABLE IF EXISTS txpool_effects; CREATE TABLE txpool_effects (job_id bigint PRIMARY KEY)`); err != nil {

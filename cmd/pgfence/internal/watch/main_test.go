@@ -1,0 +1,9 @@
+package watch
+
+import (
+	"testing"
+
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
