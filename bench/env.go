@@ -72,10 +72,13 @@ func openEnv(ctx context.Context, o *options) (*env, error) {
 }
 
 // pool opens a pool on the benchmark database with up to max connections.
-func (e *env) pool(ctx context.Context, max int) (*pgxpool.Pool, error) {
+func (e *env) pool(ctx context.Context, max int, opts ...func(*pgxpool.Config)) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(e.adminURL)
 	if err != nil {
 		return nil, err
+	}
+	for _, o := range opts {
+		o(cfg)
 	}
 	cfg.ConnConfig.Database = e.dbName
 	cfg.MaxConns = int32(max)

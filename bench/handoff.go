@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/pglease"
@@ -14,11 +16,12 @@ import (
 // handoffRow is the hand-off latency of one mode: from the start of the
 // holder's Release to the return of the next waiter's Acquire.
 type handoffRow struct {
-	mode       string
-	p50, p90   sample // per round, in ms
-	max        time.Duration
-	handoffs   int
-	perRoundMs []float64
+	mode          string
+	p50, p90, p99 sample // per round, in ms
+	stmts         sample // statements per hand-off, per round
+	max           time.Duration
+	handoffs      int
+	perRoundMs    []float64
 }
 
 // runHandoff has W waiters block in Acquire on one key while each holder
@@ -27,7 +30,8 @@ type handoffRow struct {
 // all on one pool.
 func runHandoff(ctx context.Context, e *env, rep *report) error {
 	w := e.opts.waiters
-	pool, err := e.pool(ctx, w+handoffClients(w)+4)
+	var sent statements
+	pool, err := e.pool(ctx, w+handoffClients(w)+4, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = &sent })
 	if err != nil {
 		return err
 	}
@@ -38,6 +42,8 @@ func runHandoff(ctx context.Context, e *env, rep *report) error {
 	}{
 		{"polling (default)", nil},
 		{"WithWakeOnRelease", []pglease.Option{pglease.WithWakeOnRelease()}},
+		{"WithFairWaiting (polling)", []pglease.Option{pglease.WithFairWaiting()}},
+		{"WithFairWaiting + WithWakeOnRelease", []pglease.Option{pglease.WithFairWaiting(), pglease.WithWakeOnRelease()}},
 	}
 	rows := make([]*handoffRow, len(modes))
 	for i, m := range modes {
@@ -46,7 +52,9 @@ func runHandoff(ctx context.Context, e *env, rep *report) error {
 	for round := range e.opts.rounds {
 		for i := range modes {
 			mi := (i + round) % len(modes)
+			before := sent.n.Load()
 			lat, err := handoffRound(ctx, pool, w, fmt.Sprintf("handoff/%d/%d", round, mi), modes[mi].opts)
+			n := sent.n.Load() - before
 			if err != nil {
 				rep.failures++
 				return fmt.Errorf("%s: %w", modes[mi].name, err)
@@ -54,6 +62,8 @@ func runHandoff(ctx context.Context, e *env, rep *report) error {
 			r := rows[mi]
 			r.p50 = append(r.p50, float64(lat.quantile(0.5))/1e6)
 			r.p90 = append(r.p90, float64(lat.quantile(0.9))/1e6)
+			r.p99 = append(r.p99, float64(lat.quantile(0.99))/1e6)
+			r.stmts = append(r.stmts, float64(n)/float64(len(lat)))
 			r.max = max(r.max, lat.quantile(1))
 			r.handoffs += len(lat)
 			logf("handoff %s: p50 %s p90 %s max %s over %d", modes[mi].name, ms(lat.quantile(0.5)), ms(lat.quantile(0.9)), ms(lat.quantile(1)), len(lat))
@@ -130,3 +140,16 @@ func handoffRound(ctx context.Context, p *pgxpool.Pool, w int, key string, opts 
 	}
 	return lat, nil
 }
+
+// statements counts the statements a pool's connections send (a pgx query
+// tracer).
+type statements struct{ n atomic.Int64 }
+
+// TraceQueryStart counts one statement.
+func (s *statements) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	s.n.Add(1)
+	return ctx
+}
+
+// TraceQueryEnd does nothing.
+func (s *statements) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}

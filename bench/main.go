@@ -40,7 +40,7 @@ type options struct {
 	contenders map[string]bool
 }
 
-var sections = []string{"leases", "handoff", "jobs", "scale", "memory"}
+var sections = []string{"leases", "handoff", "coord", "jobs", "scale", "memory"}
 
 func main() {
 	if err := run(); err != nil {
@@ -250,7 +250,7 @@ func run() error {
 		fn   func(context.Context, *env, *report) error
 	}
 	for _, s := range []section{
-		{"leases", runLeases}, {"handoff", runHandoff}, {"jobs", runJobs},
+		{"leases", runLeases}, {"handoff", runHandoff}, {"coord", runCoord}, {"jobs", runJobs},
 		{"scale", runScale}, {"memory", runMemory},
 	} {
 		if !o.only[s.name] {

@@ -30,6 +30,7 @@ type report struct {
 
 	leases  []*leaseRow
 	handoff []*handoffRow
+	coord   []*coordRow
 	jobs    []*jobRow
 	scale   []scaleRow
 	memory  *memResult
@@ -77,6 +78,7 @@ func (r *report) markdown() string {
 	}
 	r.leaseTable(p)
 	r.handoffTable(p)
+	r.coordTable(p)
 	r.jobTable(p)
 	r.scaleTable(p)
 	r.memoryTable(p)
@@ -144,10 +146,12 @@ func (r *report) handoffTable(p func(string, ...any)) {
 	p("")
 	p("%d waiters block in `Acquire` on one key (sharing %d clients, as a few processes would); each holder releases as soon as it is granted. Latency: from the start of `Release` to the return of the next waiter's `Acquire`. Medians over rounds of each round's quantile.", r.opts.waiters, handoffClients(r.opts.waiters))
 	p("")
-	p("| mode | p50 | p90 | max | hand-offs |")
-	p("|---|---:|---:|---:|---:|")
+	p("**WithFairWaiting** queues the waiters in the database (first come, first served); with **WithWakeOnRelease** too, a release notifies only the queue's first waiter, not every waiter of the key. Statements per hand-off: every statement the pool's connections sent during the round (acquisition attempts, releases, queue upkeep, LISTEN), divided by the hand-offs.")
+	p("")
+	p("| mode | p50 | p90 | p99 | max | statements per hand-off | hand-offs |")
+	p("|---|---:|---:|---:|---:|---:|---:|")
 	for _, h := range r.handoff {
-		p("| %s | %s | %s | %s | %d |", h.mode, msSample(h.p50), msSample(h.p90), ms(h.max), h.handoffs)
+		p("| %s | %s | %s | %s | %s | %s | %d |", h.mode, msSample(h.p50), msSample(h.p90), msSample(h.p99), ms(h.max), h.stmts.rate(), h.handoffs)
 	}
 }
 

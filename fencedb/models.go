@@ -41,6 +41,12 @@ type PgfenceAbandonedToken struct {
 	AbandonedAt time.Time
 }
 
+type PgfenceExclusiveWaiter struct {
+	LockKey    string
+	OwnerToken string
+	ExpiresAt  time.Time
+}
+
 type PgfenceJob struct {
 	ID          int64
 	Queue       string
@@ -57,4 +63,28 @@ type PgfenceJob struct {
 	LastError   pgtype.Text
 	CreatedAt   time.Time
 	FinishedAt  *time.Time
+}
+
+type PgfencePermit struct {
+	LockKey    string
+	Slot       int32
+	Exclusive  bool
+	Owner      string
+	OwnerToken string
+	Fence      int64
+	AcquiredAt time.Time
+	ExpiresAt  time.Time
+}
+
+type PgfenceSemaphore struct {
+	LockKey string
+	Permits int32
+}
+
+type PgfenceWaiter struct {
+	LockKey    string
+	OwnerToken string
+	Owner      string
+	Ticket     int64
+	ExpiresAt  time.Time
 }

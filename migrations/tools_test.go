@@ -206,6 +206,9 @@ func TestBaselineMatchesPrereleaseChain(t *testing.T) {
 	if err := migrations.Force(ctx, old, 8); err != nil { // what the former migrator recorded
 		t.Fatal(err)
 	}
+
+	// Up applies the migrations after the baseline (if any) to the chain's
+	// schema as to a fresh one; the catalogs are compared after it.
 	if err := migrations.Up(ctx, old); err != nil {
 		t.Fatalf("Up on a database at the chain's version 8: %v", err)
 	}

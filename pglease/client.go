@@ -213,10 +213,21 @@ func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 // says how long it waited. Transient errors (a dropped connection, a server
 // restarting) are retried the same way; definite ones (a missing schema, bad
 // input) end it at once.
-func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (_ *Lease, err error) {
+func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
 	if err := c.checkArgs(key, ttl); err != nil {
 		return nil, err
 	}
+	if c.cfg.fair {
+		return c.acquireFair(ctx, key, ttl)
+	}
+	return c.waitFor(ctx, key, key, func(ctx context.Context) (*Lease, error) { return c.acquire(ctx, key, ttl) })
+}
+
+// waitFor runs attempt until it grants a lease, as Acquire describes: the
+// backoff, the wake on a notification whose payload is wake (the key, or a
+// fair waiter's owner token), the maximum wait, and which errors end the
+// wait. Every kind of lease waits through it.
+func (c *Client) waitFor(ctx context.Context, key, wake string, attempt func(context.Context) (*Lease, error)) (_ *Lease, err error) {
 	start := time.Now()
 	defer func() { c.stats.waitedNanos.Add(int64(time.Since(start))) }()
 	defer func() { c.met.acquired(opWait, start, err) }()
@@ -225,13 +236,13 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (_ 
 	if c.wake != nil {
 		// Before the first attempt, so that no release between a failed
 		// attempt and the subscription goes unheard.
-		ch, unsubscribe := c.wake.subscribe(key)
+		ch, unsubscribe := c.wake.subscribe(wake)
 		defer unsubscribe()
 		woken = ch
 	}
 	var lastErr error
-	for attempt := 1; ; attempt++ {
-		l, err := c.acquire(ctx, key, ttl)
+	for n := 1; ; n++ {
+		l, err := attempt(ctx)
 		if err == nil {
 			return l, nil
 		}
@@ -244,13 +255,14 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (_ 
 			return nil, err
 		}
 		waitErr := func(cause error) error {
-			return &WaitError{Key: key, Waited: time.Since(start), Attempts: attempt, Cause: cause, LastErr: lastErr}
+			return &WaitError{Key: key, Waited: time.Since(start), Attempts: n, Cause: cause, LastErr: lastErr}
 		}
 		if ctx.Err() != nil {
 			return nil, waitErr(context.Cause(ctx))
 		}
 		sleep := time.Duration(mrand.Int64N(int64(bound))) + time.Millisecond
 		bound = min(2*bound, c.cfg.backoffMax)
+		sleep = c.queuedSleep(err, sleep)
 		if c.cfg.maxWait > 0 {
 			left := c.cfg.maxWait - time.Since(start)
 			if left <= 0 {

@@ -71,6 +71,22 @@
 //     ([WithObserveInterval], default 200ms), at the lease's expiry, and at
 //     once on a notified release with WithWakeOnRelease.
 //
+// Beyond the mutex, on the same machinery (expiry by the database clock,
+// auto-renewal, the loss context, owner tokens for lost answers), every grant
+// with its own fence from the one fence source:
+//   - [Client.Semaphore]: N permits per key, enforced by the database, each a
+//     *Lease with a slot 0..N-1 ([Lease.Slot]); callers that disagree about N
+//     get [ErrPermitsMismatch].
+//   - [Client.AcquireShared] and [Client.AcquireExclusive]: many readers or
+//     one writer, with writer preference once a writer waits.
+//   - [Client.AcquireSet]: several keys in one statement, all or none.
+//   - [WithFairWaiting]: Acquire waiters granted in arrival order, by a queue
+//     in the database; with WithWakeOnRelease a release wakes the first only.
+//   - [Lease.HoldAtLeast] and [Client.OncePerPeriod]: a minimum hold for
+//     scheduled work.
+//
+// See docs/coordination.md for when to use which.
+//
 // Zero rows is an answer: [ErrNotAcquired], ErrLeaseLost, and [WaitError] (which
 // says how long Acquire waited) are returned, never swallowed.
 //

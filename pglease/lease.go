@@ -30,6 +30,7 @@ type Lease struct {
 	fence int64
 	ttl   time.Duration
 	start time.Time // before the acquisition was sent, for pgfence.lease.held.duration
+	row   leaseRow  // which row holds it, and how it is released (rows.go)
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -52,12 +53,17 @@ type Lease struct {
 }
 
 func (c *Client) startLease(key, token string, fence int64, expiresAt time.Time, ttl time.Duration, sent time.Time) (*Lease, error) {
-	if err := c.checkTimeline(key, token, fence); err != nil {
+	return c.startRow(key, token, fence, expiresAt, ttl, sent, leaseRow{})
+}
+
+// startRow is startLease for a lease held in the row row names.
+func (c *Client) startRow(key, token string, fence int64, expiresAt time.Time, ttl time.Duration, sent time.Time, row leaseRow) (*Lease, error) {
+	if err := c.checkTimeline(key, token, fence, row); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	l := &Lease{
-		c: c, key: key, token: token, fence: fence, ttl: ttl, start: sent,
+		c: c, key: key, token: token, fence: fence, ttl: ttl, start: sent, row: row,
 		ctx: ctx, cancel: cancel, renewing: make(chan struct{}, 1),
 		deadline:  c.schedule(ttl).Deadline(sent),
 		expiresAt: expiresAt,
@@ -80,7 +86,7 @@ func (c *Client) startLease(key, token string, fence int64, expiresAt time.Time,
 		l.mu.Unlock()
 		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer rcancel()
-		c.release(rctx, key, fence)
+		l.releaseRow(rctx)
 		cancel(ErrClosed)
 		return nil, ErrClosed
 	}
@@ -197,7 +203,7 @@ func (l *Lease) deadlinePassed() {
 		defer l.c.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		l.c.release(ctx, l.key, l.fence)
+		l.releaseRow(ctx)
 		l.forget()
 	}
 }
@@ -230,7 +236,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 	if l.c.renewHook != nil {
 		expiresAt, err = l.c.renewHook(ctx, l)
 	} else {
-		expiresAt, err = l.c.queries(ctx).Renew(ctx, fencedb.RenewParams{LockKey: l.key, Fence: l.fence, TtlMicros: l.ttl.Microseconds()})
+		expiresAt, err = l.renewRow(ctx)
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		cause := l.lostError(keepalive.Gone)
@@ -317,12 +323,12 @@ func (l *Lease) Release(ctx context.Context) error {
 		return fmt.Errorf("pglease: releasing %q: a renewal was still in flight: %w (it expires by itself at its TTL)", l.key, context.Cause(ctx))
 	}
 
-	released, err := l.c.release(ctx, l.key, l.fence)
+	released, err := l.releaseRow(ctx)
 	var taken bool // another owner holds the key (else: it had expired)
 	if err == nil && !released {
 		// The uncommon path: nothing was held. Which way was it lost?
 		var current int64
-		current, err = l.c.queries(ctx).LeaseFence(ctx, l.key)
+		current, err = l.currentFence(ctx)
 		taken = err != nil || current != l.fence
 		if errors.Is(err, pgx.ErrNoRows) {
 			err = nil // the row was swept: someone else's now, or nobody's

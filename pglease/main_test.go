@@ -1,6 +1,7 @@
 package pglease_test
 
 import (
+	"os"
 	"testing"
 
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
@@ -8,4 +9,11 @@ import (
 
 // TestMain gives the package a fresh, migrated database and checks for
 // leaked goroutines (pgtest.Main).
-func TestMain(m *testing.M) { pgtest.MainWithURL(m) }
+// A test that starts worker processes re-executes this binary; a worker
+// talks to the parent's database and runs no tests.
+func TestMain(m *testing.M) {
+	if os.Getenv(semWorkerEnv) != "" {
+		os.Exit(semWorkerMain())
+	}
+	pgtest.MainWithURL(m)
+}

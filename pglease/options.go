@@ -41,6 +41,7 @@ type config struct {
 	maxWait       time.Duration // 0: no maximum
 	resolveWait   time.Duration
 	wakeOnRelease bool
+	fair          bool          // WithFairWaiting
 	observePoll   time.Duration // Observe's polling interval
 	logger        *slog.Logger
 

@@ -34,7 +34,7 @@ func WithTimelineMark(mark *pgguard.TimelineMark) Option {
 // checkTimeline refuses a grant of key with fence from a timeline below the
 // client's mark. The grant is given back in the background, within the
 // client's resolution bound: the caller returns at once.
-func (c *Client) checkTimeline(key, token string, fence int64) error {
+func (c *Client) checkTimeline(key, token string, fence int64, row leaseRow) error {
 	err := c.cfg.timelines.Check(fence)
 	if err == nil {
 		return nil
@@ -44,7 +44,7 @@ func (c *Client) checkTimeline(key, token string, fence int64) error {
 	c.inBackground(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.resolveWait)
 		defer cancel()
-		c.abandon(ctx, key, token)
+		c.abandonRow(ctx, key, token, row)
 	})
 	return fmt.Errorf("pglease: acquiring %q: %w", key, err)
 }

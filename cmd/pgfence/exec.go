@@ -61,6 +61,20 @@ get --grace too, then SIGKILL; the lease is held until they are gone. Work
 the command already sent may still land: only the fence checked at the
 resource stops it.
 
+With --wait, waiters of one key (mutex leases) run in the order they started
+waiting: each takes a place in a queue kept by the database, and gives it up
+when it stops waiting.
+
+--permits N takes one of N permits of KEY (at most N holders at once, each
+with its own fence; PGFENCE_SLOT is the permit's slot, 0 to N-1); --shared
+and --exclusive take a shared lease or the exclusive lease of KEY (a waiting
+--exclusive keeps new --shared leases out). These keys are apart from the
+mutex leases of the same name. --key given several times takes all the keys
+at once or none (PGFENCE_FENCES lists "FENCE KEY" per line; PGFENCE_FENCE is
+the first key's). --hold-at-least D keeps the key held until D after the
+grant even when the command ends sooner, so that a scheduled run that fires a
+little later elsewhere finds it held.
+
 Without --wait, a key held by another owner ends pgfence at once, with exit
 code 81 or the one --conflict-exit-code sets (0 for cron and systemd, where
 "someone else is doing it" is not a failure).
@@ -79,6 +93,11 @@ Exit codes: the command's own, or
 
 type execOpts struct {
 	key, owner, url string
+	keys            []string      // every --key, in order given (key is the first)
+	permits         int           // --permits: a semaphore of that many permits
+	shared          bool          // --shared: a shared lease
+	exclusive       bool          // --exclusive: the exclusive lease of a shared/exclusive key
+	holdAtLeast     time.Duration // --hold-at-least
 	ttl, wait       time.Duration
 	renew, grace    time.Duration
 	skipIfHeld      bool
@@ -90,7 +109,14 @@ type execOpts struct {
 func (a *app) cmdExec(ctx context.Context, args []string) int {
 	var o execOpts
 	fset := a.newFlags("exec", execUsage, &o.url)
-	fset.StringVar(&o.key, "key", "", "the lock key (required), e.g. invoice:inv_72")
+	fset.Func("key", "the lock key (required), e.g. invoice:inv_72; given several times, all the keys are taken together or none is", func(k string) error {
+		o.keys = append(o.keys, k)
+		return nil
+	})
+	fset.IntVar(&o.permits, "permits", 0, "take one of `N` permits of the key (a semaphore): at most N holders at once, each with its own fence; PGFENCE_SLOT is the permit's slot, 0 to N-1")
+	fset.BoolVar(&o.shared, "shared", false, "take a shared lease of a shared/exclusive key: any number of shared holders, or one --exclusive")
+	fset.BoolVar(&o.exclusive, "exclusive", false, "take the exclusive lease of a shared/exclusive key; while it waits (--wait), no new --shared lease is granted")
+	durVar(fset, &o.holdAtLeast, "hold-at-least", 0, "keep the key held until this `duration` after the grant, by the database clock, even when the command ends sooner (scheduled work)")
 	durVar(fset, &o.ttl, "ttl", 30*time.Second, "lease length, a `duration` such as 30s; renewed while the command runs")
 	durVar(fset, &o.wait, "wait", 0, "wait up to this `duration` for a held key (default: do not wait)")
 	fset.BoolVar(&o.skipIfHeld, "skip-if-held", false, "exit at once when the key is held (scheduled work: someone else is doing it); the code is --conflict-exit-code")
@@ -106,6 +132,9 @@ func (a *app) cmdExec(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	o.argv = fset.Args()
+	if len(o.keys) > 0 {
+		o.key = o.keys[0]
+	}
 	if err := o.check(); err != nil {
 		return a.exitCode(err)
 	}
@@ -142,7 +171,7 @@ func (a *app) cmdExec(ctx context.Context, args []string) int {
 
 	pool, where, err := a.connect(acqCtx, o.url)
 	var client *pglease.Client
-	var lease *pglease.Lease
+	var lease held
 	if err == nil {
 		defer pool.Close()
 		client, err = a.newLeaseClient(pool, o)
@@ -152,11 +181,7 @@ func (a *app) cmdExec(ctx context.Context, args []string) int {
 			return a.exitCode(fail(exitUsage, "pgfence: %v", err))
 		}
 		defer client.Close()
-		if o.wait > 0 {
-			lease, err = client.Acquire(acqCtx, o.key, o.ttl)
-		} else {
-			lease, err = client.TryAcquire(acqCtx, o.key, o.ttl)
-		}
+		lease, err = o.acquire(acqCtx, client)
 	}
 	close(acqDone)
 	<-watcherDone
@@ -191,6 +216,9 @@ func (o *execOpts) check() error {
 	if o.renew != 0 && o.renew >= o.ttl {
 		return fail(exitUsage, "pgfence exec: --renew %v must be shorter than --ttl %v (a third of it is the default; see pgfence plan)", o.renew, o.ttl)
 	}
+	if err := o.checkKind(); err != nil {
+		return err
+	}
 	if o.wait > 0 && o.skipIfHeld {
 		return fail(exitUsage, "pgfence exec: --wait and --skip-if-held exclude each other")
 	}
@@ -219,7 +247,8 @@ func (a *app) newLeaseClient(pool *pgxpool.Pool, o execOpts) (*pglease.Client, e
 		opts = append(opts, pglease.WithRenewInterval(o.renew))
 	}
 	if o.wait > 0 {
-		opts = append(opts, pglease.WithMaxWait(o.wait))
+		// Waiters of one key are granted it in the order they came.
+		opts = append(opts, pglease.WithMaxWait(o.wait), pglease.WithFairWaiting())
 	}
 	return pglease.New(pool, opts...)
 }
@@ -233,7 +262,13 @@ func (a *app) acquireFailure(pool *pgxpool.Pool, where string, o execOpts, err e
 	var we *pglease.WaitError
 	switch {
 	case errors.Is(err, pglease.ErrNotAcquired):
-		holder := a.holder(pool, o.key)
+		holder := ""
+		if o.mutex() { // the holder of a mutex lease is one row to show
+			holder = a.holder(pool, o.key)
+		}
+		if len(o.keys) > 1 && !errors.As(err, &we) {
+			return a.exitCode(fail(o.conflictCode, "%v (exit %d; none of the keys was taken)", err, o.conflictCode))
+		}
 		if errors.As(err, &we) {
 			return a.exitCode(fail(exitWaitExpired, "pgfence: %q is still held%s after waiting %v; gave up (exit %d)", o.key, holder, we.Waited.Round(time.Millisecond), exitWaitExpired))
 		}
@@ -269,7 +304,7 @@ func (a *app) command(path string, o execOpts, foreground bool, env ...string) *
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
 		switch name {
-		case "PGFENCE_KEY", "PGFENCE_FENCE", "PGFENCE_OWNER", "PGFENCE_FAIL_OPEN":
+		case "PGFENCE_KEY", "PGFENCE_FENCE", "PGFENCE_OWNER", "PGFENCE_FAIL_OPEN", "PGFENCE_SLOT", "PGFENCE_FENCES":
 			continue
 		}
 		cmd.Env = append(cmd.Env, kv)
@@ -531,11 +566,11 @@ func (a *app) runUnprotected(path string, o execOpts, sigCh chan os.Signal) int 
 	}
 }
 
-func (a *app) runHolding(path string, o execOpts, lease *pglease.Lease, sigCh chan os.Signal) int {
-	j, err := a.startJob(path, o,
-		"PGFENCE_KEY="+o.key,
-		"PGFENCE_FENCE="+strconv.FormatInt(lease.Fence(), 10),
-		"PGFENCE_OWNER="+lease.Owner())
+func (a *app) runHolding(path string, o execOpts, lease held, sigCh chan os.Signal) int {
+	j, err := a.startJob(path, o, append([]string{
+		"PGFENCE_KEY=" + o.key,
+		"PGFENCE_FENCE=" + strconv.FormatInt(lease.Fence(), 10),
+		"PGFENCE_OWNER=" + lease.Owner()}, lease.env()...)...)
 	if err != nil {
 		a.release(lease)
 		return a.exitCode(err)
@@ -556,7 +591,7 @@ type holding struct {
 	a     *app
 	o     execOpts
 	j     *job
-	lease *pglease.Lease
+	lease held
 
 	leaseDone <-chan struct{}           // the lease's end; nil once the loss is handled
 	events    <-chan syscall.WaitStatus // the command's stops and exit; nil after the exit
@@ -733,7 +768,7 @@ func waitGroupGone(pgid int, limit time.Duration) {
 	}
 }
 
-func (a *app) release(lease *pglease.Lease) error {
+func (a *app) release(lease heldLease) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return lease.Release(ctx)

@@ -361,12 +361,13 @@ func TestExecInterruptedWhileWaiting(t *testing.T) {
 }
 
 // triedAcquire reports whether a session named app has run an acquisition
-// (the INSERT INTO lock_leases of pglease's Acquire query, as sent: with its schema marker).
+// (the INSERT INTO lock_leases of pglease's Acquire query, as sent: with its
+// schema marker; or a fair waiter's attempt, which --wait makes).
 func triedAcquire(t *testing.T, pool *pgxpool.Pool, app string) bool {
 	t.Helper()
 	var n int
 	err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-		WHERE application_name = $1 AND query LIKE '%INSERT INTO /* TEMPLATE: schema */lock_leases%'`, app).Scan(&n)
+		WHERE application_name = $1 AND (query LIKE '%INSERT INTO /* TEMPLATE: schema */lock_leases%' OR query LIKE '%pgfence_acquire_fifo(%')`, app).Scan(&n)
 	if err != nil {
 		t.Fatal(err)
 	}

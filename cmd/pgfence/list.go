@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -16,6 +17,9 @@ const listUsage = `Usage: pgfence list [--json] [--held]
 Lists every lease row: key, owner, fence, and its state by the database's
 clock (never this machine's): held (and the time left), released by its
 holder, or expired (its holder stopped renewing: gone, stalled or cut off).
+In text, then the held permits of semaphores and the shared/exclusive leases
+by key and slot, and the waiters: fair (--wait) waiters in queue order, and
+exclusive waiters.
 `
 
 const showUsage = `Usage: pgfence show [--json] KEY
@@ -108,14 +112,20 @@ func (a *app) cmdList(ctx context.Context, args []string) error {
 	}
 	if len(out) == 0 {
 		fmt.Fprintln(a.stdout, noLeases(heldOnly, len(rows)))
-		return nil
+	} else {
+		tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "KEY\tOWNER\tFENCE\tSTATE")
+		for _, l := range out {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", l.Key, l.Owner, l.Fence, state(l))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
-	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tOWNER\tFENCE\tSTATE")
-	for _, l := range out {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", l.Key, l.Owner, l.Fence, state(l))
+	if err := a.listKinds(ctx, pool, a.stdout, ""); err != nil {
+		return dbError(where, err)
 	}
-	return tw.Flush()
+	return nil
 }
 
 // noLeases says what an empty listing found: no rows at all, or only rows
@@ -151,6 +161,17 @@ func (a *app) cmdShow(ctx context.Context, args []string) error {
 	}
 	defer pool.Close()
 	r, err := a.queries(pool).GetLease(ctx, key)
+	if errors.Is(err, pgx.ErrNoRows) && !asJSON {
+		// Perhaps a semaphore or shared/exclusive key, or a key waited for.
+		var b strings.Builder
+		if err := a.listKinds(ctx, pool, &b, key); err != nil {
+			return dbError(where, err)
+		}
+		if b.Len() > 0 {
+			fmt.Fprint(a.stdout, strings.TrimPrefix(b.String(), "\n"))
+			return nil
+		}
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fail(exitFailed, "pgfence: no lease row for %q (never acquired, or swept)", key)
 	}
@@ -174,5 +195,11 @@ func (a *app) cmdShow(ctx context.Context, args []string) error {
 		fmt.Fprintf(tw, "released at\t%s\n", l.ReleasedAt.Format(time.RFC3339Nano))
 	}
 	fmt.Fprintf(tw, "database now\t%s\n", l.DBNow.Format(time.RFC3339Nano))
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if err := a.listKinds(ctx, pool, a.stdout, key); err != nil {
+		return dbError(where, err)
+	}
+	return nil
 }

@@ -10,7 +10,8 @@ import (
 
 // pgfence's own SQLSTATEs, raised by its fencing trigger
 // (pgfence_enforce_fence), pgfence_set_fence and the lease functions of the
-// SQL contract (pgfence_acquire, pgfence_renew, pgfence_release), and
+// SQL contract (pgfence_acquire, pgfence_renew, pgfence_release), the semaphore,
+// shared/exclusive and key set functions, and
 // documented by pgguard and docs/sql.md.
 const (
 	StaleFence        = "PF001" // a newer holder has written the row
@@ -19,6 +20,8 @@ const (
 	FenceAboveCeiling = "PF004" // the fence is above what was ever issued
 	InvalidLeaseArg   = "PF005" // a lease function got a bad key, TTL, owner or fence
 	StaleTransaction  = "PF006" // a lease function ran in a transaction older than its statement
+	PermitsMismatch   = "PF007" // a semaphore or shared/exclusive key is held under another number of permits
+	KeySetHeld        = "PF008" // a key of an all-or-nothing key set is held by another owner
 )
 
 // Code returns the SQLSTATE of the server error in err's chain, "" when

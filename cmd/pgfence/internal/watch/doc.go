@@ -32,12 +32,17 @@
 //	                                      gauge   how long the oldest runnable job (available,
 //	                                              run_at passed) has waited, by the database clock
 //	pgfence_stale_refusals_total          counter stale writes refused by the fencing trigger
+//	pgfence_permits_in_use{key,kind}      gauge   unexpired permits of a semaphore (kind semaphore),
+//	                                              shared leases (shared) and the exclusive lease
+//	                                              (exclusive, 0 or 1) of a key
+//	pgfence_permits{key}                  gauge   the number of permits of a held semaphore key
+//	pgfence_exclusive_waiters{key}        gauge   exclusive waiters of a shared/exclusive key
 //
 // Cardinality is bounded: pgfence_lease_fence carries at most --limit
 // (default 100) keys, the first held keys in key order (a stable set from
 // one scrape to the next; compare with pgfence_leases_held to see whether
 // keys were left out), and pgfence_jobs and the oldest-runnable age at
-// most --limit queues. A fence is exported as a float64, exact below 2^53
+// most --limit queues, and the permit families at most --limit keys. A fence is exported as a float64, exact below 2^53
 // (WAL timelines below 512).
 //
 // pgfence_stale_refusals_total is read from the sequence

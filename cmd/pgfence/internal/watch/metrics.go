@@ -70,6 +70,23 @@ func (m *Metrics) exposition() []byte {
 	e.family("pgfence_jobs", "gauge", "Rows of pgfence_jobs by queue and state", jobs...)
 	e.family("pgfence_jobs_oldest_runnable_age_seconds", "gauge", "How long the oldest runnable job of a queue has been runnable, by the database clock",
 		oldest...)
+	var inUse, capacity, waiters []point
+	for _, p := range s.Permits {
+		kind := "semaphore"
+		if p.Permits == 0 {
+			kind = "shared"
+			inUse = append(inUse, point{labels: []string{"key", p.Key, "kind", "exclusive"}, value: float64(p.Exclusive)})
+			waiters = append(waiters, point{labels: []string{"key", p.Key}, value: float64(p.Waiters)})
+		} else {
+			capacity = append(capacity, point{labels: []string{"key", p.Key}, value: float64(p.Permits)})
+		}
+		inUse = append(inUse, point{labels: []string{"key", p.Key, "kind", kind}, value: float64(p.InUse)})
+	}
+	e.family("pgfence_permits_in_use", "gauge", "Unexpired permits of a semaphore (kind semaphore), shared leases (kind shared) and the exclusive lease (kind exclusive) of a key, by the database clock; at most --limit keys",
+		inUse...)
+	e.family("pgfence_permits", "gauge", "Number of permits of a held semaphore key", capacity...)
+	e.family("pgfence_exclusive_waiters", "gauge", "Exclusive waiters of a shared/exclusive key: while one waits, no new shared lease is granted",
+		waiters...)
 	if s.Stale.Present {
 		e.family("pgfence_stale_refusals_total", "counter", "Stale writes refused by the fencing trigger (sequence pgfence_stale_refusals); absent when the sequence is",
 			point{value: float64(s.Stale.Count)})

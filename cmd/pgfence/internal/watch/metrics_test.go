@@ -68,6 +68,8 @@ func TestExposition(t *testing.T) {
 		}},
 		Queues: []Queue{{Name: "mail", Counts: map[string]int64{"available": 4, "completed": 1}, OldestRunnableSeconds: &oldest}},
 		Stale:  StaleRefusals{Present: true, Count: 3},
+		Permits: []PermitKey{{Key: "devices", Permits: 4, InUse: 3},
+			{Key: "report", InUse: 2, Waiters: 1}},
 		readAt: time.Now(),
 	}}
 	rec := httptest.NewRecorder()
@@ -91,6 +93,11 @@ func TestExposition(t *testing.T) {
 		{"pgfence_jobs", []string{"queue", "mail", "state", "completed"}, 1, dto.MetricType_GAUGE},
 		{"pgfence_jobs_oldest_runnable_age_seconds", []string{"queue", "mail"}, 12.5, dto.MetricType_GAUGE},
 		{"pgfence_stale_refusals_total", nil, 3, dto.MetricType_COUNTER},
+		{"pgfence_permits_in_use", []string{"key", "devices", "kind", "semaphore"}, 3, dto.MetricType_GAUGE},
+		{"pgfence_permits", []string{"key", "devices"}, 4, dto.MetricType_GAUGE},
+		{"pgfence_permits_in_use", []string{"key", "report", "kind", "shared"}, 2, dto.MetricType_GAUGE},
+		{"pgfence_permits_in_use", []string{"key", "report", "kind", "exclusive"}, 0, dto.MetricType_GAUGE},
+		{"pgfence_exclusive_waiters", []string{"key", "report"}, 1, dto.MetricType_GAUGE},
 	} {
 		if v, ok := value(fams, c.name, c.labels...); !ok || v != c.want {
 			t.Errorf("%s%q = %v (found %v), want %v", c.name, c.labels, v, ok, c.want)

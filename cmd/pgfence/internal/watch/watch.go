@@ -12,6 +12,7 @@ import (
 
 	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/inschema"
+	"github.com/pgfence/pgfence/internal/pgerr"
 )
 
 // Options configures a Watcher. The zero value of each field means its
@@ -169,17 +170,29 @@ func (w *Watcher) read(ctx context.Context) (*Snapshot, error) {
 		return nil, fmt.Errorf("read pgfence_stale_refusals: %w", err)
 	}
 
+	// Last: on a schema from before semaphores, the read fails (and ends
+	// the transaction), and the snapshot has no permits rather than none.
+	permits, err := q.WatchPermits(ctx, limit)
+	if err != nil && !pgerr.IsUndefined(err) {
+		return nil, fmt.Errorf("read pgfence_permits: %w", err)
+	}
+
 	s := &Snapshot{
-		DBNow:  sum.DbNow.UTC(),
-		Leases: LeaseSummary{Held: sum.Held, ExpiringSoon: sum.ExpiringSoon, SoonSeconds: w.opts.Soon.Seconds(), Limit: w.opts.Limit, List: []Lease{}},
-		Queues: queues(counts, oldest, w.opts.Limit),
-		Stale:  StaleRefusals{Present: stale.Present, Count: stale.Refusals},
+		Permits: []PermitKey{},
+		DBNow:   sum.DbNow.UTC(),
+		Leases:  LeaseSummary{Held: sum.Held, ExpiringSoon: sum.ExpiringSoon, SoonSeconds: w.opts.Soon.Seconds(), Limit: w.opts.Limit, List: []Lease{}},
+		Queues:  queues(counts, oldest, w.opts.Limit),
+		Stale:   StaleRefusals{Present: stale.Present, Count: stale.Refusals},
 	}
 	for _, l := range held {
 		s.Leases.List = append(s.Leases.List, Lease{
 			Key: l.LockKey, Owner: l.Owner, Fence: l.Fence, FenceText: strconv.FormatInt(l.Fence, 10),
 			RemainingSeconds: float64(l.RemainingMicros) / 1e6, ExpiresAt: l.ExpiresAt.UTC(),
 		})
+	}
+	for _, p := range permits {
+		s.Permits = append(s.Permits, PermitKey{Key: p.LockKey, Permits: int(p.Permits), InUse: p.InUse,
+			Exclusive: p.ExclusiveHeld, Waiters: p.Waiters})
 	}
 	return s, nil
 }
@@ -218,7 +231,23 @@ type Snapshot struct {
 	Leases LeaseSummary  `json:"leases"`
 	Queues []Queue       `json:"queues"`
 	Stale  StaleRefusals `json:"stale_refusals"`
-	readAt time.Time     // monotonic, for the snapshot's age
+	// Permits are the semaphore and shared/exclusive keys held or waited
+	// for, at most Limit of them in key order.
+	Permits []PermitKey `json:"permits"`
+	readAt  time.Time   // monotonic, for the snapshot's age
+}
+
+// PermitKey is one semaphore or shared/exclusive key in a snapshot.
+type PermitKey struct {
+	Key string `json:"key"`
+	// Permits is the semaphore's number of permits; 0 for a shared/exclusive key.
+	Permits int `json:"permits"`
+	// InUse counts the unexpired permits, or shared leases.
+	InUse int64 `json:"in_use"`
+	// Exclusive is 1 while the exclusive lease of a shared/exclusive key is held.
+	Exclusive int64 `json:"exclusive"`
+	// Waiters counts the exclusive waiters whose place has not expired.
+	Waiters int64 `json:"exclusive_waiters"`
 }
 
 // LeaseSummary is the lease side of a snapshot.

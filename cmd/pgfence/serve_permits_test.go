@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/pgfence/pgfence/cmd/pgfence/internal/watch"
+	"github.com/pgfence/pgfence/pglease"
+)
+
+// pgfence serve shows the permits held per semaphore key, the shared and
+// exclusive holders of a shared/exclusive key and its exclusive waiters, in
+// /metrics and /api/state.
+func TestServePermits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, pool := serveDatabase(t)
+	s := startServe(t, db)
+	c, err := pglease.New(pool, pglease.WithBackoff(10*time.Millisecond, 50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sem, err := c.Semaphore("devices", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := sem.TryAcquire(ctx, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		if _, err := c.TryAcquireShared(ctx, "report", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wctx, stopWaiting := context.WithCancel(ctx)
+	waited := make(chan error, 1)
+	go func() {
+		_, err := c.AcquireExclusive(wctx, "report", time.Minute)
+		waited <- err
+	}()
+	defer func() { stopWaiting(); <-waited }()
+
+	eventually(t, "/metrics shows the permits and the waiter", func() string {
+		_, body := s.get(t, "/metrics")
+		for _, w := range []struct {
+			name   string
+			labels []string
+			value  float64
+		}{
+			{"pgfence_permits_in_use", []string{"key", "devices", "kind", "semaphore"}, 3},
+			{"pgfence_permits", []string{"key", "devices"}, 4},
+			{"pgfence_permits_in_use", []string{"key", "report", "kind", "shared"}, 2},
+			{"pgfence_permits_in_use", []string{"key", "report", "kind", "exclusive"}, 0},
+			{"pgfence_exclusive_waiters", []string{"key", "report"}, 1},
+		} {
+			if v, ok := metricValue(body, w.name, w.labels...); !ok || v != w.value {
+				return fmt.Sprintf("%s%q = %v (found %v), want %v\n%s", w.name, w.labels, v, ok, w.value, body)
+			}
+		}
+		return ""
+	})
+	_, js := s.get(t, "/api/state")
+	var st watch.State
+	if err := json.Unmarshal([]byte(js), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Data == nil || len(st.Data.Permits) != 2 || st.Data.Permits[0].Key != "devices" || st.Data.Permits[1].Waiters != 1 {
+		t.Fatalf("/api/state permits: %s", js)
+	}
+}

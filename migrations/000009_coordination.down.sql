@@ -1,0 +1,17 @@
+DROP FUNCTION pgfence_release_permit(text, integer, bigint);
+DROP FUNCTION pgfence_renew_permit(text, integer, bigint, interval);
+DROP FUNCTION pgfence_acquire_shared(text, boolean, interval, text);
+DROP FUNCTION pgfence_acquire_permit(text, integer, interval, text);
+DROP FUNCTION pgfence_check_slot_call(text, text, interval, text);
+DROP FUNCTION pgfence_acquire_fifo(text, text, text, bigint, bigint);
+DROP TABLE pgfence_waiters;
+DROP SEQUENCE pgfence_waiter_seq;
+DROP FUNCTION pgfence_acquire_set(text[], text, text, bigint);
+DROP FUNCTION pgfence_abandon_permit(text, text);
+DROP FUNCTION pgfence_leave_exclusive_queue(text, text);
+DROP FUNCTION pgfence_acquire_shared(text, boolean, text, text, bigint, bigint);
+DROP FUNCTION pgfence_acquire_permit(text, integer, text, text, bigint);
+DROP FUNCTION pgfence_lock_semaphore(text, integer);
+DROP TABLE pgfence_exclusive_waiters;
+DROP TABLE pgfence_permits;
+DROP TABLE pgfence_semaphores;

@@ -1,0 +1,145 @@
+package pglease_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
+	"github.com/pgfence/pgfence/pglease"
+)
+
+// A lease released before its minimum hold stays held until its grant time
+// plus the hold, by the database clock, and is granted after it; the same
+// for a semaphore permit.
+func TestHoldAtLeast(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t, pgtest.Pool(t))
+	key := uniqueKey(t)
+	sem := semaphore(t, c, key, 1)
+	for name, acquire := range map[string]func() (*pglease.Lease, error){
+		"mutex":  func() (*pglease.Lease, error) { return c.TryAcquire(ctx, key, 5*time.Second) },
+		"permit": func() (*pglease.Lease, error) { return sem.TryAcquire(ctx, 5*time.Second) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			l, err := acquire()
+			if err != nil {
+				t.Fatal(err)
+			}
+			granted := time.Now()
+			if err := l.HoldAtLeast(time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if !errors.Is(l.Err(), pglease.ErrReleased) {
+				t.Fatalf("after release: %v", l.Err())
+			}
+			if _, err := acquire(); !errors.Is(err, pglease.ErrNotAcquired) {
+				t.Fatalf("right after an early release with a 1 s minimum hold: %v", err)
+			}
+			time.Sleep(time.Until(granted.Add(1100 * time.Millisecond)))
+			l2, err := acquire()
+			if err != nil {
+				t.Fatalf("after the minimum hold: %v", err)
+			}
+			l2.Release(ctx)
+		})
+	}
+	if err := (&pglease.Lease{}).HoldAtLeast(-time.Second); !errors.Is(err, pglease.ErrInvalidInput) {
+		t.Fatalf("negative hold: %v", err)
+	}
+}
+
+// Four instances tick every 50 ms for 5 periods of 700 ms: exactly one run per
+// period the ticks covered, never two in one period (by the period index the
+// database clock gave).
+func TestOncePerPeriod(t *testing.T) {
+	ctx := context.Background()
+	key := uniqueKey(t)
+	const period = 700 * time.Millisecond
+	var mu sync.Mutex
+	runs := map[int64]int{}
+	var wg sync.WaitGroup
+	stop := time.Now().Add(5 * period)
+	for i := range 4 {
+		c := newClient(t, pgtest.Pool(t), pglease.WithOwner("instance"+string(rune('a'+i))))
+		wg.Go(func() {
+			for time.Now().Before(stop) {
+				_, err := c.OncePerPeriod(ctx, key, period, 2*time.Second, func(ctx context.Context, run pglease.PeriodRun) error {
+					mu.Lock()
+					runs[run.Index]++
+					mu.Unlock()
+					return nil
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	first, last := int64(1<<62), int64(0)
+	for idx, n := range runs {
+		if n != 1 {
+			t.Errorf("period %d ran %d times", idx, n)
+		}
+		first, last = min(first, idx), max(last, idx)
+	}
+	if int(last-first+1) != len(runs) || len(runs) < 4 {
+		t.Fatalf("runs per period %v: want one in each of the 5 periods covered", runs)
+	}
+}
+
+// A run longer than the period keeps the key until it returns: no call
+// runs meanwhile, the next call after it runs once, and the missed periods
+// are not made up.
+func TestOncePerPeriodLongRun(t *testing.T) {
+	ctx := context.Background()
+	key := uniqueKey(t)
+	a, b := newClient(t, pgtest.Pool(t)), newClient(t, pgtest.Pool(t))
+	const period = 300 * time.Millisecond
+	var inside, overlaps, ran atomic.Int32
+	long := func(ctx context.Context, run pglease.PeriodRun) error {
+		if inside.Add(1) != 1 {
+			overlaps.Add(1)
+		}
+		defer inside.Add(-1)
+		ran.Add(1)
+		time.Sleep(4 * period)
+		return nil
+	}
+	done, started := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		first := func(ctx context.Context, run pglease.PeriodRun) error {
+			close(started)
+			return long(ctx, run)
+		}
+		if ok, err := a.OncePerPeriod(ctx, key, period, time.Second, first); !ok || err != nil {
+			t.Errorf("first run: %v %v", ok, err)
+		}
+	}()
+	<-started
+	for range 10 {
+		ok, err := b.OncePerPeriod(ctx, key, period, time.Second, long)
+		if err != nil || ok {
+			t.Fatalf("a call during the long run ran: %v %v", ok, err)
+		}
+		time.Sleep(period / 3)
+	}
+	<-done
+	ok, err := b.OncePerPeriod(ctx, key, period, time.Second, func(context.Context, pglease.PeriodRun) error { ran.Add(1); return nil })
+	if err != nil || !ok {
+		t.Fatalf("the call after the long run: %v %v", ok, err)
+	}
+	if ran.Load() != 2 || overlaps.Load() != 0 {
+		t.Fatalf("%d runs, %d overlaps; want 2 and 0", ran.Load(), overlaps.Load())
+	}
+}
