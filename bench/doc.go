@@ -14,7 +14,7 @@
 //
 //   - leases: acquire + release pairs/s at each -clients count, on -keys keys
 //     and on one hot key: pgfence (pglease.TryAcquire + Release, no
-//     auto-renew), the seed's two statements raw through pgx on the seed's
+//     auto-renew), two plain lease statements raw through pgx on their own
 //     table, pg_try_advisory_xact_lock in a transaction, cirello.io/pglock
 //     (FailIfLocked, no heartbeat) and github.com/bsm/redislock on -redis.
 //   - handoff: -waiters waiters on one key; release → next holder latency,

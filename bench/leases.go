@@ -35,7 +35,7 @@ type leaseContender struct {
 // Contender names, also the table's column order.
 const (
 	cPgfence  = "pgfence"
-	cRaw      = "raw seed SQL"
+	cRaw      = "raw SQL"
 	cAdvisory = "advisory xact lock"
 	cPglock   = "cirello pglock"
 	cRedis    = "redislock"
@@ -43,7 +43,7 @@ const (
 
 var leaseOrder = []string{cPgfence, cRaw, cAdvisory, cPglock, cRedis}
 
-// seedSchema is the seed's lease table, for the raw statements.
+// seedSchema is a plain lease table, for the raw statements.
 const seedSchema = `CREATE TABLE seed_leases (
   lock_key   text        PRIMARY KEY,
   owner      text        NOT NULL,
@@ -51,7 +51,7 @@ const seedSchema = `CREATE TABLE seed_leases (
   expires_at timestamptz NOT NULL
 )`
 
-// The seed's two statements (seed: "Acquire" and "Release"), bound.
+// The two raw statements, an upsert acquire and an expiring release, bound.
 const (
 	seedAcquire = `INSERT INTO seed_leases (lock_key, owner, fence, expires_at)
 VALUES ($1, $2, 1, now() + $3::bigint * interval '1 microsecond')
@@ -87,7 +87,7 @@ func newLeaseContenders(ctx context.Context, e *env, pool *pgxpool.Pool, maxClie
 			return true, l.Release(ctx)
 		}})
 
-	// The seed's statements, raw through pgx, on the seed's table.
+	// The raw statements, through pgx, on a plain lease table.
 	if err := e.exec(ctx, pool, seedSchema); err != nil {
 		return nil, err
 	}

@@ -123,7 +123,7 @@ func (r *report) leaseTable(p func(string, ...any)) {
 	p("## Leases: acquire + release pairs per second")
 	p("")
 	p("Each client loops: acquire a key (try once, never wait), release it. TTL 30 s. A refused try (the key is held) counts no pair. "+
-		"**pgfence**: `pglease.TryAcquire` + `Lease.Release`, `WithoutAutoRenew`. **raw seed SQL**: the seed's upsert acquire with its expiry check and its `UPDATE … SET expires_at = now()` release, on the seed's table, through pgx. "+
+		"**pgfence**: `pglease.TryAcquire` + `Lease.Release`, `WithoutAutoRenew`. **raw SQL**: a plain upsert acquire with its expiry check and its `UPDATE … SET expires_at = now()` release, on a plain lease table, through pgx. "+
 		"**advisory xact lock**: `BEGIN; SELECT pg_try_advisory_xact_lock(…); COMMIT` (no TTL, no fence; the commit writes nothing, so it waits for no WAL flush). **cirello pglock** v1.16.1: `FailIfLocked`, no heartbeat, through database/sql on pgx (`UnsafeNew`: `New` accepts only lib/pq; the same driver for all keeps this a comparison of statements). **redislock**: github.com/bsm/redislock on Redis %s. All PostgreSQL contenders share one pool.", r.opts.redisAddr)
 	p("")
 	p("| workload | clients | %s | pgfence / raw | pgfence / pglock |", strings.Join(leaseOrder, " | "))
@@ -218,7 +218,7 @@ func (r *report) memoryTable(p func(string, ...any)) {
 	p("| %s | %s B | %s B | %s B | %d → %d | %.3f |", num(float64(m.held)), num(float64(m.heapBefore)), num(float64(m.heapAfter)), num(m.bytesPerLease), m.goroutinesBefore, m.goroutinesAfter, m.goroutinesPerLease)
 }
 
-// targets compares the figures with issue 8's targets and says which are
+// targets compares the figures with the targets and says which are
 // missed, with what limits them as far as this run shows.
 func (r *report) targets(p func(string, ...any)) {
 	var lines []string
@@ -248,7 +248,7 @@ func (r *report) targets(p func(string, ...any)) {
 			if row.clients == 1 {
 				want = 1.3
 			}
-			add(row.ratioRaw.median() >= want, fmt.Sprintf("acquire + release ≥ %.1f× the raw seed statements at %d client(s): %s", want, row.clients, row.ratioRaw.ratio()),
+			add(row.ratioRaw.median() >= want, fmt.Sprintf("acquire + release ≥ %.1f× the raw statements at %d client(s): %s", want, row.clients, row.ratioRaw.ratio()),
 				r.leaseLimit())
 		}
 		if len(row.ratioPL) > 0 {
@@ -263,7 +263,7 @@ func (r *report) targets(p func(string, ...any)) {
 		}
 		if len(row.ratioTx) > 0 {
 			add(row.ratioTx.median() >= 1.5, fmt.Sprintf("claim.Runner ≥ 1.5× one job per transaction at %d workers: %s", row.workers, row.ratioTx.ratio()),
-				"at 8 workers claim.Runner has one claim statement in flight at a time (completions ride in it), while the pattern runs 8 transactions at once on 8 server processes, which win CPU share on 2 cores shared with the client; two claims in flight were tried (issue 8) and lost: 7,400 against 11,500 jobs/s at 8 workers in BenchmarkJobThroughput, side by side, because smaller batches cost more statements and server CPU, and the CPU, not the round trip, is what runs out here")
+				"at 8 workers claim.Runner has one claim statement in flight at a time (completions ride in it), while the pattern runs 8 transactions at once on 8 server processes, which win CPU share on 2 cores shared with the client; two claims in flight were tried and lost: 7,400 against 11,500 jobs/s at 8 workers in BenchmarkJobThroughput, side by side, because smaller batches cost more statements and server CPU, and the CPU, not the round trip, is what runs out here")
 		}
 	}
 	if r.scaleAcquireRatio > 0 {
@@ -288,7 +288,7 @@ func (r *report) targets(p func(string, ...any)) {
 		return
 	}
 	p("")
-	p("## Issue 8's targets")
+	p("## Targets")
 	p("")
 	if r.opts.smoke {
 		p("(Smoke run: too short to judge any target.)")
@@ -309,7 +309,7 @@ func (r *report) targets(p func(string, ...any)) {
 	}
 }
 
-// profiles is the lease profiles of issue 8, measured once by hand (not by
+// profiles is the lease profiles, measured once by hand (not by
 // this run): perf and pg_stat_statements need a server of one's own.
 func (r *report) profiles(p func(string, ...any)) {
 	if len(r.leases) == 0 {
@@ -318,31 +318,31 @@ func (r *report) profiles(p func(string, ...any)) {
 	p("")
 	p("## Profiles")
 	p("")
-	p("Measured by hand on 2026-12-01 (not re-measured by this run), before group acquire unless said. Each contender ran alone at 8 clients (`cd bench && go run . -only leases -clients 8 -rounds 1 -duration 12s -contenders pgfence` or `-contenders \"raw seed SQL\"`, `-cpuprofile` for the client) against a throwaway PostgreSQL 15 cluster with pg_stat_statements (fsync on, synchronous_commit on); the server's side is `perf record -g` and `perf stat -e task-clock` on all of its processes for 8 s of the 10,000-keys turn.")
+	p("Measured by hand on 2026-12-01 (not re-measured by this run), before group acquire unless said. Each contender ran alone at 8 clients (`cd bench && go run . -only leases -clients 8 -rounds 1 -duration 12s -contenders pgfence` or `-contenders \"raw SQL\"`, `-cpuprofile` for the client) against a throwaway PostgreSQL 15 cluster with pg_stat_statements (fsync on, synchronous_commit on); the server's side is `perf record -g` and `perf stat -e task-clock` on all of its processes for 8 s of the 10,000-keys turn.")
 	p("")
 	p("Server, inclusive share of samples (`perf report --children`):")
 	p("")
-	p("| function | pgfence | raw seed SQL | what it is |")
+	p("| function | pgfence | raw SQL | what it is |")
 	p("|---|---:|---:|---|")
 	p("| standard_ExecutorRun | 28.1%% | 17.8%% | executing the statements |")
-	p("| CommitTransactionCommand | 21.2%% | 32.1%% | commits, of which XLogFlush 14.7%% / 25.4%%: the seed's release flushes too |")
+	p("| CommitTransactionCommand | 21.2%% | 32.1%% | commits, of which XLogFlush 14.7%% / 25.4%%: the raw release flushes too |")
 	p("| standard_ExecutorStart | 8.8%% | 5.8%% | per-statement executor set-up |")
-	p("| ExecConstraints | 6.7%% | 0.2%% | lock_leases' CHECK constraints, parsed from text on every INSERT/UPDATE (stringToNode 3.9%%); gone since migration 000008 |")
+	p("| ExecConstraints | 6.7%% | 0.2%% | lock_leases' CHECK constraints, parsed from text on every INSERT/UPDATE (stringToNode 3.9%%); since dropped from the schema |")
 	p("| set_config_by_name + AtEOXact_GUC | 2.6%% | 0.1%% | lock_timeout / synchronous_commit for one transaction, and their reset |")
 	p("| nextval_internal, pg_walfile_name | 0.8%%, 0.1%% | – | the fence draw |")
 	p("| heap_update | 1.9%% | 1.7%% | the row writes themselves |")
 	p("")
-	p("Server CPU per acquire + release (task-clock of the server's processes ÷ pairs): pgfence 288 µs, raw seed SQL 258 µs. With lock_leases' two CHECK constraints dropped pgfence took 263 µs against 316 µs with them in a run of the same hour: about a sixth of pgfence's server CPU per pair was those constraints, so migration 000008 drops them (neither guarded a guarantee: pglease validates keys, and fences come from a sequence that starts at 1); in one alternating run (`-only leases -clients 1,8 -rounds 5 -contenders \"pgfence,raw seed SQL\"`, once on each schema) pgfence / raw went from 1.15× to 1.28× at 1 client and from 1.07× to 1.15× at 8. Group acquire with one statement in flight per client halved it (172 µs per pair, about 4 attempts per AcquireBatch) but serialised the client's acquisitions behind one round trip and flush each (throughput fell by half); with 4 in flight, 8 clients still sent most acquisitions alone (272–315 µs per pair, as without it: 316 µs); with 2 in flight (what pglease does) batches form at 8 clients too (216–257 µs per pair, about 3.4 attempts per batch), and at 32 clients the server's CPU per pair falls from 280 µs without group acquire to 201 µs with 4 in flight and 173 µs with 2 (`-clients 32`; runs of the same half hour).")
+	p("Server CPU per acquire + release (task-clock of the server's processes ÷ pairs): pgfence 288 µs, raw SQL 258 µs. With lock_leases' two CHECK constraints dropped pgfence took 263 µs against 316 µs with them in a run of the same hour: about a sixth of pgfence's server CPU per pair was those constraints, so the schema no longer has them (neither guarded a guarantee: pglease validates keys, and fences come from a sequence that starts at 1); in one alternating run (`-only leases -clients 1,8 -rounds 5 -contenders \"pgfence,raw SQL\"`, once on each schema) pgfence / raw went from 1.15× to 1.28× at 1 client and from 1.07× to 1.15× at 8. Group acquire with one statement in flight per client halved it (172 µs per pair, about 4 attempts per AcquireBatch) but serialised the client's acquisitions behind one round trip and flush each (throughput fell by half); with 4 in flight, 8 clients still sent most acquisitions alone (272–315 µs per pair, as without it: 316 µs); with 2 in flight (what pglease does) batches form at 8 clients too (216–257 µs per pair, about 3.4 attempts per batch), and at 32 clients the server's CPU per pair falls from 280 µs without group acquire to 201 µs with 4 in flight and 173 µs with 2 (`-clients 32`; runs of the same half hour).")
 	p("")
-	p("At 1 client the ceiling is the async release alone. The statements without the Go client (`pgbench -M prepared -c 1 -T 5`, the scripts alternating over 3 rounds on a scratch database migrated to version 8, 2026-12-01): the seed's two statements 2,478–2,650 pairs/s; the same two with the release committed asynchronously (pgfence's one change in commit behaviour) 3,310–3,510, i.e. 1.30× the seed; pgfence's acquire + release 3,068–3,200 (1.16–1.24×); pgfence's acquire without its three safety conditions (durable commit forced, lock_timeout, tombstone probe) 3,156–3,242. So at 1 client the 1.3× target is the ceiling itself, and whole-client runs land on either side of it (medians 1.22× and 1.33× in two full runs an hour apart): what makes the acquire safe costs about 8%% of a pair under pgbench, the conditions about 3%% and the rest (wider row with owner_token and acquired_at, the fence draw, returning expires_at) about 5%%.")
+	p("At 1 client the ceiling is the async release alone. The statements without the Go client (`pgbench -M prepared -c 1 -T 5`, the scripts alternating over 3 rounds on a scratch database migrated to version 8, 2026-12-01): the two raw statements 2,478–2,650 pairs/s; the same two with the release committed asynchronously (pgfence's one change in commit behaviour) 3,310–3,510, i.e. 1.30× the raw statements; pgfence's acquire + release 3,068–3,200 (1.16–1.24×); pgfence's acquire without its three safety conditions (durable commit forced, lock_timeout, tombstone probe) 3,156–3,242. So at 1 client the 1.3× target is the ceiling itself, and whole-client runs land on either side of it (medians 1.22× and 1.33× in two full runs an hour apart): what makes the acquire safe costs about 8%% of a pair under pgbench, the conditions about 3%% and the rest (wider row with owner_token and acquired_at, the fence draw, returning expires_at) about 5%%.")
 	p("")
-	p("Client (`go tool pprof -top`): pgfence 125 µs CPU per pair, raw 111 µs; in both the top is the socket syscalls (`syscall.Syscall6` 39.8%% flat for pgfence, 41.4%% for raw) and `runtime.futex` (10.9%%, 13.8%%); pgx's `Conn.Query` is 58.9%% cumulative, pglease's own code too little to list. The client is not where pgfence and the seed differ.")
+	p("Client (`go tool pprof -top`): pgfence 125 µs CPU per pair, raw 111 µs; in both the top is the socket syscalls (`syscall.Syscall6` 39.8%% flat for pgfence, 41.4%% for raw) and `runtime.futex` (10.9%%, 13.8%%); pgx's `Conn.Query` is 58.9%% cumulative, pglease's own code too little to list. The client is not where pgfence and the raw statements differ.")
 }
 
 // leaseLimit explains what bounds pgfence's acquire + release against the
-// seed's statements, with the fsync floor when pg_test_fsync ran.
+// raw statements, with the fsync floor when pg_test_fsync ran.
 func (r *report) leaseLimit() string {
-	s := "server CPU per statement, as the profiles below show: pgfence's acquire is the seed's upsert plus what makes it safe, and on the server it costs more per statement, not per row: two set_config calls and their end-of-transaction reset (2.6% of the server's samples), the fence draw (nextval 0.8%, the WAL timeline 0.1%), the tombstone anti-join (one probe of an empty index); lock_leases' two CHECK constraints, which cost about a sixth of the server's CPU per pair, were dropped by migration 000008. Its release commits asynchronously, so a pair waits for one WAL flush where the seed's waits for two, which is what wins at 1 client: the seed's own statements with that one change reach 1.30× the seed under pgbench, the ceiling for this target, and pgfence's safe acquire costs about 8% more than the seed's (Profiles). At 8 and 32 clients group commit already shares each flush, and the server, sharing 2 cores with the client, runs out of CPU first; group acquire (concurrent acquisitions of one client in one statement and one commit) cuts the per-statement share at 32 clients, and at 8 clients, where only 2 acquisitions of a client are in flight before the others queue, batches are small (about 3 attempts) and each pair still sends its own release"
+	s := "server CPU per statement, as the profiles below show: pgfence's acquire is the raw upsert plus what makes it safe, and on the server it costs more per statement, not per row: two set_config calls and their end-of-transaction reset (2.6% of the server's samples), the fence draw (nextval 0.8%, the WAL timeline 0.1%), the tombstone anti-join (one probe of an empty index); lock_leases' two CHECK constraints, which cost about a sixth of the server's CPU per pair, were dropped from the schema. Its release commits asynchronously, so a pair waits for one WAL flush where the raw pair waits for two, which is what wins at 1 client: the raw statements with that one change reach 1.30× the raw statements under pgbench, the ceiling for this target, and pgfence's safe acquire costs about 8% more than the raw acquire (Profiles). At 8 and 32 clients group commit already shares each flush, and the server, sharing 2 cores with the client, runs out of CPU first; group acquire (concurrent acquisitions of one client in one statement and one commit) cuts the per-statement share at 32 clients, and at 8 clients, where only 2 acquisitions of a client are in flight before the others queue, batches are small (about 3 attempts) and each pair still sends its own release"
 	if r.fsync != "" {
 		s += " (pg_test_fsync above gives the flush rate)"
 	}

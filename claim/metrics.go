@@ -26,7 +26,7 @@ const DefaultQueueStatsInterval = 5 * time.Second
 const queueStatsTimeout = 2 * time.Second
 
 // WithMeterProvider sets where the claimer's OpenTelemetry metrics go (the
-// instruments are listed in the README's "Metrics" section). Default: the
+// instruments are listed in docs/metrics.md). Default: the
 // global provider, otel.GetMeterProvider(), which records nothing (and never
 // runs the queue-depth query) until the application sets one. claim imports
 // only the OpenTelemetry API; bring the SDK and an exporter yourself.

@@ -221,7 +221,24 @@ func WithResultHook(f func(*Job, Result)) RunnerOption {
 }
 
 // Runner runs a Handler (or a TxHandler) over the jobs a Claimer claims, with
-// N workers.
+// N workers, and spends the database sparingly: one claim statement takes as
+// many jobs as there are idle workers; one goroutine renews the leases of all
+// running jobs in one statement per round (a job's local deadline is a timer,
+// not a goroutine); and the jobs whose handler returned nil are completed in
+// one statement per batch, each row still matched on id, fence and state
+// 'running', pipelined with the next claim in one transaction when one is due.
+//
+// Each job learns on its own whether its completion counted: [Completed] is
+// reported only after the completion committed durably, LeaseLost when it did
+// not count. A handler that returns nil after its lease was lost gets no
+// completion, and Rescue takes the job back after its expiry. A completion
+// whose answer was lost is sent again and read back by id and fence on
+// another connection, within the write timeout; WriteError only when even
+// that fails. Runner also rescues expired leases periodically, wakes on
+// LISTEN/NOTIFY when asked to (polling stays the fallback), and on shutdown
+// lets in-flight jobs finish within a grace period, releases the rest and
+// writes the completions still queued. Every goroutine it starts has stopped
+// when Run returns.
 type Runner struct {
 	c       *Claimer
 	h       Handler

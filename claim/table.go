@@ -46,7 +46,8 @@ type Table struct {
 	Queue, LastError, FinishedAt, Payload string
 }
 
-// DefaultTable is the ready-made pgfence_jobs table of migration 000003.
+// DefaultTable is the ready-made pgfence_jobs table that pgfence's
+// migrations create.
 func DefaultTable() Table {
 	return Table{
 		Name: "pgfence_jobs",

@@ -1,5 +1,5 @@
 // Package examples holds no code of its own: each directory below is one
-// runnable program per scenario of leases and fencing (see README.md here),
+// runnable program per scenario of leases and fencing (see README.md in this directory),
 // the demo among them, and this package's test builds and runs every one of
 // them and checks its verdict line.
 package examples

@@ -19,5 +19,5 @@
 // after the fenced run must be reported, so the checkers are known to bite.
 //
 // The short run is part of go test; PGFENCE_SOAK=10m makes it a soak of
-// that length (see README, "Reliability").
+// that length (docs/testing.md).
 package faultsuite

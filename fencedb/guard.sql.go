@@ -32,8 +32,8 @@ type BeginSubmitPayoutParams struct {
 
 // Every transition sets the transaction's fence, bound to the transaction,
 // for a fencing trigger on payout_intents, and checks it against the ceiling
-// of pgfence's source unless own_fence_source is true (migration 000004;
-// its zero value, false, keeps the check).
+// of pgfence's source unless own_fence_source is true (its
+// zero value, false, keeps the check).
 // PENDING or SUBMITTING -> SUBMITTING, before calling the provider. Re-entering
 // SUBMITTING is a retry (after a crash, by a newer holder or by the same one):
 // the provider sees the same idempotency key again.

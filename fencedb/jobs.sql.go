@@ -95,7 +95,7 @@ type EnqueueJobRow struct {
 	Notified bool
 }
 
-// Typed statements on the ready-made pgfence_jobs table (migration 000003).
+// Typed statements on the ready-made pgfence_jobs table.
 // The statements package claim sends (claim, renew, complete, fail, release,
 // rescue, sweep, ...) are in claim.sql, templated for a table of the user's
 // own; these are the ones that only make sense for pgfence_jobs.

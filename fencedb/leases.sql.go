@@ -109,8 +109,8 @@ type AcquireRow struct {
 //
 // pgfence_draw_fence() is inlined into this statement, no function call. A
 // fence is drawn on every call, granted or not; gaps are harmless. The key is
-// not checked here (the table has no CHECK constraints: migration 000008):
-// pglease refuses keys outside 1-512 bytes before they are sent.
+// not checked here (the table has no CHECK constraints, which PostgreSQL
+// would re-plan in every statement): pglease refuses keys outside 1-512 bytes before they are sent.
 func (q *Queries) Acquire(ctx context.Context, arg AcquireParams) (AcquireRow, error) {
 	row := q.db.QueryRow(ctx, Acquire,
 		arg.LockKey,
@@ -542,8 +542,8 @@ type SweepExpiredBatchRow struct {
 
 // One batch of pglease's SweepExpired, in its own short transaction: it
 // reads the next batch_size rows in key order after after_key (a cursor on
-// the primary key, so no index on expires_at is needed: migration 000005
-// dropped it to keep acquire's updates HOT) and deletes those expired longer
+// the primary key, so no index on expires_at is needed; the schema has none,
+// which keeps acquire's updates HOT) and deletes those expired longer
 // than the grace period. The DELETE re-checks the expiry on the newest row
 // version (READ COMMITTED re-evaluates its WHERE on a row updated since the
 // snapshot), so a row acquired or renewed meanwhile is never deleted.

@@ -19,7 +19,7 @@ import (
 	"github.com/pgfence/pgfence/migrations"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgtest.MainWithURL(m) }
 
 // bareDatabase creates an empty database (no migrations) on the test server
 // and returns a pool on it; both go away when the test ends.

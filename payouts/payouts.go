@@ -41,7 +41,8 @@ const (
 // Final reports whether no transition leaves s: the work is done.
 func (s State) Final() bool { return s == Submitted || s == Failed }
 
-// TableName is the table that holds payout intents (migration 000002),
+// TableName is the table that holds payout intents (created by pgfence's
+// migrations),
 // unqualified: it is found on the search_path, like pgfence's other objects.
 const TableName = "payout_intents"
 
@@ -111,8 +112,8 @@ type config struct {
 }
 
 // WithMeterProvider sets where the OpenTelemetry metrics of the Intents'
-// Guard go: stale transitions refused count in pgfence.guard.stale (README,
-// "Metrics"). Default: the global provider.
+// Guard go: stale transitions refused count in pgfence.guard.stale
+// (docs/metrics.md). Default: the global provider.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(o *config) error {
 		if mp == nil {

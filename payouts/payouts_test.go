@@ -14,7 +14,7 @@ import (
 	"github.com/pgfence/pgfence/pgguard"
 )
 
-// TestIntents walks the lesson's payout scenario: A records its intent and
+// TestIntents walks the payout scenario: A records its intent and
 // calls the provider, stalls, loses its lease; B retries with the same
 // idempotency key and records the answer; A's late answer is refused; the
 // repeated transition is stopped; reconciliation finds what is stuck.

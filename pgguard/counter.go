@@ -284,7 +284,7 @@ func (o *options) checkSchema(ctx context.Context, db fencedb.DBTX) error {
 }
 
 // setFenceCall is the SQL call that sets the transaction's fence, bound to
-// the transaction (migration 000004), with the ceiling checked unless the
+// the transaction, with the ceiling checked unless the
 // fences come from a source of the caller's own.
 func (o *options) setFenceCall(fenceParam string) string {
 	return o.fn + "pgfence_set_fence(" + fenceParam + "::bigint, " + strconv.FormatBool(!o.ownSource) + ")"

@@ -34,7 +34,7 @@ INSERT INTO invoice_jobs (job_id) VALUES ('inv_72');`)
 	return pool
 }
 
-// The stale-writer timeline (README, "Concepts"): A's lease expires while it
+// The stale-writer timeline: A's lease expires while it
 // is paused, B takes the lease and writes, and A's late write is refused by
 // the row.
 func Example() {

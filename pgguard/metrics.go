@@ -13,8 +13,8 @@ import (
 )
 
 // WithMeterProvider sets where OpenTelemetry metrics of guarded writes and
-// stale refusals go (the instruments are listed in the README's "Metrics"
-// section). Default: the global provider, otel.GetMeterProvider(), which
+// stale refusals go (the instruments are listed in
+// docs/metrics.md). Default: the global provider, otel.GetMeterProvider(), which
 // records nothing until the application sets one. pgguard imports only the
 // OpenTelemetry API; bring the SDK and an exporter yourself.
 func WithMeterProvider(mp metric.MeterProvider) CountOption {

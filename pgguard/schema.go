@@ -52,7 +52,7 @@ func (m Enforcement) String() string {
 const TriggerName = "pgfence_fence_guard"
 
 // SetFence sets the fence of the transaction tx, bound to tx: SELECT
-// pgfence_set_fence(fence) (migration 000004). The fencing trigger compares
+// pgfence_set_fence(fence). The fencing trigger compares
 // it with the fence column of every row an UPDATE or DELETE touches,
 // whatever SQL issued it, and accepts it only in the transaction that set it:
 // it ends with tx, and no session-level setting can stand in for it. A Guard's

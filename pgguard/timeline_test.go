@@ -114,13 +114,13 @@ func (w *worker) signal(sig syscall.Signal) {
 	}
 }
 
-// TestTimelineProcesses is the stale-writer timeline (README, "Concepts") with an OS process per
+// TestTimelineProcesses is the stale-writer timeline with an OS process per
 // worker: A acquires a 1 s lease (no renewal) and is frozen with SIGSTOP for
 // about 2 s, with its write already sent to it; B acquires once A's lease has
 // expired by the database clock, and writes; A gets SIGCONT and performs its
 // write. A's write must be refused, every time. Timings (B's start, the
-// freeze, A's and B's kinds of write) are drawn at random; the seed is
-// logged.
+// freeze, A's and B's kinds of write) are drawn at random; the random
+// seed is logged.
 func TestTimelineProcesses(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)

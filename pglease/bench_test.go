@@ -17,7 +17,7 @@ import (
 	"github.com/pgfence/pgfence/pglease"
 )
 
-// The seed's lease table and its two raw statements (distributed-locks.txt):
+// A plain lease table and its two raw statements, the textbook pair:
 // an upsert that raises a per-row counter, and an UPDATE that expires the
 // lease. Both commit as the session says (durably, by default). They are the
 // yardstick: pgfence must be as fast while keeping every guarantee.
@@ -49,8 +49,8 @@ const benchKeys = 10_000
 //
 //   - pgfence: Client.TryAcquire + Lease.Release (auto-renewal on, as by
 //     default);
-//   - seed: the seed's two raw statements through pgx, on a table of the
-//     seed's shape (see seedAcquire, seedRelease);
+//   - seed: the textbook pair of raw statements through pgx, on a plain
+//     lease table (see seedAcquire, seedRelease);
 //   - sql: pgfence's own two statements sent raw through pgx, which
 //     separates the statements' cost from the client's.
 //
@@ -130,7 +130,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	}
 }
 
-// prepareBench creates the seed's table and puts benchKeys expired rows in
+// prepareBench creates the plain lease table and puts benchKeys expired rows in
 // it and in lock_leases, so that every measured acquisition takes the same
 // path (an update of an expired row) from the first round on.
 func prepareBench(b *testing.B, pool *pgxpool.Pool) {

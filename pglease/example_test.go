@@ -113,3 +113,71 @@ func ExampleClient_Campaign() {
 	// leading with an epoch: true
 	// true
 }
+
+// Acquire waits for a held key, up to the client's maximum wait. A caller
+// that gives up learns how long it waited.
+func ExampleClient_Acquire() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	holder, err := pglease.New(pool)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer holder.Close()
+	waiter, err := pglease.New(pool, pglease.WithMaxWait(300*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer waiter.Close()
+
+	held, err := holder.TryAcquire(ctx, "cache:rebuild", time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = waiter.Acquire(ctx, "cache:rebuild", time.Minute)
+	var waited *pglease.WaitError
+	fmt.Println("gave up after waiting:", errors.As(err, &waited), errors.Is(err, pglease.ErrNotAcquired))
+
+	// Once the holder releases, the waiter gets the key with a larger fence.
+	if err := held.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	next, err := waiter.Acquire(ctx, "cache:rebuild", time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer next.Release(ctx)
+	fmt.Println("granted, fence larger:", next.Fence() > held.Fence())
+	// Output:
+	// gave up after waiting: true true
+	// granted, fence larger: true
+}
+
+// A lease's Context ends when the lease is lost: here a holder that does
+// not renew sees its context end before the lease expires on the server.
+func ExampleLease_Context() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	leases, err := pglease.New(pool, pglease.WithoutAutoRenew())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer leases.Close()
+
+	lease, err := leases.TryAcquire(ctx, "report:hourly", 200*time.Millisecond)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Release(ctx)
+	<-lease.Context().Done() // a worker checks it between steps
+	fmt.Println("lost:", errors.Is(context.Cause(lease.Context()), pglease.ErrLeaseLost))
+	// Output: lost: true
+}

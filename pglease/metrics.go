@@ -15,7 +15,7 @@ import (
 )
 
 // WithMeterProvider sets where the client's OpenTelemetry metrics go (the
-// instruments are listed in the README's "Metrics" section). Default: the
+// instruments are listed in docs/metrics.md). Default: the
 // global provider, otel.GetMeterProvider(), which records nothing until the
 // application sets one. pglease imports only the OpenTelemetry API; bring
 // the SDK and an exporter yourself.

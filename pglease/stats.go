@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// Stats are a client's counters since New, for the signals the lesson says
-// to watch: contention and wait time, renewal failures, leases lost, and
+// Stats are a client's counters since New, for the signals worth
+// watching: contention and wait time, renewal failures, leases lost, and
 // ambiguous acquisitions.
 type Stats struct {
 	Acquired          int64         // leases granted

@@ -11,8 +11,8 @@ SELECT * FROM /* TEMPLATE: schema */payout_intents WHERE payout_id = sqlc.arg(pa
 
 -- Every transition sets the transaction's fence, bound to the transaction,
 -- for a fencing trigger on payout_intents, and checks it against the ceiling
--- of pgfence's source unless own_fence_source is true (migration 000004;
--- its zero value, false, keeps the check).
+-- of pgfence's source unless own_fence_source is true (its
+-- zero value, false, keeps the check).
 
 -- name: BeginSubmitPayout :one
 -- PENDING or SUBMITTING -> SUBMITTING, before calling the provider. Re-entering

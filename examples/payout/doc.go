@@ -1,5 +1,5 @@
 // Payout: a payment provider knows nothing of fences, so the lock alone
-// cannot stop a double payout. The lesson's scenario: a worker calls the
+// cannot stop a double payout. The scenario: a worker calls the
 // provider, the provider pays, the worker times out before the answer
 // arrives, and its lease expires; a second worker legitimately gets the lease
 // and retries. What makes that safe:

@@ -78,8 +78,8 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 		// No release: worker-1 gave up on the timeout and its lease ran out.
 	}
 	naive := prov.paid("po_2001")
-	env.Note("EXPECTED, the lesson's failure: both workers held the lock, at different times, and the provider paid %d times", naive)
-	v.Check(naive == 2, "without an idempotency key the lock alone let the retry pay twice, as the lesson warns (%d payouts)", naive)
+	env.Note("EXPECTED, the failure a lock alone allows: both workers held the lock, at different times, and the provider paid %d times", naive)
+	v.Check(naive == 2, "without an idempotency key the lock alone let the retry pay twice (%d payouts)", naive)
 
 	// 1. Timeout, then a retry with the same key.
 	env.Section("1. durable intent + stable key: worker-1 times out, worker-2 retries")

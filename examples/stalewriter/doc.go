@@ -1,7 +1,7 @@
 // Stale writer: worker A takes the lease on an invoice, freezes past its TTL
 // (a GC pause, a VM migration), and writes late. Worker B took the lease in
 // between with a newer fence. The two orderings of that
-// race (README, "Concepts"):
+// race:
 //
 //  1. B writes first, then A's late write arrives: the fence refuses it.
 //  2. Claim-first off, and A's late write arrives BEFORE B's first write: it

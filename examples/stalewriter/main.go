@@ -67,9 +67,9 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 	}
 
 	env.Note("fences here are large numbers: the server's WAL timeline in the high bits, a sequence below;")
-	env.Note("all that matters is that a later grant's fence is larger (41 and 42 in README's timeline)")
+	env.Note("all that matters is that a later grant's fence is larger")
 
-	// 1. The README's timeline ("Concepts").
+	// 1. The stale-writer timeline.
 	env.Section("1. the stale-writer timeline: B writes, then A's late write arrives")
 	la, lb, err := w.handover(ctx, "invoice:inv_1", "inv_1: PENDING")
 	if err != nil {

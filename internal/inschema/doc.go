@@ -1,5 +1,5 @@
 // Package inschema points pgfence's statements at the pgfence objects of a
-// schema chosen per client (design decisions 10 and 11), by rewriting each
+// schema chosen per client, by rewriting each
 // statement's schema markers (/* TEMPLATE: schema */, see internal/sqltmpl)
 // before it is sent. The names travel in the statement text, not in a
 // search_path, so the rewrite is per client, holds no session state and

@@ -2,7 +2,7 @@
 // OpenTelemetry metrics: the meter of a package, attribute sets turned into
 // measurement options once, and the observable instruments of a pgxpool.
 // It imports only the OpenTelemetry API, never the SDK: the user brings it.
-// The instruments are documented in the README's "Metrics" section.
+// The instruments are documented in docs/metrics.md.
 //
 // The tests that drive the instruments through the SDK live in package
 // metricstest, so that the SDK never enters the go.sum of a module that

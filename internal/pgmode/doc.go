@@ -20,6 +20,5 @@
 // int32 for an integer) just as in the default mode. QueryExecModeExec was
 // the other candidate; it infers parameter types from Go types, which
 // rejects or mis-encodes some values a user may hand to a generic helper
-// (a []byte meant for json goes out as bytea), and it was no faster: see the
-// README's PgBouncer section for the measurement.
+// (a []byte meant for json goes out as bytea), and it was no faster (docs/pgbouncer.md).
 package pgmode

@@ -202,7 +202,7 @@ func testPoolBehindBouncer(t *testing.T, pool *pgxpool.Pool) {
 	}
 }
 
-// What the README tells users to set for their own queries behind a
+// What docs/pgbouncer.md tells users to set for their own queries behind a
 // transaction pooler (default_query_exec_mode=cache_describe in the URL):
 // their statements inside advisory.TryDo, in several workers, never fail.
 func TestREADMESettingBehindPgBouncer(t *testing.T) {

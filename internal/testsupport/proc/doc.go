@@ -1,5 +1,5 @@
 // Package proc freezes and resumes processes for the demo and the tests that
-// replay a stalled worker (a stale holder, README "Concepts").
+// replay a stalled worker (a stale holder).
 //
 // kill(SIGSTOP) returns before the process has stopped: the signal is only
 // queued, and a thread on another core may run on for a moment. A caller

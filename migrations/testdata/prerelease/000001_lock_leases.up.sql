@@ -1,6 +1,6 @@
 -- pgfence lease core: the fence source and the lock_leases table.
 --
--- Fencing tokens (design decision 3) must never repeat and never go backwards
+-- Fencing tokens must never repeat and never go backwards
 -- for a key, across release, deletion of the lease row, a crash-restart and
 -- the promotion of an asynchronous standby. So a fence is not a per-row
 -- counter. It is

@@ -1,4 +1,4 @@
--- Fence binding and the fence ceiling (issue 10, items 1 and 5).
+-- Fence binding and the fence ceiling.
 --
 -- 1. A transaction's fence is bound to the transaction. pgfence_set_fence(f)
 --    stores the transaction-local setting pgfence.fence as '<f>@<xid>', where

@@ -1,4 +1,4 @@
--- One vocabulary (issue 11, design decision 12): a job row's lease uses the
+-- One vocabulary: a job row's lease uses the
 -- words of package pglease's leases, which have a TTL and expire at a time by
 -- the database clock (lock_leases.expires_at). So pgfence_jobs.lease_until
 -- becomes expires_at.

@@ -1,5 +1,5 @@
--- pgfence's functions independent of the caller's search_path (design
--- decision 11: all of pgfence's objects may live in a schema of the user's
+-- pgfence's functions independent of the caller's search_path (so that
+-- all of pgfence's objects may live in a schema of the user's
 -- choosing).
 --
 -- Before this migration the bodies named pgfence's objects unqualified, and

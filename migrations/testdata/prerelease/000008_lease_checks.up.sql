@@ -5,7 +5,7 @@
 -- table (ExecRelCheck: stringToNode + expression_planner per statement, not
 -- per backend). On lock_leases every acquire, renew and release paid that:
 -- a sixth of the server's CPU per acquire + release (BENCHMARKS.md,
--- Profiles), more than anything else the seed's table does not pay.
+-- Profiles), more than anything else a plain lease table does not pay.
 --
 -- Neither constraint guarded a guarantee:
 --   * fence > 0: every fence is drawn by pgfence_draw_fence() or

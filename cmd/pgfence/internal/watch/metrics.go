@@ -15,7 +15,7 @@ import (
 // not through the OpenTelemetry SDK and its Prometheus exporter, because
 // every figure is a gauge (or the one counter) read off one snapshot, and
 // those two would link about 80 packages, protobuf among them, into the CLI
-// (design decision 15: the CLI links pgx, golang-migrate and the OTel API).
+// (the CLI links pgx, golang-migrate and the OTel API, nothing heavier).
 // The tests parse the output with Prometheus' own parser.
 type Metrics struct{ w *Watcher }
 
