@@ -410,7 +410,8 @@ func (q *Queries) PermitFence(ctx context.Context, arg PermitFenceParams) (int64
 
 const ReleaseHeldAtLeast = `-- name: ReleaseHeldAtLeast :one
 UPDATE /* TEMPLATE: schema */lock_leases
-   SET expires_at = GREATEST(now(), acquired_at + $1::bigint * interval '1 microsecond')
+   SET expires_at = GREATEST(now(), acquired_at + $1::bigint * interval '1 microsecond'),
+       released_at = now()
  WHERE lock_key = $2
    AND fence = $3
    AND expires_at > now()
@@ -481,7 +482,8 @@ func (q *Queries) ReleasePermit(ctx context.Context, arg ReleasePermitParams) (b
 
 const ReleaseWakeNext = `-- name: ReleaseWakeNext :one
 UPDATE /* TEMPLATE: schema */lock_leases AS l
-   SET expires_at = GREATEST(now(), l.acquired_at + $1::bigint * interval '1 microsecond')
+   SET expires_at = GREATEST(now(), l.acquired_at + $1::bigint * interval '1 microsecond'),
+       released_at = now()
  WHERE l.lock_key = $2
    AND l.fence = $3
    AND l.expires_at > now()

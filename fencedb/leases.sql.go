@@ -72,8 +72,7 @@ ON CONFLICT (lock_key) DO UPDATE
        owner_token = EXCLUDED.owner_token,
        fence       = EXCLUDED.fence,
        acquired_at = EXCLUDED.acquired_at,
-       expires_at  = EXCLUDED.expires_at,
-       released_at = NULL
+       expires_at  = EXCLUDED.expires_at
  WHERE l.expires_at <= now()
    AND l.fence < EXCLUDED.fence
 RETURNING l.fence, l.expires_at
@@ -140,8 +139,7 @@ ON CONFLICT (lock_key) DO UPDATE
        owner_token = EXCLUDED.owner_token,
        fence       = EXCLUDED.fence,
        acquired_at = EXCLUDED.acquired_at,
-       expires_at  = EXCLUDED.expires_at,
-       released_at = NULL
+       expires_at  = EXCLUDED.expires_at
  WHERE l.expires_at <= now()
    AND l.fence < EXCLUDED.fence
 RETURNING l.owner_token, l.fence, l.expires_at

@@ -1,12 +1,30 @@
 -- A lease's row records when its holder released it, so that a reader
 -- (pgfence list and show, a dashboard) tells a lease released by its holder
--- from one that expired because its holder went away: released_at is set by
--- a release and cleared by the next grant, and NULL on a lease that is held
--- or that ran out. Only readers use it; expiry is still decided by
--- expires_at alone.
+-- from one that expired because its holder went away. Every release sets
+-- released_at; every grant clears it, by the trigger below, since every
+-- grant draws a new fence (whichever statement or function grants). NULL
+-- on a lease that is held or that ran out. Only readers use it: expiry is
+-- still decided by expires_at alone.
 ALTER TABLE lock_leases ADD COLUMN released_at timestamptz;
 
--- The SQL lease functions, as in the baseline, but for released_at.
+CREATE FUNCTION pgfence_clear_released() RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+  NEW.released_at := NULL;
+  RETURN NEW;
+END
+$$;
+
+-- The WHEN condition is checked without calling the function, so renewals
+-- and releases (same fence) pay nothing for it.
+CREATE TRIGGER pgfence_grant_clears_released
+  BEFORE UPDATE ON lock_leases
+  FOR EACH ROW
+  WHEN (NEW.fence IS DISTINCT FROM OLD.fence)
+  EXECUTE FUNCTION pgfence_clear_released();
+
+-- The SQL release function, as in the baseline, but recording the release.
 DO $do$
 BEGIN
   -- A schema some other way brought to the baseline's version may lack the
@@ -15,60 +33,6 @@ BEGIN
   IF to_regprocedure(format('%I.pgfence_release(text, bigint)', current_schema())) IS NULL THEN
     RETURN;
   END IF;
-  -- Acquire: grants the lease when the key is free or its lease has expired
-  -- by the database clock, and returns the new fence; no row when an
-  -- unexpired lease exists. In the one statement: a durable commit whatever
-  -- the session's synchronous_commit (a grant lost in a crash could hand its
-  -- fence out twice); lock_timeout bounding the wait on a concurrent
-  -- acquisition of the same key; and a conflicting row replaced only when it
-  -- has expired and carries a lower fence than the one just drawn. The owner
-  -- token is 244 random bits drawn here, so pglease's check that it has no
-  -- tombstone always holds and is left out.
-  EXECUTE format($sql$
-CREATE OR REPLACE FUNCTION pgfence_acquire(key text, ttl interval, owner text)
-RETURNS TABLE (fence bigint, expires_at timestamptz)
-LANGUAGE sql VOLATILE
-AS $fn$
-  INSERT INTO %1$I.lock_leases AS l (lock_key, owner, owner_token, fence, acquired_at, expires_at)
-  SELECT $1, $3, replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''),
-         %1$I.pgfence_draw_fence(), now(),
-         now() + (extract(epoch FROM $2) * 1000000)::bigint * interval '1 microsecond'
-   WHERE %1$I.pgfence_check_lease_call('pgfence_acquire', $1, $2, $3, NULL)
-     AND %1$I.pgfence_commit_durably()
-     AND set_config('lock_timeout', '1s', true) IS NOT NULL
-  ON CONFLICT (lock_key) DO UPDATE
-     SET owner       = EXCLUDED.owner,
-         owner_token = EXCLUDED.owner_token,
-         fence       = EXCLUDED.fence,
-         acquired_at = EXCLUDED.acquired_at,
-         expires_at  = EXCLUDED.expires_at,
-         released_at = NULL
-   WHERE l.expires_at <= now()
-     AND l.fence < EXCLUDED.fence
-  RETURNING l.fence, l.expires_at
-$fn$
-$sql$, current_schema());
-
-  -- Renew: extends the lease only while it is unexpired and still carries
-  -- this fence, so it never resurrects an expired lease; no row means the
-  -- lease is lost. It commits durably: a renewal lost in a crash would leave
-  -- the holder believing in an expiry the server forgot.
-  EXECUTE format($sql$
-CREATE OR REPLACE FUNCTION pgfence_renew(key text, fence bigint, ttl interval)
-RETURNS TABLE (expires_at timestamptz)
-LANGUAGE sql VOLATILE
-AS $fn$
-  UPDATE %1$I.lock_leases
-     SET expires_at = now() + (extract(epoch FROM $3) * 1000000)::bigint * interval '1 microsecond'
-   WHERE %1$I.pgfence_check_lease_call('pgfence_renew', $1, $3, NULL, $2)
-     AND lock_key = $1
-     AND fence = $2
-     AND expires_at > now()
-     AND %1$I.pgfence_commit_durably()
-  RETURNING expires_at
-$fn$
-$sql$, current_schema());
-
   -- Release: expires a held lease now, matched on key and fence, so a newer
   -- holder's lease is never touched; one row when it released the caller's
   -- grant, no row when it was not held any more. It commits asynchronously:

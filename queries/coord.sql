@@ -78,7 +78,8 @@ SELECT r.lock_key::text AS lock_key, r.fence::bigint AS fence, r.expires_at::tim
 -- its grant time plus hold_micros by the database clock, if that is later
 -- than now; otherwise it is Release. Matched on key and fence.
 UPDATE /* TEMPLATE: schema */lock_leases
-   SET expires_at = GREATEST(now(), acquired_at + sqlc.arg(hold_micros)::bigint * interval '1 microsecond')
+   SET expires_at = GREATEST(now(), acquired_at + sqlc.arg(hold_micros)::bigint * interval '1 microsecond'),
+       released_at = now()
  WHERE lock_key = sqlc.arg(lock_key)
    AND fence = sqlc.arg(fence)
    AND expires_at > now()
@@ -141,7 +142,8 @@ DELETE FROM /* TEMPLATE: schema */pgfence_waiters WHERE lock_key = sqlc.arg(lock
 -- sends NOTIFY pgfence_lease_released with that waiter's owner token as the
 -- payload, delivered when the release commits. No waiter: no notification.
 UPDATE /* TEMPLATE: schema */lock_leases AS l
-   SET expires_at = GREATEST(now(), l.acquired_at + sqlc.arg(hold_micros)::bigint * interval '1 microsecond')
+   SET expires_at = GREATEST(now(), l.acquired_at + sqlc.arg(hold_micros)::bigint * interval '1 microsecond'),
+       released_at = now()
  WHERE l.lock_key = sqlc.arg(lock_key)
    AND l.fence = sqlc.arg(fence)
    AND l.expires_at > now()

@@ -113,20 +113,32 @@ func TestListShow(t *testing.T) {
 }
 
 // lapsedLease takes a lease of 20 ms that nobody renews or releases (through
-// the SQL function, as a client that then crashed would: pglease itself
-// releases a lease whose local deadline passed) and returns its key once
-// the database's clock has passed its expiry.
+// the SQL functions, as a client that then crashed would: pglease itself
+// releases a lease whose local deadline passed), after one grant of the key
+// that was released, and returns its key once the database's clock has
+// passed its expiry.
 func lapsedLease(t *testing.T) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	key := randomName("list-lapsed:")
-	if _, err := pgtest.Pool(t).Exec(ctx, `SELECT pgfence_acquire($1, interval '20 milliseconds', 'lapsed-owner')`, key); err != nil {
+	pool := pgtest.Pool(t)
+	// Taken and released once first: the second grant must clear the
+	// first one's release.
+	var fence int64
+	var released bool
+	if err := pool.QueryRow(ctx, `SELECT fence FROM pgfence_acquire($1, interval '1 minute', 'lapsed-owner')`, key).Scan(&fence); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT released FROM pgfence_release($1, $2)`, key, fence).Scan(&released); err != nil || !released {
+		t.Fatalf("pgfence_release: %v %v", released, err)
+	}
+	if _, err := pool.Exec(ctx, `SELECT pgfence_acquire($1, interval '20 milliseconds', 'lapsed-owner')`, key); err != nil {
 		t.Fatal(err)
 	}
 	for {
 		var expired bool
-		if err := pgtest.Pool(t).QueryRow(ctx, `SELECT expires_at <= now() FROM lock_leases WHERE lock_key = $1`, key).Scan(&expired); err != nil {
+		if err := pool.QueryRow(ctx, `SELECT expires_at <= now() FROM lock_leases WHERE lock_key = $1`, key).Scan(&expired); err != nil {
 			t.Fatal(err)
 		}
 		if expired {

@@ -46,6 +46,12 @@ type PgfenceAbandonedToken struct {
 	AbandonedAt pgtype.Timestamptz
 }
 
+type PgfenceExclusiveWaiter struct {
+	LockKey    string
+	OwnerToken string
+	ExpiresAt  pgtype.Timestamptz
+}
+
 type PgfenceJob struct {
 	ID          int64
 	Queue       string
@@ -62,4 +68,28 @@ type PgfenceJob struct {
 	LastError   pgtype.Text
 	CreatedAt   pgtype.Timestamptz
 	FinishedAt  pgtype.Timestamptz
+}
+
+type PgfencePermit struct {
+	LockKey    string
+	Slot       int32
+	Exclusive  bool
+	Owner      string
+	OwnerToken string
+	Fence      int64
+	AcquiredAt pgtype.Timestamptz
+	ExpiresAt  pgtype.Timestamptz
+}
+
+type PgfenceSemaphore struct {
+	LockKey string
+	Permits int32
+}
+
+type PgfenceWaiter struct {
+	LockKey    string
+	OwnerToken string
+	Owner      string
+	Ticket     int64
+	ExpiresAt  pgtype.Timestamptz
 }
