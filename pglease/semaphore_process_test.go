@@ -83,7 +83,8 @@ func (w semWorker) run() error {
 	say := func(format string, args ...any) {
 		out.Lock()
 		defer out.Unlock()
-		fmt.Printf(format+"\n", args...)
+		// One line per message: a joined error spans several.
+		fmt.Println(strings.ReplaceAll(fmt.Sprintf(format, args...), "\n", "; "))
 	}
 	write := func(l *pglease.Lease) error {
 		return g.Update(ctx, pool, l.Slot(), l.Fence(), pgguard.Values{"writer": os.Getpid()})
