@@ -168,6 +168,12 @@ func Secrets(s string) []string {
 			}
 		}
 	}
+	// A URL inside other text (an error message): its userinfo password,
+	// as Redact's pattern sees it. Without it, a password= value that
+	// swallowed the '@' would be masked first and the password left bare.
+	for _, m := range userinfo.FindAllStringSubmatch(s, -1) {
+		add(strings.TrimSuffix(strings.TrimPrefix(m[0], m[1]), "@"))
+	}
 	for _, m := range kvQuoted.FindAllStringSubmatch(s, -1) {
 		v := strings.TrimPrefix(m[0], m[1])
 		add(strings.Trim(v, "'"))
