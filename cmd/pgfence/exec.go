@@ -341,7 +341,21 @@ func (a *app) startJob(path string, o execOpts, env ...string) (*job, error) {
 	fg := takeForeground()
 	before := foregroundGroup()
 	cmd := a.command(path, o, fg, env...)
+	// pgfence's own SIGCONT and SIGTSTP are caught before the start, so
+	// that a Ctrl-Z typed the moment the command starts cannot stop pgfence
+	// alone (the default action) while the command runs on unrenewed. The
+	// child does not inherit them: a caught signal is reset at exec.
+	var cont, tstp chan os.Signal
+	if catchStops {
+		cont, tstp = make(chan os.Signal, 1), make(chan os.Signal, 1)
+		signal.Notify(cont, syscall.SIGCONT)
+		signal.Notify(tstp, syscall.SIGTSTP)
+	}
 	if err := cmd.Start(); err != nil {
+		if catchStops {
+			signal.Stop(cont)
+			signal.Stop(tstp)
+		}
 		if fg {
 			// The child made its group the foreground group before its
 			// execve failed (ENOEXEC, say): that group is gone now, and a
@@ -354,21 +368,15 @@ func (a *app) startJob(path string, o execOpts, env ...string) (*job, error) {
 		}
 		return nil, fail(exitCannotExec, "pgfence: %s: cannot run: %v", o.argv[0], err)
 	}
-	j := &job{a: a, name: o.argv[0], pgid: cmd.Process.Pid, tty: fg, events: make(chan syscall.WaitStatus, 4)}
+	j := &job{a: a, name: o.argv[0], pgid: cmd.Process.Pid, tty: fg, events: make(chan syscall.WaitStatus, 4), cont: cont, tstp: tstp}
 	if fg {
 		// pgfence is now in a background group of its terminal: writing
 		// to it (with TOSTOP) or taking it back must not stop pgfence.
 		// Ignored only after the start: the command must not inherit it.
 		signal.Ignore(syscall.SIGTTOU)
 	}
-	if catchStops {
-		// Caught after the start: an exec resets caught signals anyway.
-		j.cont, j.tstp = make(chan os.Signal, 1), make(chan os.Signal, 1)
-		signal.Notify(j.cont, syscall.SIGCONT)
-		signal.Notify(j.tstp, syscall.SIGTSTP)
-		if stdinTerminal() {
-			j.fgPoll = time.NewTicker(200 * time.Millisecond)
-		}
+	if catchStops && stdinTerminal() {
+		j.fgPoll = time.NewTicker(200 * time.Millisecond)
 	}
 	cmd.Process.Release() // waited for by pid below
 	go func() {
