@@ -20,10 +20,12 @@ import (
 func TestConcurrentHolders(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
-	counter := new(pgguard.StaleTally)
+	counter := new(pgtest.StaleCount)
 	var hooked atomic.Uint64
-	p, err := payouts.New(ctx, pool, payouts.WithStaleTally(counter),
-		payouts.WithStaleHook(func(context.Context, *pgguard.StaleFenceError) { hooked.Add(1) }))
+	p, err := payouts.New(ctx, pool, payouts.WithStaleHook(func(ctx context.Context, e *pgguard.StaleFenceError) {
+		counter.Hook(ctx, e)
+		hooked.Add(1)
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}

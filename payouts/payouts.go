@@ -104,7 +104,6 @@ func IdempotencyKey(id string) string {
 type Option func(*config) error
 
 type config struct {
-	tally  *pgguard.StaleTally // nil: none
 	hook   func(context.Context, *pgguard.StaleFenceError)
 	own    bool
 	schema string
@@ -142,18 +141,6 @@ func WithSchema(schema string) Option {
 // queries runs the generated statements on db in the configured schema.
 func (c *config) queries(db fencedb.DBTX) *fencedb.Queries {
 	return fencedb.New(inschema.Wrap(pgmode.Wrap(db), c.schema))
-}
-
-// WithStaleTally sets a tally that stale transitions caught are recorded
-// in (see [pgguard.WithStaleTally]). Default: none.
-func WithStaleTally(t *pgguard.StaleTally) Option {
-	return func(o *config) error {
-		if t == nil {
-			return invalid("nil stale tally")
-		}
-		o.tally = t
-		return nil
-	}
 }
 
 // WithStaleHook sets a function called, synchronously and after counting,
@@ -219,10 +206,7 @@ func New(ctx context.Context, db fencedb.DBTX, opts ...Option) (*Intents, error)
 			return nil, err
 		}
 	}
-	gopts := []pgguard.GuardOption{pgguard.WithDoneWhen(done)}
-	if cfg.tally != nil {
-		gopts = append(gopts, pgguard.WithStaleTally(cfg.tally))
-	}
+	gopts := []pgguard.Option{pgguard.WithDoneWhen(done)}
 	if cfg.hook != nil {
 		gopts = append(gopts, pgguard.WithStaleHook(cfg.hook))
 	}
@@ -442,9 +426,6 @@ func (p *Intents) refused(ctx context.Context, id, op string, err error) error {
 	err = pgguard.Classify(err) // a trigger's refusal, or a fence above the ceiling
 	if se, ok := err.(*pgguard.StaleFenceError); ok {
 		se.Key = id
-		if p.cfg.tally != nil {
-			p.cfg.tally.Record(se)
-		}
 		if p.cfg.hook != nil {
 			p.cfg.hook(ctx, se)
 		}

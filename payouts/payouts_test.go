@@ -21,8 +21,8 @@ import (
 func TestIntents(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
-	counter := new(pgguard.StaleTally)
-	p, err := payouts.New(ctx, pool, payouts.WithStaleTally(counter))
+	counter := new(pgtest.StaleCount)
+	p, err := payouts.New(ctx, pool, payouts.WithStaleHook(counter.Hook))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,17 +191,17 @@ func TestIntents(t *testing.T) {
 
 	pgtest.Step(t, "bad input", func(t *testing.T) {
 		for name, err := range map[string]error{
-			"empty id":        func() error { _, err := p.Create(ctx, pool, "", 1, "EUR"); return err }(),
-			"zero amount":     func() error { _, err := p.Create(ctx, pool, "x", 0, "EUR"); return err }(),
-			"currency":        func() error { _, err := p.Create(ctx, pool, "x", 1, "eur'; --"); return err }(),
-			"zero fence":      func() error { _, err := p.BeginSubmit(ctx, pool, "po_4", 0); return err }(),
-			"empty ref":       func() error { _, err := p.MarkSubmitted(ctx, pool, "po_4", fRec, ""); return err }(),
-			"NUL reason":      func() error { _, err := p.MarkFailed(ctx, pool, "po_4", fRec, "a\x00b"); return err }(),
-			"limit":           func() error { _, err := p.Stuck(ctx, pool, 0, 0); return err }(),
-			"negative age":    func() error { _, err := p.Stuck(ctx, pool, -time.Second, 1); return err }(),
-			"nil db":          func() error { _, err := payouts.New(ctx, nil); return err }(),
-			"nil stale tally": func() error { _, err := payouts.New(ctx, pool, payouts.WithStaleTally(nil)); return err }(),
-			"nil hook":        func() error { _, err := payouts.New(ctx, pool, payouts.WithStaleHook(nil)); return err }(),
+			"empty id":       func() error { _, err := p.Create(ctx, pool, "", 1, "EUR"); return err }(),
+			"zero amount":    func() error { _, err := p.Create(ctx, pool, "x", 0, "EUR"); return err }(),
+			"currency":       func() error { _, err := p.Create(ctx, pool, "x", 1, "eur'; --"); return err }(),
+			"zero fence":     func() error { _, err := p.BeginSubmit(ctx, pool, "po_4", 0); return err }(),
+			"empty ref":      func() error { _, err := p.MarkSubmitted(ctx, pool, "po_4", fRec, ""); return err }(),
+			"NUL reason":     func() error { _, err := p.MarkFailed(ctx, pool, "po_4", fRec, "a\x00b"); return err }(),
+			"limit":          func() error { _, err := p.Stuck(ctx, pool, 0, 0); return err }(),
+			"negative age":   func() error { _, err := p.Stuck(ctx, pool, -time.Second, 1); return err }(),
+			"nil db":         func() error { _, err := payouts.New(ctx, nil); return err }(),
+			"nil stale hook": func() error { _, err := payouts.New(ctx, pool, payouts.WithStaleHook(nil)); return err }(),
+			"nil hook":       func() error { _, err := payouts.New(ctx, pool, payouts.WithStaleHook(nil)); return err }(),
 		} {
 			if !errors.Is(err, pgguard.ErrInvalidInput) {
 				t.Errorf("%s: %v", name, err)

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence/internal/pgerr"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pgguard"
 )
@@ -91,13 +92,13 @@ func TestFenceBoundToTransaction(t *testing.T) {
 							_, err := tx.Exec(ctx, sql)
 							return err
 						})
-						if sqlState(err) != pgguard.SQLStateUnboundFence || !errors.Is(pgguard.Classify(err), pgguard.ErrNoFence) {
+						if sqlState(err) != pgerr.UnboundFence || !errors.Is(pgguard.Classify(err), pgguard.ErrNoFence) {
 							t.Fatalf("%s, %q: got %v, want SQLSTATE PF003", c.name, sql, err)
 						}
 						if c.session {
 							// A later statement that sets nothing is refused too
 							// while the session-level value lingers.
-							if _, err := conn.Exec(ctx, sql); sqlState(err) != pgguard.SQLStateUnboundFence {
+							if _, err := conn.Exec(ctx, sql); sqlState(err) != pgerr.UnboundFence {
 								t.Fatalf("%s, later unfenced %q: %v", c.name, sql, err)
 							}
 							if _, err := conn.Exec(ctx, "RESET pgfence.fence"); err != nil {
@@ -116,7 +117,7 @@ func TestFenceBoundToTransaction(t *testing.T) {
 			// With nothing set at all, the modes differ as before.
 			_, err = conn.Exec(ctx, "UPDATE "+table+" SET balance = balance WHERE id = 1")
 			conn.Release()
-			if mode == pgguard.Strict && sqlState(err) != pgguard.SQLStateNoFence {
+			if mode == pgguard.Strict && sqlState(err) != pgerr.NoFence {
 				t.Fatalf("strict, no fence: %v", err)
 			}
 			if mode == pgguard.Lenient && err != nil {
@@ -360,7 +361,7 @@ func TestTriggerCoversInheritance(t *testing.T) {
 			if err := raw(ctx, pool, older, "UPDATE "+tbl+" SET balance = 666"); !errors.Is(pgguard.Classify(err), pgguard.ErrStaleFence) {
 				t.Fatalf("stale UPDATE of %s: %v", tbl, err)
 			}
-			if _, err := pool.Exec(ctx, "DELETE FROM ONLY "+tbl); sqlState(err) != pgguard.SQLStateNoFence {
+			if _, err := pool.Exec(ctx, "DELETE FROM ONLY "+tbl); sqlState(err) != pgerr.NoFence {
 				t.Fatalf("unfenced DELETE of %s: %v", tbl, err)
 			}
 		}
@@ -377,7 +378,7 @@ func TestTriggerCoversInheritance(t *testing.T) {
 		if err := pgguard.InstallTrigger(ctx, pool, pgguard.Table{Name: parent}, pgguard.Strict); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := pool.Exec(ctx, "UPDATE "+later+" SET balance = 6"); sqlState(err) != pgguard.SQLStateNoFence {
+		if _, err := pool.Exec(ctx, "UPDATE "+later+" SET balance = 6"); sqlState(err) != pgerr.NoFence {
 			t.Fatalf("later child after InstallTrigger ran again: %v", err)
 		}
 	})

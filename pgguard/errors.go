@@ -53,22 +53,6 @@ var (
 	ErrInvalidInput = validate.ErrInvalidInput
 )
 
-// SQLSTATEs raised by the fencing trigger (pgfence_enforce_fence, installed
-// by InstallTrigger) and by pgfence_set_fence. Class PF is not used by
-// PostgreSQL.
-const (
-	// SQLStateStaleFence: the transaction's fence is older than the row's.
-	SQLStateStaleFence = pgerr.StaleFence
-	// SQLStateNoFence: strict mode, and the transaction set no fence.
-	SQLStateNoFence = pgerr.NoFence
-	// SQLStateUnboundFence: pgfence.fence is set, but not by this
-	// transaction's pgfence_set_fence (either mode).
-	SQLStateUnboundFence = pgerr.UnboundFence
-	// SQLStateFenceAboveCeiling: pgfence_set_fence refused a fence above the
-	// highest pgfence's source has issued.
-	SQLStateFenceAboveCeiling = pgerr.FenceAboveCeiling
-)
-
 func invalid(format string, args ...any) error { return validate.Invalid("pgguard", format, args...) }
 
 // StaleFenceError reports a write refused because a newer holder has written
@@ -167,13 +151,13 @@ func Classify(err error) error {
 		return err // classified already
 	}
 	switch pgErr.Code {
-	case SQLStateStaleFence:
+	case pgerr.StaleFence:
 		e := &StaleFenceError{Err: err}
 		e.Table, e.Presented, e.Current = parseStaleDetail(pgErr.Detail)
 		return e
-	case SQLStateNoFence, SQLStateUnboundFence:
+	case pgerr.NoFence, pgerr.UnboundFence:
 		return fmt.Errorf("%w: %w", ErrNoFence, err)
-	case SQLStateFenceAboveCeiling:
+	case pgerr.FenceAboveCeiling:
 		return fmt.Errorf("%w: %w", ErrFenceAboveCeiling, err)
 	}
 	return err

@@ -36,11 +36,11 @@ type Guard struct {
 // has no unique index of its own; a fence column that does not exist or is
 // not bigint NOT NULL. The schema is resolved once, here: a later change of
 // search_path does not move the Guard to another table.
-func NewGuard(ctx context.Context, db fencedb.DBTX, t Table, opts ...GuardOption) (*Guard, error) {
+func NewGuard(ctx context.Context, db fencedb.DBTX, t Table, opts ...Option) (*Guard, error) {
 	if db == nil {
 		return nil, invalid("nil DBTX")
 	}
-	o, err := buildOptions(opts, GuardOption.applyGuard)
+	o, err := buildOptions(opts, callGuard)
 	if err != nil {
 		return nil, err
 	}

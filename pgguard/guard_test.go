@@ -29,10 +29,12 @@ func TestLessOrEqual(t *testing.T) {
 	insertRow(t, pool, table, "inv_72")
 
 	var hooked []*pgguard.StaleFenceError
-	counter := new(pgguard.StaleTally)
+	counter := new(pgtest.StaleCount)
 	g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"},
-		pgguard.WithStaleTally(counter),
-		pgguard.WithStaleHook(func(_ context.Context, e *pgguard.StaleFenceError) { hooked = append(hooked, e) }))
+		pgguard.WithStaleHook(func(ctx context.Context, e *pgguard.StaleFenceError) {
+			counter.Hook(ctx, e)
+			hooked = append(hooked, e)
+		}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +171,7 @@ func TestClaimingOff(t *testing.T) {
 	pool := pgtest.Pool(t)
 	table := newTable(t, pool)
 	insertRow(t, pool, table, "inv_72")
-	g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"}, pgguard.WithStaleTally(new(pgguard.StaleTally)))
+	g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"}, pgguard.WithStaleHook(new(pgtest.StaleCount).Hook))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +208,7 @@ func TestClaimingOn(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	table := newTable(t, pool)
-	g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"}, pgguard.WithStaleTally(new(pgguard.StaleTally)))
+	g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"}, pgguard.WithStaleHook(new(pgtest.StaleCount).Hook))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,7 +370,7 @@ func TestConcurrentHolders(t *testing.T) {
 	pool := pgtest.Pool(t)
 	table := newTable(t, pool)
 	insertRow(t, pool, table, "hot")
-	g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"}, pgguard.WithStaleTally(new(pgguard.StaleTally)))
+	g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"}, pgguard.WithStaleHook(new(pgtest.StaleCount).Hook))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -459,7 +461,7 @@ func TestRepeatableRead(t *testing.T) {
 	pool := pgtest.Pool(t)
 	table := newTable(t, pool)
 	insertRow(t, pool, table, "k")
-	g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"}, pgguard.WithStaleTally(new(pgguard.StaleTally)))
+	g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"}, pgguard.WithStaleHook(new(pgtest.StaleCount).Hook))
 	if err != nil {
 		t.Fatal(err)
 	}

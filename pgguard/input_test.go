@@ -3,11 +3,12 @@ package pgguard_test
 import (
 	"context"
 	"errors"
-	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pgguard"
@@ -147,9 +148,9 @@ func TestBadInput(t *testing.T) {
 		invalid(t, "nil in In", g.Update(ctx, pool, "k", f, nil, pgguard.In("status", nil)), "IsNull")
 		invalid(t, "zero Cond", g.Update(ctx, pool, "k", f, nil, pgguard.Cond{}), "zero Cond")
 		invalid(t, "ClaimFirst arity", g.ClaimFirst(ctx, pool, "k", f, []string{"status"}), "1 columns and 0 destinations")
-		invalid(t, "nil stale tally", func() error { _, err := pgguard.NewGuard(ctx, pool, good, pgguard.WithStaleTally(nil)); return err }(), "nil stale tally")
-		invalid(t, "zero option", func() error { _, err := pgguard.NewGuard(ctx, pool, good, pgguard.CountOption{}); return err }(), "zero option")
-		invalid(t, "zero RunFenced option", pgguard.RunFenced(ctx, pool, f, func(pgx.Tx) error { return nil }, pgguard.SourceOption{}), "zero option")
+		invalid(t, "nil stale hook", func() error { _, err := pgguard.NewGuard(ctx, pool, good, pgguard.WithStaleHook(nil)); return err }(), "nil stale hook")
+		invalid(t, "zero option", func() error { _, err := pgguard.NewGuard(ctx, pool, good, pgguard.Option{}); return err }(), "zero option")
+		invalid(t, "zero RunFenced option", pgguard.RunFenced(ctx, pool, f, func(pgx.Tx) error { return nil }, pgguard.Option{}), "zero option")
 	})
 
 	t.Run("values are bound", func(t *testing.T) {
@@ -179,32 +180,45 @@ func TestBadInput(t *testing.T) {
 }
 
 // TestOptionsPerFunction: each function takes only the options that apply
-// to it. A value is accepted as a parameter of interface type exactly when
-// its type implements the interface, so this is what the compiler checks:
-// an option that a function would ignore does not compile there.
+// to it, and refuses the others by name instead of ignoring them.
 func TestOptionsPerFunction(t *testing.T) {
-	kinds := map[string]reflect.Type{
-		"NewGuard":  reflect.TypeFor[pgguard.GuardOption](),
-		"RunFenced": reflect.TypeFor[pgguard.RunFencedOption](),
-		"SetFence":  reflect.TypeFor[pgguard.SetFenceOption](),
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	table := newTable(t, pool)
+	good := pgguard.Table{Name: table, KeyColumn: "job_id"}
+	f := fences(t, pool, 1)[0]
+	calls := map[string]func(pgguard.Option) error{
+		"NewGuard": func(o pgguard.Option) error { _, err := pgguard.NewGuard(ctx, pool, good, o); return err },
+		"RunFenced": func(o pgguard.Option) error {
+			return pgguard.RunFenced(ctx, pool, f, func(pgx.Tx) error { return nil }, o)
+		},
+		"SetFence": func(o pgguard.Option) error {
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return pgguard.SetFence(ctx, tx, f, o) })
+		},
+		"TriggerMigration": func(o pgguard.Option) error {
+			_, _, err := pgguard.TriggerMigration(good, pgguard.Strict, o)
+			return err
+		},
 	}
 	takes := map[string]struct {
-		opt  any
+		opt  pgguard.Option
 		want []string
 	}{
-		"WithStaleTally":     {pgguard.WithStaleTally(new(pgguard.StaleTally)), []string{"NewGuard", "RunFenced"}},
 		"WithStaleHook":      {pgguard.WithStaleHook(func(context.Context, *pgguard.StaleFenceError) {}), []string{"NewGuard", "RunFenced"}},
+		"WithMeterProvider":  {pgguard.WithMeterProvider(noop.NewMeterProvider()), []string{"NewGuard", "RunFenced"}},
 		"WithDoneWhen":       {pgguard.WithDoneWhen(pgguard.Eq("status", "SENT")), []string{"NewGuard"}},
 		"WithOwnFenceSource": {pgguard.WithOwnFenceSource(), []string{"NewGuard", "RunFenced", "SetFence"}},
+		"WithSchema":         {pgguard.WithSchema("public"), []string{"NewGuard", "RunFenced", "SetFence", "TriggerMigration"}},
 	}
 	for name, tc := range takes {
-		for fn, iface := range kinds {
-			want := false
-			for _, w := range tc.want {
-				want = want || w == fn
-			}
-			if got := reflect.TypeOf(tc.opt).Implements(iface); got != want {
-				t.Errorf("%s accepted by %s: %v, want %v", name, fn, got, want)
+		for fn, call := range calls {
+			want := slices.Contains(tc.want, fn)
+			err := call(tc.opt)
+			switch {
+			case want && err != nil:
+				t.Errorf("%s refused by %s: %v", name, fn, err)
+			case !want && (!errors.Is(err, pgguard.ErrInvalidInput) || !strings.Contains(err.Error(), name+" does not apply to")):
+				t.Errorf("%s given to %s: %v, want ErrInvalidInput naming the option", name, fn, err)
 			}
 		}
 	}

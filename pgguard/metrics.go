@@ -17,8 +17,10 @@ import (
 // docs/metrics.md). Default: the global provider, otel.GetMeterProvider(), which
 // records nothing until the application sets one. pgguard imports only the
 // OpenTelemetry API; bring the SDK and an exporter yourself.
-func WithMeterProvider(mp metric.MeterProvider) CountOption {
-	return CountOption{func(o *options) error {
+//
+// Applies to NewGuard and RunFenced.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return Option{"WithMeterProvider", callsCounting, func(o *options) error {
 		if mp == nil {
 			return invalid("nil meter provider")
 		}

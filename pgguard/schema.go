@@ -62,14 +62,14 @@ const TriggerName = "pgfence_fence_guard"
 // A fence above the highest one pgfence's source has issued is refused with
 // ErrFenceAboveCeiling; pass WithOwnFenceSource when your fences come from a
 // source of your own (the only option SetFence reads).
-func SetFence(ctx context.Context, tx pgx.Tx, fence int64, opts ...SetFenceOption) error {
+func SetFence(ctx context.Context, tx pgx.Tx, fence int64, opts ...Option) error {
 	if tx == nil {
 		return invalid("nil transaction")
 	}
 	if fence <= 0 {
 		return invalid("fence must be positive, got %d", fence)
 	}
-	o, err := buildOptions(opts, SetFenceOption.applySetFence)
+	o, err := buildOptions(opts, callSetFence)
 	if err != nil {
 		return err
 	}
@@ -93,14 +93,14 @@ type Beginner interface {
 // same options) and commits it when fn returns nil; otherwise it rolls back. Errors are
 // classified (see Classify) and stale-fence refusals counted, so a raw UPDATE
 // in fn that a fencing trigger refused comes back as a *StaleFenceError.
-func RunFenced(ctx context.Context, db Beginner, fence int64, fn func(tx pgx.Tx) error, opts ...RunFencedOption) error {
+func RunFenced(ctx context.Context, db Beginner, fence int64, fn func(tx pgx.Tx) error, opts ...Option) error {
 	if db == nil || fn == nil {
 		return invalid("RunFenced needs a database and a function")
 	}
 	if fence <= 0 {
 		return invalid("fence must be positive, got %d", fence)
 	}
-	o, err := buildOptions(opts, RunFencedOption.applyRunFenced)
+	o, err := buildOptions(opts, callRunFenced)
 	if err != nil {
 		return err
 	}
@@ -182,11 +182,11 @@ func FenceColumnMigration(t Table) (up, down string, err error) {
 // which fires no row triggers. The fence column must exist as bigint NOT
 // NULL (AddFenceColumn). t.KeyColumn is not used. Classify turns the
 // trigger's errors into ErrStaleFence and ErrNoFence.
-func InstallTrigger(ctx context.Context, db fencedb.DBTX, t Table, mode Enforcement, opts ...TriggerOption) error {
+func InstallTrigger(ctx context.Context, db fencedb.DBTX, t Table, mode Enforcement, opts ...Option) error {
 	if mode != Strict && mode != Lenient {
 		return invalid("mode must be Strict or Lenient, got %v", mode)
 	}
-	o, err := buildOptions(opts, TriggerOption.applyTrigger)
+	o, err := buildOptions(opts, callTrigger)
 	if err != nil {
 		return err
 	}
@@ -284,11 +284,11 @@ func TriggerEnforcement(ctx context.Context, db fencedb.DBTX, t Table) (mode Enf
 // t's INHERITS children; generate one for each of them too. It needs pgfence's migrations to have run first. The names
 // are checked (but not against a catalog) and quoted. WithSchema names
 // pgfence's schema, as for InstallTrigger.
-func TriggerMigration(t Table, mode Enforcement, opts ...TriggerOption) (up, down string, err error) {
+func TriggerMigration(t Table, mode Enforcement, opts ...Option) (up, down string, err error) {
 	if mode != Strict && mode != Lenient {
 		return "", "", invalid("mode must be Strict or Lenient, got %v", mode)
 	}
-	o, err := buildOptions(opts, TriggerOption.applyTrigger)
+	o, err := buildOptions(opts, callTrigger)
 	if err != nil {
 		return "", "", err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence/internal/pgerr"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pgguard"
 )
@@ -96,8 +97,8 @@ func TestTriggerStrict(t *testing.T) {
 
 	f := fences(t, pool, 3)
 	older, newer := f[0], f[1]
-	// Counts the stale refusals seen through Observe and RunFenced.
-	counter := new(pgguard.StaleTally)
+	// Counts the stale refusals seen through Classify and RunFenced.
+	counter := new(pgtest.StaleCount)
 
 	pgtest.Step(t, "INSERT is not checked", func(t *testing.T) {
 		if _, err := pool.Exec(ctx, "INSERT INTO "+table+" (id) VALUES (4)"); err != nil {
@@ -121,14 +122,15 @@ func TestTriggerStrict(t *testing.T) {
 	pgtest.Step(t, "a stale hand-written UPDATE is refused and classified", func(t *testing.T) {
 		// The stale holder's hand-written UPDATE, which forgot the predicate.
 		err := raw(ctx, pool, older, "UPDATE "+table+" SET balance = 666 WHERE id = 1")
-		if sqlState(err) != pgguard.SQLStateStaleFence {
+		if sqlState(err) != pgerr.StaleFence {
 			t.Fatalf("stale raw UPDATE: got %v, want SQLSTATE PF001", err)
 		}
-		err = counter.Observe(err)
+		err = pgguard.Classify(err)
 		var se *pgguard.StaleFenceError
 		if !errors.Is(err, pgguard.ErrStaleFence) || !errors.As(err, &se) {
 			t.Fatalf("Classify: %v", err)
 		}
+		counter.Hook(ctx, se)
 		if se.Presented != older || se.Current != newer || se.Table != "public."+table || se.Key != "" {
 			t.Errorf("classified: %+v", se)
 		}
@@ -162,7 +164,7 @@ func TestTriggerStrict(t *testing.T) {
 		err := pgguard.RunFenced(ctx, pool, older, func(tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, "DELETE FROM "+table+" WHERE id = 1")
 			return err
-		}, pgguard.WithStaleTally(counter))
+		}, pgguard.WithStaleHook(counter.Hook))
 		var se *pgguard.StaleFenceError
 		if !errors.As(err, &se) || se.Current != newer {
 			t.Fatalf("RunFenced stale DELETE: %v", err)
@@ -176,7 +178,7 @@ func TestTriggerStrict(t *testing.T) {
 		// Strict: no fence set, refused.
 		for _, sql := range []string{"UPDATE " + table + " SET balance = 1 WHERE id = 2", "DELETE FROM " + table + " WHERE id = 2"} {
 			_, err := pool.Exec(ctx, sql)
-			if sqlState(err) != pgguard.SQLStateNoFence || !errors.Is(pgguard.Classify(err), pgguard.ErrNoFence) {
+			if sqlState(err) != pgerr.NoFence || !errors.Is(pgguard.Classify(err), pgguard.ErrNoFence) {
 				t.Fatalf("strict, no fence, %q: got %v, want SQLSTATE PF002", sql, err)
 			}
 		}
@@ -189,7 +191,7 @@ func TestTriggerStrict(t *testing.T) {
 		tx, _ := conn.Begin(ctx)
 		pgguard.SetFence(ctx, tx, newer)
 		tx.Commit(ctx)
-		if _, err := conn.Exec(ctx, "UPDATE "+table+" SET balance = 1 WHERE id = 2"); sqlState(err) != pgguard.SQLStateNoFence {
+		if _, err := conn.Exec(ctx, "UPDATE "+table+" SET balance = 1 WHERE id = 2"); sqlState(err) != pgerr.NoFence {
 			t.Fatalf("fence leaked past its transaction: %v", err)
 		}
 		conn.Release()
@@ -393,7 +395,7 @@ func TestMigrationSQL(t *testing.T) {
 		if err := pool.QueryRow(ctx, `SELECT "Fence" FROM "Mixed_Case$Orders" WHERE id = 1`).Scan(&fence); err != nil || fence != f[1] {
 			t.Fatalf("generic path: fence %d (%v), want %d", fence, err, f[1])
 		}
-		if _, err := pool.Exec(ctx, `UPDATE "Mixed_Case$Orders" SET state = 'x'`); sqlState(err) != pgguard.SQLStateNoFence {
+		if _, err := pool.Exec(ctx, `UPDATE "Mixed_Case$Orders" SET state = 'x'`); sqlState(err) != pgerr.NoFence {
 			t.Fatalf("strict trigger from the migration: %v", err)
 		}
 		if err := raw(ctx, pool, f[0], `UPDATE "Mixed_Case$Orders" SET state = 'x'`); !errors.Is(pgguard.Classify(err), pgguard.ErrStaleFence) {
@@ -420,8 +422,8 @@ func TestRunFencedCountsOnce(t *testing.T) {
 	pool := pgtest.Pool(t)
 	table := newTable(t, pool)
 	insertRow(t, pool, table, "k")
-	c := new(pgguard.StaleTally)
-	g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"}, pgguard.WithStaleTally(c))
+	c := new(pgtest.StaleCount)
+	g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"}, pgguard.WithStaleHook(c.Hook))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,7 +433,7 @@ func TestRunFencedCountsOnce(t *testing.T) {
 	}
 	err = pgguard.RunFenced(ctx, pool, f[0], func(tx pgx.Tx) error {
 		return g.Update(ctx, tx, "k", f[0], pgguard.Values{"writer": "A"})
-	}, pgguard.WithStaleTally(c))
+	}, pgguard.WithStaleHook(c.Hook))
 	if !errors.Is(err, pgguard.ErrStaleFence) || c.Total() != 1 {
 		t.Fatalf("err %v, counted %d; want ErrStaleFence counted once", err, c.Total())
 	}

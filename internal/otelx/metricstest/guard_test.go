@@ -21,9 +21,9 @@ func TestMetricsGuardedWrites(t *testing.T) {
 	pool := pgtest.Pool(t)
 	table := newTable(t, pool)
 	insertRow(t, pool, table, "k1")
-	counter := new(pgguard.StaleTally)
+	counter := new(pgtest.StaleCount)
 	g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"},
-		pgguard.WithStaleTally(counter), pgguard.WithMeterProvider(r.Provider), pgguard.WithDoneWhen(pgguard.Eq("status", "SENT")))
+		pgguard.WithStaleHook(counter.Hook), pgguard.WithMeterProvider(r.Provider), pgguard.WithDoneWhen(pgguard.Eq("status", "SENT")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,8 +84,8 @@ func TestMetricsPayoutStale(t *testing.T) {
 	ctx := context.Background()
 	r := otelxtest.New(t)
 	pool := pgtest.Pool(t)
-	counter := new(pgguard.StaleTally)
-	intents, err := payouts.New(ctx, pool, payouts.WithStaleTally(counter), payouts.WithMeterProvider(r.Provider))
+	counter := new(pgtest.StaleCount)
+	intents, err := payouts.New(ctx, pool, payouts.WithStaleHook(counter.Hook), payouts.WithMeterProvider(r.Provider))
 	if err != nil {
 		t.Fatal(err)
 	}
