@@ -23,6 +23,10 @@ type scaleRow struct {
 // table grows or a sweep/purge runs.
 const scaleClients = 8
 
+// sweepBatch is the rows per transaction of the sweeps measured: the
+// default of pglease and claim, given explicitly so the row says what ran.
+const sweepBatch = 1000
+
 func runScale(ctx context.Context, e *env, rep *report) error {
 	p, err := e.pool(ctx, jobPoolConns)
 	if err != nil {
@@ -32,7 +36,7 @@ func runScale(ctx context.Context, e *env, rep *report) error {
 	if err := warm(ctx, p, scaleClients+4); err != nil {
 		return err
 	}
-	lc, err := pglease.New(p, pglease.WithoutAutoRenew(), pglease.WithOwner("bench"))
+	lc, err := pglease.New(p, pglease.WithoutAutoRenew(), pglease.WithOwner("bench"), pglease.WithSweepBatch(sweepBatch))
 	if err != nil {
 		return err
 	}
@@ -83,7 +87,7 @@ func runScale(ctx context.Context, e *env, rep *report) error {
 		return d, l.Release(ctx)
 	}, func(ctx context.Context) error {
 		// Rows expired for more than a minute: the filled ones, not the live
-		// keys. In batches of pglease.DefaultSweepBatch rows.
+		// keys. In batches of sweepBatch rows.
 		swept, err = lc.SweepExpired(ctx, time.Minute)
 		return err
 	})
@@ -91,7 +95,7 @@ func runScale(ctx context.Context, e *env, rep *report) error {
 		return fmt.Errorf("sweep: %w", err)
 	}
 	rep.sweepP99 = during.quantile(0.99)
-	add(scaleRow{fmt.Sprintf("SweepExpired of %s expired leases (batches of %s rows, each its own transaction)", num(float64(swept)), num(pglease.DefaultSweepBatch)),
+	add(scaleRow{fmt.Sprintf("SweepExpired of %s expired leases (batches of %s rows, each its own transaction)", num(float64(swept)), num(sweepBatch)),
 		fmt.Sprintf("took %s; TryAcquire during it: p50 %s, p99 %s", ms(sweepTime), ms(during.quantile(0.5)), ms(during.quantile(0.99))),
 		fmt.Sprintf("%d clients, %d acquisitions during it; p99 before it %s (target p99 ≤ 10 ms)", scaleClients, len(during), ms(before.quantile(0.99)))})
 
@@ -130,7 +134,7 @@ SELECT 'scale', 'noop', 'completed', 1, g, now() - interval '1 hour', now() - in
 		fmt.Sprintf("%.2f× the empty table; measured one after the other", bigRate/emptyRate)})
 
 	// 4. A purge of the finished jobs while 8 workers claim and complete.
-	cl, err := claim.New(ctx, p, claim.WithQueue("scale"), claim.WithOwner("bench"))
+	cl, err := claim.New(ctx, p, claim.WithQueue("scale"), claim.WithOwner("bench"), claim.WithSweepBatch(sweepBatch))
 	if err != nil {
 		return err
 	}
@@ -153,7 +157,7 @@ SELECT 'scale', 'noop', 'completed', 1, g, now() - interval '1 hour', now() - in
 		return d, nil
 	}, func(ctx context.Context) error {
 		// Jobs finished for more than a minute: the filled ones, not those
-		// completed during the sweep. In batches of claim.DefaultSweepBatch rows.
+		// completed during the sweep. In batches of sweepBatch rows.
 		purged, err = cl.SweepFinished(ctx, time.Minute)
 		return err
 	})
@@ -161,7 +165,7 @@ SELECT 'scale', 'noop', 'completed', 1, g, now() - interval '1 hour', now() - in
 		return fmt.Errorf("purge: %w", err)
 	}
 	rep.purgeP99 = cDuring.quantile(0.99)
-	add(scaleRow{fmt.Sprintf("claim.SweepFinished of %s finished jobs (batches of %s rows, each its own transaction)", num(float64(purged)), num(claim.DefaultSweepBatch)),
+	add(scaleRow{fmt.Sprintf("claim.SweepFinished of %s finished jobs (batches of %s rows, each its own transaction)", num(float64(purged)), num(sweepBatch)),
 		fmt.Sprintf("took %s; Claim during it: p50 %s, p99 %s", ms(purgeTime), ms(cDuring.quantile(0.5)), ms(cDuring.quantile(0.99))),
 		fmt.Sprintf("%d workers (Claim 1 + Complete), %d claims during it; p99 before it %s (target p99 ≤ 50 ms)", scaleClients, len(cDuring), ms(cBefore.quantile(0.99)))})
 	return e.exec(ctx, p, "TRUNCATE pgfence_jobs, lock_leases")

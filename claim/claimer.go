@@ -88,13 +88,8 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Claimer, err
 		return nil, invalid("nil pool")
 	}
 	cfg := defaultConfig()
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	if err := apply(opts, settings{claimer: &cfg}); err != nil {
+		return nil, err
 	}
 	if cfg.schema != "" && !cfg.tableSet {
 		cfg.table.Schema = cfg.schema // the ready-made table lives with the functions
@@ -140,8 +135,8 @@ func (c *Claimer) queueArgs(args ...any) []any {
 }
 
 func checkTTL(ttl time.Duration) error {
-	if ttl < MinTTL || ttl > MaxTTL {
-		return invalid("lease %v is outside [%v, %v]", ttl, MinTTL, MaxTTL)
+	if ttl < minTTL || ttl > maxTTL {
+		return invalid("lease %v is outside [%v, %v]", ttl, minTTL, maxTTL)
 	}
 	return nil
 }
@@ -153,11 +148,11 @@ func checkTTL(ttl time.Duration) error {
 // attempt + 1, a new fence, this claimer's owner label and a lease of TTL
 // ttl from the database's now(). The claim commits durably whatever
 // the session's synchronous_commit, since a claim lost in a crash could see
-// its fence issued again. n must lie in [1, MaxBatch] and ttl in
-// [MinTTL, MaxTTL]; otherwise ErrInvalidInput and nothing is claimed.
+// its fence issued again. n must lie in [1, 10000] and ttl in
+// [10ms, 24h]; otherwise ErrInvalidInput and nothing is claimed.
 func (c *Claimer) Claim(ctx context.Context, n int, ttl time.Duration) ([]*Job, error) {
-	if n < 1 || n > MaxBatch {
-		return nil, invalid("batch size %d is outside [1, %d]", n, MaxBatch)
+	if n < 1 || n > maxBatch {
+		return nil, invalid("batch size %d is outside [1, %d]", n, maxBatch)
 	}
 	if err := checkTTL(ttl); err != nil {
 		return nil, err
@@ -330,7 +325,7 @@ func (c *Claimer) Fail(ctx context.Context, j *Job, cause error) (FailResult, er
 	if err := c.checkJob(j); err != nil {
 		return FailResult{}, err
 	}
-	delay := min(max(c.cfg.backoff(j.Attempt), 0), MaxRetryDelay)
+	delay := min(max(c.cfg.backoff(j.Attempt), 0), maxRetryDelay)
 	msg := ""
 	if cause != nil {
 		msg = cause.Error()
@@ -402,10 +397,10 @@ type RescueResult struct {
 // changes (rows being written concurrently are skipped), so it can never
 // undo a completion or take a job whose lease was just extended. The expired
 // attempt stays counted; a job whose last attempt expired becomes dead.
-// limit must lie in [1, MaxBatch].
+// limit must lie in [1, 10000].
 func (c *Claimer) Rescue(ctx context.Context, limit int) (RescueResult, error) {
-	if limit < 1 || limit > MaxBatch {
-		return RescueResult{}, invalid("rescue limit %d is outside [1, %d]", limit, MaxBatch)
+	if limit < 1 || limit > maxBatch {
+		return RescueResult{}, invalid("rescue limit %d is outside [1, %d]", limit, maxBatch)
 	}
 	var r RescueResult
 	err := pgmode.Wrap(c.pool).QueryRow(ctx, c.sql.rescue, c.queueArgs(limit)...).Scan(&r.Requeued, &r.Dead)

@@ -52,8 +52,8 @@ func Enqueue(ctx context.Context, q fencedb.DBTX, j NewJob) (int64, error) {
 	if j.MaxAttempts < 1 {
 		return 0, invalid("max attempts must be at least 1, got %d", j.MaxAttempts)
 	}
-	if j.Delay < 0 || j.Delay > MaxRetryDelay {
-		return 0, invalid("delay %v is outside [0, %v]", j.Delay, MaxRetryDelay)
+	if j.Delay < 0 || j.Delay > maxRetryDelay {
+		return 0, invalid("delay %v is outside [0, %v]", j.Delay, maxRetryDelay)
 	}
 	if j.Notify != "" {
 		if err := checkIdent("notification channel", j.Notify); err != nil {

@@ -27,3 +27,11 @@ func (c *Claimer) CompleteAndClaimForTest(ctx context.Context, done []*Job, n in
 // AmbiguousForTest reports whether a Runner would settle err by reading
 // the jobs back.
 func AmbiguousForTest(err error) bool { return ambiguous(err) }
+
+// Limits and defaults that tests in package claim_test probe the edges of.
+const (
+	MaxBatch      = maxBatch
+	MaxSweepBatch = maxSweepBatch
+)
+
+func DefaultTable() Table { return defaultTable() }

@@ -82,7 +82,7 @@ func TestRunnerHandlerIgnoringLostLeaseIsNotCompleted(t *testing.T) {
 				return nil
 			}
 			results := make(chan claim.Result, 2)
-			opts := []claim.RunnerOption{claim.WithWorkers(1), claim.WithTTL(ttl), claim.WithRescueInterval(-1),
+			opts := []claim.Option{claim.WithWorkers(1), claim.WithTTL(ttl), claim.WithRescueInterval(-1),
 				claim.WithResultHook(func(_ *claim.Job, r claim.Result) { results <- r })}
 			var p *claim.Runner
 			var err error

@@ -17,9 +17,9 @@ import (
 	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
-// DefaultQueueStatsInterval is how often, at most, the queue-depth gauges
+// defaultQueueStatsInterval is how often, at most, the queue-depth gauges
 // query the table; collections in between report the last answer.
-const DefaultQueueStatsInterval = 5 * time.Second
+const defaultQueueStatsInterval = 5 * time.Second
 
 // queueStatsTimeout bounds the queue-depth query, so that a slow database
 // never holds up a collection for longer.
@@ -31,27 +31,27 @@ const queueStatsTimeout = 2 * time.Second
 // runs the queue-depth query) until the application sets one. claim imports
 // only the OpenTelemetry API; bring the SDK and an exporter yourself.
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(c *config) error {
+	return claimerOption("WithMeterProvider", func(c *config) error {
 		if mp == nil {
 			return invalid("nil meter provider")
 		}
 		c.meterProvider = mp
 		return nil
-	}
+	})
 }
 
 // WithQueueStatsInterval sets how often, at most, the observable gauges
 // pgfence.job.queue.depth and pgfence.job.oldest_runnable.age query the
 // table (one aggregate over the queue's available and running rows).
-// Default: DefaultQueueStatsInterval.
+// Default: 5s.
 func WithQueueStatsInterval(d time.Duration) Option {
-	return func(c *config) error {
+	return claimerOption("WithQueueStatsInterval", func(c *config) error {
 		if d <= 0 {
 			return invalid("queue stats interval must be positive, got %v", d)
 		}
 		c.queueStatsEvery = d
 		return nil
-	}
+	})
 }
 
 const meterName = "github.com/pgfence/pgfence/claim"
@@ -94,7 +94,7 @@ func newMetrics(c *Claimer) *metrics {
 	}
 	every := c.cfg.queueStatsEvery
 	if every <= 0 {
-		every = DefaultQueueStatsInterval
+		every = defaultQueueStatsInterval
 	}
 	qs := &queueStats{pool: c.pool, sql: c.sql.queueStats, args: c.queueArgs(), every: every, logger: c.cfg.logger}
 	key := queueKey{pool: c.pool, table: c.cfg.table.ident(), queue: c.Queue()}

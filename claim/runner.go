@@ -94,9 +94,6 @@ type Result struct {
 	Fail FailResult
 }
 
-// RunnerOption configures a Runner.
-type RunnerOption func(*runnerConfig) error
-
 type runnerConfig struct {
 	workers      int
 	batch        int // 0: workers
@@ -111,27 +108,27 @@ type runnerConfig struct {
 
 // WithWorkers sets how many jobs run at once, each in its own goroutine.
 // Default: 4. At most 1000.
-func WithWorkers(n int) RunnerOption {
-	return func(c *runnerConfig) error {
+func WithWorkers(n int) Option {
+	return runnerOption("WithWorkers", func(c *runnerConfig) error {
 		if n < 1 || n > 1000 {
 			return invalid("workers %d is outside [1, 1000]", n)
 		}
 		c.workers = n
 		return nil
-	}
+	})
 }
 
 // WithBatchSize caps how many jobs one claim takes; the runner never claims
 // more than it has idle workers, so no claimed job waits for a worker while
 // its lease runs. Default: the number of workers.
-func WithBatchSize(n int) RunnerOption {
-	return func(c *runnerConfig) error {
-		if n < 1 || n > MaxBatch {
-			return invalid("batch size %d is outside [1, %d]", n, MaxBatch)
+func WithBatchSize(n int) Option {
+	return runnerOption("WithBatchSize", func(c *runnerConfig) error {
+		if n < 1 || n > maxBatch {
+			return invalid("batch size %d is outside [1, %d]", n, maxBatch)
 		}
 		c.batch = n
 		return nil
-	}
+	})
 }
 
 // WithTTL sets each job's lease TTL. One renew statement per round extends
@@ -139,28 +136,28 @@ func WithBatchSize(n int) RunnerOption {
 // successful extension (or up to a sixth earlier, to share a round); a
 // failed renewal is retried after min(TTL/12, 250ms) until the job's local
 // deadline, as pglease does.
-// Default: 30s. Within [MinTTL, MaxTTL].
-func WithTTL(d time.Duration) RunnerOption {
-	return func(c *runnerConfig) error {
+// Default: 30s. Within [10ms, 24h].
+func WithTTL(d time.Duration) Option {
+	return runnerOption("WithTTL", func(c *runnerConfig) error {
 		if err := checkTTL(d); err != nil {
 			return err
 		}
 		c.ttl = d
 		return nil
-	}
+	})
 }
 
 // WithPollInterval sets how long the runner waits before claiming again after
 // it found fewer runnable jobs than idle workers. With WithListen it is the
 // fallback for lost notifications and for jobs whose run_at came. Default: 1s.
-func WithPollInterval(d time.Duration) RunnerOption {
-	return func(c *runnerConfig) error {
+func WithPollInterval(d time.Duration) Option {
+	return runnerOption("WithPollInterval", func(c *runnerConfig) error {
 		if d < time.Millisecond || d > time.Hour {
 			return invalid("poll interval %v is outside [1ms, 1h]", d)
 		}
 		c.poll = d
 		return nil
-	}
+	})
 }
 
 // WithListen makes the runner LISTEN on channel (on one dedicated connection
@@ -171,53 +168,53 @@ func WithPollInterval(d time.Duration) RunnerOption {
 // 5s), then claims at once, since notifications meanwhile went unheard.
 // Behind PgBouncer in transaction pooling mode notifications do not arrive:
 // the runner then polls.
-func WithListen(channel string) RunnerOption {
-	return func(c *runnerConfig) error {
+func WithListen(channel string) Option {
+	return runnerOption("WithListen", func(c *runnerConfig) error {
 		if err := checkIdent("notification channel", channel); err != nil {
 			return err
 		}
 		c.listen = channel
 		return nil
-	}
+	})
 }
 
 // WithShutdownGrace sets how long Run, once its context ends, lets in-flight
 // jobs finish. After it, their contexts end with ErrShutdown, and jobs whose
 // handler then returns an error are released back to the queue. Default: 10s.
-func WithShutdownGrace(d time.Duration) RunnerOption {
-	return func(c *runnerConfig) error {
+func WithShutdownGrace(d time.Duration) Option {
+	return runnerOption("WithShutdownGrace", func(c *runnerConfig) error {
 		if d < 0 || d > time.Hour {
 			return invalid("shutdown grace %v is outside [0, 1h]", d)
 		}
 		c.grace = d
 		return nil
-	}
+	})
 }
 
 // WithRescueInterval sets how often the runner runs Rescue for its table and
 // queue; a negative interval turns it off (run Rescue elsewhere then).
 // Default: half the TTL.
-func WithRescueInterval(d time.Duration) RunnerOption {
-	return func(c *runnerConfig) error {
+func WithRescueInterval(d time.Duration) Option {
+	return runnerOption("WithRescueInterval", func(c *runnerConfig) error {
 		if d == 0 || d > 24*time.Hour {
 			return invalid("rescue interval %v must be non-zero and at most 24h (negative turns it off)", d)
 		}
 		c.rescueEvery = d
 		return nil
-	}
+	})
 }
 
 // WithResultHook calls f after each job's end, from a runner goroutine (the
 // worker's, or for completions the one that writes them in batches), for
 // metrics and tests. Default: none. f must not block for long.
-func WithResultHook(f func(*Job, Result)) RunnerOption {
-	return func(c *runnerConfig) error {
+func WithResultHook(f func(*Job, Result)) Option {
+	return runnerOption("WithResultHook", func(c *runnerConfig) error {
 		if f == nil {
 			return invalid("nil result hook")
 		}
 		c.hook = f
 		return nil
-	}
+	})
 }
 
 // Runner runs a Handler (or a TxHandler) over the jobs a Claimer claims, with
@@ -260,7 +257,7 @@ type Runner struct {
 // length of Run. A smaller pool would starve the renewals of connections
 // while the handlers run, and every job longer than its lease would lose it;
 // NewTxRunner refuses it with ErrInvalidInput.
-func NewTxRunner(c *Claimer, h TxHandler, opts ...RunnerOption) (*Runner, error) {
+func NewTxRunner(c *Claimer, h TxHandler, opts ...Option) (*Runner, error) {
 	if h == nil {
 		return nil, invalid("nil handler")
 	}
@@ -282,7 +279,7 @@ func NewTxRunner(c *Claimer, h TxHandler, opts ...RunnerOption) (*Runner, error)
 }
 
 // NewRunner returns a runner (a worker pool). Start it with Run.
-func NewRunner(c *Claimer, h Handler, opts ...RunnerOption) (*Runner, error) {
+func NewRunner(c *Claimer, h Handler, opts ...Option) (*Runner, error) {
 	if c == nil {
 		return nil, invalid("nil claimer")
 	}
@@ -290,13 +287,8 @@ func NewRunner(c *Claimer, h Handler, opts ...RunnerOption) (*Runner, error) {
 		return nil, invalid("nil handler")
 	}
 	cfg := runnerConfig{workers: 4, ttl: 30 * time.Second, poll: time.Second, grace: 10 * time.Second, writeTimeout: 10 * time.Second}
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	if err := apply(opts, settings{runner: &cfg}); err != nil {
+		return nil, err
 	}
 	if cfg.batch == 0 {
 		cfg.batch = cfg.workers

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
+	"strings"
 	"testing"
 	"time"
 
@@ -402,12 +403,29 @@ func TestRunnerListenReconnects(t *testing.T) {
 	}
 }
 
+// TestOptionsPerConstructor: a Runner's option given to New, or a Claimer's
+// given to NewRunner, is refused by name instead of being ignored.
+func TestOptionsPerConstructor(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	c := newClaimer(t, pool, queue("optsfor"))
+	h := func(context.Context, *claim.Job) error { return nil }
+	if _, err := claim.New(ctx, pool, claim.WithWorkers(2)); !errors.Is(err, claim.ErrInvalidInput) ||
+		!strings.Contains(err.Error(), "WithWorkers configures a Runner") {
+		t.Errorf("New(WithWorkers): %v", err)
+	}
+	if _, err := claim.NewRunner(c, h, claim.WithQueue("x")); !errors.Is(err, claim.ErrInvalidInput) ||
+		!strings.Contains(err.Error(), "WithQueue configures a Claimer") {
+		t.Errorf("NewRunner(WithQueue): %v", err)
+	}
+}
+
 func TestRunnerBadOptions(t *testing.T) {
 	pool := pgtest.Pool(t)
 	qn := queue("opts")
 	c := newClaimer(t, pool, qn)
 	h := func(context.Context, *claim.Job) error { return nil }
-	for name, o := range map[string]claim.RunnerOption{
+	for name, o := range map[string]claim.Option{
 		"workers 0":    claim.WithWorkers(0),
 		"batch 0":      claim.WithBatchSize(0),
 		"batch huge":   claim.WithBatchSize(claim.MaxBatch + 1),

@@ -69,15 +69,15 @@ func expand(sql string, names sqltmpl.Names) (string, error) {
 }
 
 // names maps the names queries/claim.sql is written with (pgfence_jobs and
-// DefaultTable's columns) to t's.
+// defaultTable's columns) to t's.
 func (t Table) names() sqltmpl.Names {
 	cols := map[string]string{}
-	def := DefaultTable().columns()
+	def := defaultTable().columns()
 	for i, c := range t.columns() {
 		cols[def[i].name] = c.name
 	}
 	return sqltmpl.Names{
-		Tables:  map[string]pgx.Identifier{DefaultTable().Name: t.identifier()},
+		Tables:  map[string]pgx.Identifier{defaultTable().Name: t.identifier()},
 		Columns: cols,
 	}
 }

@@ -11,26 +11,26 @@ import (
 )
 
 const (
-	// DefaultSweepBatch is how many rows one batch of SweepFinished reads (and at
+	// defaultSweepBatch is how many rows one batch of SweepFinished reads (and at
 	// most deletes) in its own transaction, unless WithSweepBatch says
 	// otherwise.
-	DefaultSweepBatch = 1000
-	// MaxSweepBatch is the largest batch WithSweepBatch accepts: a batch
+	defaultSweepBatch = 1000
+	// maxSweepBatch is the largest batch WithSweepBatch accepts: a batch
 	// holds its rows' locks until it commits.
-	MaxSweepBatch = 100000
+	maxSweepBatch = 100000
 )
 
 // WithSweepBatch sets how many rows each batch of SweepFinished reads in id order,
 // and so at most deletes, in one short transaction. Default:
-// DefaultSweepBatch. n must lie in [1, MaxSweepBatch].
+// 1000. n must lie in [1, 100000].
 func WithSweepBatch(n int) Option {
-	return func(c *config) error {
-		if n < 1 || n > MaxSweepBatch {
-			return invalid("sweep batch %d is outside [1, %d]", n, MaxSweepBatch)
+	return claimerOption("WithSweepBatch", func(c *config) error {
+		if n < 1 || n > maxSweepBatch {
+			return invalid("sweep batch %d is outside [1, %d]", n, maxSweepBatch)
 		}
 		c.sweepBatch = n
 		return nil
-	}
+	})
 }
 
 // SweepFinished deletes finished jobs (completed and dead) of the claimer's queue
@@ -59,7 +59,7 @@ func (c *Claimer) SweepFinished(ctx context.Context, olderThan time.Duration) (i
 	}
 	batch := c.cfg.sweepBatch
 	if batch == 0 {
-		batch = DefaultSweepBatch
+		batch = defaultSweepBatch
 	}
 	var total int64
 	after := int64(math.MinInt64)

@@ -46,9 +46,9 @@ type Table struct {
 	Queue, LastError, FinishedAt, Payload string
 }
 
-// DefaultTable is the ready-made pgfence_jobs table that pgfence's
+// defaultTable is the ready-made pgfence_jobs table that pgfence's
 // migrations create.
-func DefaultTable() Table {
+func defaultTable() Table {
 	return Table{
 		Name: "pgfence_jobs",
 		ID:   "id", State: "state", Priority: "priority", RunAt: "run_at",

@@ -132,7 +132,7 @@ func runPool(tx bool) func(b *testing.B, pool *pgxpool.Pool, queue string, jobs,
 		}
 		var done atomic.Int64
 		all := make(chan struct{})
-		opts := []claim.RunnerOption{
+		opts := []claim.Option{
 			claim.WithWorkers(workers), claim.WithPollInterval(time.Millisecond),
 			claim.WithResultHook(func(_ *claim.Job, r claim.Result) {
 				if r.Outcome != claim.Completed {

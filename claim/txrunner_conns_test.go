@@ -36,7 +36,7 @@ func TestTxRunnerNeedsConnectionsForRenewals(t *testing.T) {
 		} {
 			pool := pgtest.Pool(t, func(c *pgxpool.Config) { c.MaxConns = tc.maxConns })
 			c := newClaimer(t, pool, queue("txconns"))
-			opts := []claim.RunnerOption{claim.WithWorkers(tc.workers)}
+			opts := []claim.Option{claim.WithWorkers(tc.workers)}
 			if tc.listen {
 				opts = append(opts, claim.WithListen("txconns"))
 			}
@@ -70,7 +70,7 @@ func TestTxRunnerNeedsConnectionsForRenewals(t *testing.T) {
 			var mu sync.Mutex
 			var causes []error
 			results := make(chan claim.Result, jobs)
-			opts := []claim.RunnerOption{claim.WithWorkers(workers), claim.WithTTL(300 * time.Millisecond),
+			opts := []claim.Option{claim.WithWorkers(workers), claim.WithTTL(300 * time.Millisecond),
 				claim.WithPollInterval(10 * time.Millisecond),
 				claim.WithResultHook(func(_ *claim.Job, r claim.Result) { results <- r })}
 			if tc.listen {
