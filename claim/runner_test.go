@@ -6,9 +6,9 @@ import (
 	"errors"
 	"github.com/jackc/pgx/v5"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
-	"strings"
 	"testing"
 	"time"
 
