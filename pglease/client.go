@@ -190,7 +190,7 @@ func (c *Client) checkArgs(key string, ttl time.Duration) error {
 // unexpired one, and returns ErrNotAcquired at once otherwise. Expiry is
 // judged by the database's now(), never by this machine's clock. It returns
 // by ctx's deadline plus a few milliseconds: when the server's answer was
-// lost, what is left to settle goes on in the background (ResolveBound). A
+// lost, what is left to settle goes on in the background (each statement within 5s). A
 // grant from an older WAL timeline than this client has seen is refused
 // with ErrStaleTimeline (see WithTimelineMark).
 func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
@@ -411,7 +411,7 @@ func (c *Client) resolveAmbiguous(ctx context.Context, key, token string, ttl ti
 		key, context.Cause(ctx), cause)
 }
 
-// giveBackLater abandons token in the background, within ResolveBound, then
+// giveBackLater abandons token in the background, within resolveBound, then
 // once more after the lost statement must have ended. It is what an
 // acquisition whose answer was lost leaves behind when its caller cannot
 // wait: the tombstone makes sure the request is never granted later, and a
@@ -432,7 +432,7 @@ func (c *Client) giveBackLater(key, token string, keys int, lost time.Time) {
 	})
 }
 
-// AbandonedTokenRetention is how long the tombstone of an abandoned
+// abandonedTokenRetention is how long the tombstone of an abandoned
 // acquisition is kept before SweepExpired deletes it. While it exists, the
 // acquisition it names can never be granted, however late its request
 // reaches the server. It must outlast any time a request can spend on the
@@ -441,7 +441,7 @@ func (c *Client) giveBackLater(key, token string, keys int, lost time.Time) {
 // query_wait_timeout (120 s by default; do not set it to 0, which means
 // forever). An hour leaves a wide margin, and tombstones are few: one per
 // acquisition whose answer was lost.
-const AbandonedTokenRetention = time.Hour
+const abandonedTokenRetention = time.Hour
 
 // acquireLockTimeout is the lock_timeout the acquire statement sets for
 // itself (see queries/leases.sql); the ambiguity re-check waits past it.

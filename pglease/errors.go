@@ -104,7 +104,7 @@ func (e *WaitError) Unwrap() []error {
 // AmbiguousError is returned when an acquisition's outcome is unknown (the
 // connection broke after the statement was sent) and the client could not
 // find out either way. The acquisition is given back in the background
-// (within ResolveBound); if that fails too, a grant that landed stays held
+// (each statement within 5s); if that fails too, a grant that landed stays held
 // until it expires, at most TTL from now.
 type AmbiguousError struct {
 	Key        string

@@ -24,3 +24,10 @@ func GroupPending(c *Client) int {
 // GroupMaxInFlight is how many acquisitions of one client run before
 // further attempts queue.
 const GroupMaxInFlight = maxInFlight
+
+// Bounds that tests in package pglease_test probe.
+const (
+	ResolveBound            = resolveBound
+	MaxSweepBatch           = maxSweepBatch
+	AbandonedTokenRetention = abandonedTokenRetention
+)

@@ -139,7 +139,7 @@ func (m *metrics) acquired(op int, start time.Time, err error) {
 const (
 	resAdopted   = iota // granted, and kept by its caller
 	resGivenBack        // tombstoned, and released if it was granted
-	resFailed           // the server could not be reached within ResolveBound
+	resFailed           // the server could not be reached within resolveBound
 	numResolved
 )
 

@@ -5,13 +5,13 @@ import (
 	"time"
 )
 
-// DefaultObserveInterval is how often Observe reads the holder when nothing
+// defaultObserveInterval is how often Observe reads the holder when nothing
 // wakes it earlier (WithObserveInterval changes it). One observer costs one
 // indexed single-row read per interval.
-const DefaultObserveInterval = 200 * time.Millisecond
+const defaultObserveInterval = 200 * time.Millisecond
 
 // WithObserveInterval sets how often Observe polls the holder of its key.
-// Default: DefaultObserveInterval. A change of holder is seen within one
+// Default: 200ms. A change of holder is seen within one
 // interval; a release by a client made WithWakeOnRelease is seen at once
 // when this client was made WithWakeOnRelease too.
 func WithObserveInterval(d time.Duration) Option {

@@ -19,14 +19,14 @@ const MaxTTL = 24 * time.Hour
 // MinTTL is the shortest lease: below it a single round trip outlives the lease.
 const MinTTL = 10 * time.Millisecond
 
-// ResolveBound bounds each statement that settles an acquisition whose
+// resolveBound bounds each statement that settles an acquisition whose
 // answer was lost (the read-back by owner token, the give-back). The read-
 // back runs within the caller's context too; a give-back left when that
 // context ends runs in the background (metric
 // pgfence.lease.ambiguous.resolutions, where=background), so TryAcquire,
 // Acquire and Release return within their context's deadline plus a few
-// milliseconds, not ResolveBound.
-const ResolveBound = 5 * time.Second
+// milliseconds, not resolveBound.
+const resolveBound = 5 * time.Second
 
 // Option configures a Client.
 type Option func(*config) error
@@ -62,9 +62,9 @@ func defaultConfig() config {
 		autoRenew:   true,
 		backoffMin:  20 * time.Millisecond,
 		backoffMax:  1 * time.Second,
-		resolveWait: ResolveBound,
-		observePoll: DefaultObserveInterval,
-		sweepBatch:  DefaultSweepBatch,
+		resolveWait: resolveBound,
+		observePoll: defaultObserveInterval,
+		sweepBatch:  defaultSweepBatch,
 		logger:      slog.New(slog.DiscardHandler),
 		timelines:   new(pgguard.TimelineMark),
 	}

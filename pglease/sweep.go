@@ -10,24 +10,24 @@ import (
 )
 
 const (
-	// DefaultSweepBatch is how many rows one batch of SweepExpired reads
+	// defaultSweepBatch is how many rows one batch of SweepExpired reads
 	// (and at most deletes) in its own transaction, unless WithSweepBatch
 	// says otherwise.
-	DefaultSweepBatch = 1000
-	// MaxSweepBatch is the largest batch WithSweepBatch accepts: a batch
+	defaultSweepBatch = 1000
+	// maxSweepBatch is the largest batch WithSweepBatch accepts: a batch
 	// holds its rows' locks until it commits, and a longer batch delays the
 	// acquisitions that wait for them.
-	MaxSweepBatch = 100000
+	maxSweepBatch = 100000
 )
 
 // WithSweepBatch sets how many rows each batch of SweepExpired reads in key
 // order, and so at most deletes, in one short transaction. Default:
-// DefaultSweepBatch. n must lie in [1, MaxSweepBatch]. Smaller batches hold
+// 1000. n must lie in [1, 100000]. Smaller batches hold
 // row locks for less time; larger ones take fewer round trips.
 func WithSweepBatch(n int) Option {
 	return func(c *config) error {
-		if n < 1 || n > MaxSweepBatch {
-			return invalid("sweep batch %d is outside [1, %d]", n, MaxSweepBatch)
+		if n < 1 || n > maxSweepBatch {
+			return invalid("sweep batch %d is outside [1, %d]", n, maxSweepBatch)
 		}
 		c.sweepBatch = n
 		return nil
@@ -40,7 +40,7 @@ func WithSweepBatch(n int) Option {
 // re-checks the expiry, so a row acquired or renewed during the sweep stays.
 // Run it now and then (say hourly) when keys are many and short-lived. It
 // also deletes the tombstones of abandoned acquisitions older than
-// AbandonedTokenRetention (not counted in the result), whatever olderThan
+// an hour (not counted in the result), whatever olderThan
 // says.
 //
 // It walks the table in key order in batches (WithSweepBatch), each its own
@@ -90,7 +90,7 @@ func (c *Client) sweepTombstones(ctx context.Context) error {
 	after := ""
 	return batchwalk.Run(ctx, func(ctx context.Context) (bool, error) {
 		r, err := c.queries(ctx).SweepAbandonedTokensBatch(ctx, fencedb.SweepAbandonedTokensBatchParams{
-			AfterToken: after, BatchSize: int32(c.cfg.sweepBatch), RetentionMicros: AbandonedTokenRetention.Microseconds(),
+			AfterToken: after, BatchSize: int32(c.cfg.sweepBatch), RetentionMicros: abandonedTokenRetention.Microseconds(),
 		})
 		if err != nil {
 			return false, err
