@@ -2,7 +2,6 @@ package claim
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"github.com/pgfence/pgfence/internal/catalog"
 	"github.com/pgfence/pgfence/internal/validate"
@@ -139,14 +138,9 @@ func (t Table) verify(ctx context.Context, pool *pgxpool.Pool, schema string) er
 		migrate = fmt.Sprintf("`pgfence migrate up --schema %s` or migrations.Up with migrations.WithSchema", schema)
 		fn = pgx.Identifier{schema}.Sanitize() + "." + fn
 	}
-	rel, err := catalog.Resolve(ctx, pool, t.identifier())
-	switch {
-	case errors.Is(err, catalog.ErrNotFound):
-		return invalid("table %s does not exist (or is not visible to this role); for the ready-made table run pgfence's migrations (%s)", t.ident(), migrate)
-	case err != nil:
-		return fmt.Errorf("claim: checking table %s: %w", t.ident(), err)
-	case !rel.IsTable():
-		return invalid("%s is not a table (relkind %q)", t.ident(), rel.Kind)
+	rel, err := catalog.Table(ctx, pool, "claim", t.identifier(), "for the ready-made table run pgfence's migrations ("+migrate+")")
+	if err != nil {
+		return err
 	}
 	haveFence, err := catalog.FunctionExists(ctx, pool, fn)
 	if err != nil {

@@ -2,7 +2,6 @@ package lockless
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -71,16 +70,7 @@ func (t Table) resolve(ctx context.Context, q fencedb.DBTX) (*catalog.Relation, 
 	if err := t.check(); err != nil {
 		return nil, err
 	}
-	rel, err := catalog.Resolve(ctx, q, t.identifier())
-	switch {
-	case errors.Is(err, catalog.ErrNotFound):
-		return nil, invalid("table %s does not exist (or is not visible to this role)", t.ident())
-	case err != nil:
-		return nil, fmt.Errorf("lockless: checking table %s: %w", t.ident(), err)
-	case !rel.IsTable():
-		return nil, invalid("%s is not a table (relkind %q)", t.ident(), rel.Kind)
-	}
-	return rel, nil
+	return catalog.Table(ctx, q, "lockless", t.identifier(), "")
 }
 
 // keyedColumns returns the columns and their types (format_type) of a

@@ -2,7 +2,6 @@ package pgguard
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -94,16 +93,9 @@ func (r *resolved) quoted() string { return r.rel.Quoted() }
 // resolve finds t in the catalog: the table (an ordinary or partitioned
 // one) and its columns. The name is passed to to_regclass as a bound value.
 func resolve(ctx context.Context, db fencedb.DBTX, t Table) (*resolved, error) {
-	rel, err := catalog.Resolve(ctx, db, t.ident())
-	switch {
-	case errors.Is(err, catalog.ErrNotFound) && t.Schema != "":
-		return nil, invalid("table %s does not exist", t.ident().Sanitize())
-	case errors.Is(err, catalog.ErrNotFound):
-		return nil, invalid("table %s does not exist in any schema on the search_path", t.ident().Sanitize())
-	case err != nil:
-		return nil, fmt.Errorf("pgguard: looking up table %s: %w", t.ident().Sanitize(), err)
-	case !rel.IsTable():
-		return nil, invalid("%s is not a table (relkind %q)", t.ident().Sanitize(), rel.Kind)
+	rel, err := catalog.Table(ctx, db, "pgguard", t.ident(), "")
+	if err != nil {
+		return nil, err
 	}
 	return &resolved{rel: rel, display: rel.Display}, nil
 }
