@@ -31,6 +31,7 @@ func staleAndFresh(t *testing.T, c *claim.Claimer, pool *pgxpool.Pool, id int64)
 // completion and the new attempt's): each is told by its own id + fence, so
 // the stale one is refused although its id is in the answer.
 func TestBatchesTellAttemptsOfOneJobApart(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 

@@ -85,6 +85,7 @@ func mustLeaseLost(t *testing.T, what string, err error) {
 }
 
 func TestClaimOrderAndFences(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	qn := queue("order")
@@ -161,6 +162,7 @@ func TestClaimOrderAndFences(t *testing.T) {
 // The four races in which River, Oban, pg-boss and Graphile Worker let a
 // stale worker act.
 func TestClaimRaces(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	qn := queue("races")
@@ -214,6 +216,7 @@ func TestClaimRaces(t *testing.T) {
 }
 
 func TestRescueEndsDeadAfterMaxAttempts(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	qn := queue("dead")
@@ -238,6 +241,7 @@ func TestRescueEndsDeadAfterMaxAttempts(t *testing.T) {
 }
 
 func TestFailBackoffByDatabaseClock(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	qn := queue("fail")
@@ -269,6 +273,7 @@ func TestFailBackoffByDatabaseClock(t *testing.T) {
 }
 
 func TestBadInputClaimsNothing(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	qn := queue("bad")
@@ -348,6 +353,7 @@ func TestBadInputClaimsNothing(t *testing.T) {
 // A table of the user's own, with other column names, no queue column and
 // integer ids.
 func TestOwnTable(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	_, err := pool.Exec(ctx, `
@@ -400,6 +406,7 @@ INSERT INTO "My Emails" (to_addr) VALUES ('a@example.com'), ('b@example.com');`)
 }
 
 func TestCompleteTxCommitsWithTheWork(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	qn := queue("tx")

@@ -32,6 +32,7 @@ func (q *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryE
 // on a claimer whose every claim would fail); a valid label is written to
 // the claimed rows.
 func TestOwnerLabelValidated(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	counter := &queryCounter{}
 	pool := pgtest.Pool(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = counter })

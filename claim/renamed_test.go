@@ -20,6 +20,7 @@ import (
 // rescue, the batched forms, the pipelined complete-and-claim, sweep, the
 // queue-depth query) works on it and touches only the claimer's queue.
 func TestOwnTableAllColumnsRenamed(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	const q = `"Renamed E2E"."All Renamed"`

@@ -16,6 +16,7 @@ import (
 // so ended the lease it meant to extend. Renew on the claimed Job still
 // extends the lease by its TTL, and Complete takes the hand-built Job.
 func TestRenewRefusesAJobWithoutTTL(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	qn := queue("renewttl")

@@ -18,6 +18,7 @@ import (
 // quoting the default names. (sqlc diff, in CI, keeps the fencedb constants
 // equal to the file.)
 func TestStatementsAreTheCheckedSQL(t *testing.T) {
+	t.Parallel()
 	file, err := os.ReadFile("../queries/claim.sql")
 	if err != nil {
 		t.Fatal(err)
@@ -69,6 +70,7 @@ func unquoteDefaults(sql string) string {
 // forgot to mark, or a parameter left out of order when a part is dropped,
 // fails to prepare.
 func TestStatementsPrepareForEveryTableShape(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	if _, err := pool.Exec(ctx, renamedTablesDDL); err != nil {

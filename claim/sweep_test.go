@@ -53,6 +53,7 @@ func countJobs(t *testing.T, pool *pgxpool.Pool, q string) string {
 // whatever the batch size: sizes that divide the table exactly (the last
 // batch full, then an empty one), that leave a remainder, and that exceed it.
 func TestSweepFinishedBatchBoundaries(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, batch := range []int{1, 7, 150, 450, 451, 1000} {
 		t.Run(fmt.Sprint(batch), func(t *testing.T) {
@@ -91,6 +92,7 @@ func TestSweepFinishedBatchBoundaries(t *testing.T) {
 // Then sweeps with no age limit run back to back while the workers go on:
 // still no job is deleted before it finished.
 func TestSweepFinishedConcurrentWithClaims(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	pool := pgtest.SchemaPool(t, func(c *pgxpool.Config) { c.MaxConns = 10 })
@@ -202,6 +204,7 @@ func (c *cancelAfter) TraceQueryEnd(_ context.Context, _ *pgx.Conn, _ pgx.TraceQ
 // A sweep whose context ends between batches returns the jobs deleted so
 // far with the context's error; the next sweep deletes the rest.
 func TestSweepFinishedCanceledMidway(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	tracer := &cancelAfter{cancel: cancel}
@@ -227,6 +230,7 @@ func TestSweepFinishedCanceledMidway(t *testing.T) {
 // A table of one's own: integer ids, other column names, no queue column.
 // Without a FinishedAt column SweepFinished refuses, naming it.
 func TestSweepFinishedOwnTable(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.SchemaPool(t)
 	if _, err := pool.Exec(ctx, `
@@ -276,6 +280,7 @@ INSERT INTO "My Mails" (status, done_at) VALUES ('completed', now()), ('complete
 }
 
 func TestSweepFinishedRefusesBadInput(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	for _, n := range []int{0, -1, claim.MaxSweepBatch + 1} {

@@ -14,6 +14,7 @@ import (
 // New checks the job table against the catalog and says what is wrong with
 // it, as invalid input, before any job is claimed.
 func TestNewRefusesAJobTableThatDoesNotFit(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	if _, err := pool.Exec(ctx, `
