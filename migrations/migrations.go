@@ -46,7 +46,7 @@ func Up(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error {
 		return err
 	}
 	if err == nil && st.AppliedElsewhere() {
-		return &UnrecordedError{State: st}
+		return &unrecordedError{State: st}
 	}
 	return run(ctx, pool, "up", opts, func(m *migrate.Migrate) error { return m.Up() })
 }

@@ -53,11 +53,12 @@ func (s State) AppliedElsewhere() bool {
 // checking that the schema is complete, record its version with Force.
 var ErrUnrecorded = errors.New("pgfence migrations: the schema holds pgfence's objects but no pgfence_schema_migrations")
 
-// UnrecordedError is ErrUnrecorded with what Up found.
-type UnrecordedError struct{ State State }
+// unrecordedError is ErrUnrecorded with what Up found (Inspect returns the
+// same State).
+type unrecordedError struct{ State State }
 
 // Error says what Up found and what to do.
-func (e *UnrecordedError) Error() string {
+func (e *unrecordedError) Error() string {
 	latest, _ := Latest()
 	if len(e.State.Missing) > 0 {
 		return fmt.Sprintf("%v: schema %s has %d of the %d objects of version %d (another tool applied them) and lacks %s; "+
@@ -71,7 +72,7 @@ func (e *UnrecordedError) Error() string {
 }
 
 // Unwrap makes errors.Is(err, ErrUnrecorded) hold.
-func (e *UnrecordedError) Unwrap() error { return ErrUnrecorded }
+func (e *unrecordedError) Unwrap() error { return ErrUnrecorded }
 
 // Inspect reads, without changing anything, which version pgfence's version
 // table records in the schema and which of pgfence's objects exist there.
