@@ -12,10 +12,6 @@ import (
 	"github.com/pgfence/pgfence/internal/validate"
 )
 
-// DefaultFenceColumn is the fence column's name when Table.FenceColumn is
-// empty.
-const DefaultFenceColumn = "last_fence"
-
 // Table names a table of the caller's to guard. Every name is checked (see
 // Guard) and always quoted, never spliced into SQL as it was given.
 type Table struct {
@@ -36,7 +32,7 @@ type Table struct {
 
 func (t Table) fenceColumn() string {
 	if t.FenceColumn == "" {
-		return DefaultFenceColumn
+		return "last_fence"
 	}
 	return t.FenceColumn
 }
