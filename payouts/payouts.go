@@ -41,10 +41,10 @@ const (
 // Final reports whether no transition leaves s: the work is done.
 func (s State) Final() bool { return s == Submitted || s == Failed }
 
-// TableName is the table that holds payout intents (created by pgfence's
-// migrations),
-// unqualified: it is found on the search_path, like pgfence's other objects.
-const TableName = "payout_intents"
+// tableName is the table that holds payout intents (created by pgfence's
+// migrations), unqualified: it is found on the search_path, like pgfence's
+// other objects, unless WithSchema names its schema.
+const tableName = "payout_intents"
 
 // ErrConflict: Intents.Create found the payout already recorded with a
 // different amount or currency.
@@ -219,7 +219,7 @@ func New(ctx context.Context, db fencedb.DBTX, opts ...Option) (*Intents, error)
 	if cfg.meter != nil {
 		gopts = append(gopts, pgguard.WithMeterProvider(cfg.meter))
 	}
-	g, err := pgguard.NewGuard(ctx, db, pgguard.Table{Schema: cfg.schema, Name: TableName, KeyColumn: "payout_id"}, gopts...)
+	g, err := pgguard.NewGuard(ctx, db, pgguard.Table{Schema: cfg.schema, Name: tableName, KeyColumn: "payout_id"}, gopts...)
 	if err != nil {
 		return nil, fmt.Errorf("payouts: %w", inschema.Hint(err, cfg.schema))
 	}
