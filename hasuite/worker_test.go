@@ -183,7 +183,7 @@ func (w *workerState) once(key string) {
 		w.count(&w.sum.Refused)
 		time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
 		return
-	case errors.Is(err, pglease.ErrStaleTimeline):
+	case errors.Is(err, pgguard.ErrStaleTimeline):
 		w.count(&w.sum.Stale)
 		time.Sleep(100 * time.Millisecond)
 		return

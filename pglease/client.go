@@ -192,7 +192,7 @@ func (c *Client) checkArgs(key string, ttl time.Duration) error {
 // by ctx's deadline plus a few milliseconds: when the server's answer was
 // lost, what is left to settle goes on in the background (each statement within 5s). A
 // grant from an older WAL timeline than this client has seen is refused
-// with ErrStaleTimeline (see WithTimelineMark).
+// with pgguard.ErrStaleTimeline (see WithTimelineMark).
 func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
 	if err := c.checkArgs(key, ttl); err != nil {
 		return nil, err

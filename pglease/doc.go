@@ -8,7 +8,7 @@
 // never repeats or goes backwards while grants commit durably and one primary
 // grants at a time (the WAL timeline is the fence's high bits); a client
 // refuses a grant from an older timeline than it has seen
-// ([ErrStaleTimeline]). Renew never resurrects an expired lease and release
+// ([pgguard.ErrStaleTimeline]). Renew never resurrects an expired lease and release
 // never touches a newer holder's. A lease's Context ends, with a
 // [LeaseLostError], when renewals fail until the client's local deadline,
 // which passes before the server's expiry. No lease stops a paused holder

@@ -7,20 +7,19 @@ import (
 	"github.com/pgfence/pgfence/pgguard"
 )
 
-// ErrStaleTimeline: a grant came from an older WAL timeline than a fence
-// this client (or its shared mark, WithTimelineMark) had already seen, and
-// was given back. The server that granted it is a stale primary, or the
-// cluster was rewound to an older timeline by a failover that was undone.
-// The error is a *pgguard.StaleTimelineError wrapped with the key. Acquire
-// retries it as it retries a dropped connection.
-var ErrStaleTimeline = pgguard.ErrStaleTimeline
-
 // WithTimelineMark makes the client check every grant against mark, shared
 // with other clients or with the fences a process passes to package
 // pgguard, instead of a mark of its own. A client refuses a grant whose
 // fence's WAL timeline is below the highest it has seen (see
 // pgguard.TimelineMark): the fence could be below fences already handed
 // out, by the new primary, to a resource that keeps no fenced row.
+//
+// Such a grant is given back and refused with an error satisfying
+// errors.Is(err, pgguard.ErrStaleTimeline) (a *pgguard.StaleTimelineError
+// wrapped with the key): the server that granted it is a stale primary, or
+// the cluster was rewound to an older timeline by a failover that was
+// undone. Acquire retries it as it retries a dropped connection. Default: a
+// mark of the client's own.
 func WithTimelineMark(mark *pgguard.TimelineMark) Option {
 	return func(c *config) error {
 		if mark == nil {

@@ -39,7 +39,7 @@ func TestGrantFromOlderTimelineIsRefused(t *testing.T) {
 	key := uniqueKey(t)
 	_, err = c.TryAcquire(ctx, key, time.Hour)
 	var stale *pgguard.StaleTimelineError
-	if !errors.Is(err, pglease.ErrStaleTimeline) || !errors.As(err, &stale) {
+	if !errors.Is(err, pgguard.ErrStaleTimeline) || !errors.As(err, &stale) {
 		t.Fatalf("want a *StaleTimelineError, got %v", err)
 	}
 	t.Log(err)
