@@ -177,7 +177,7 @@ func sideBySide(t *testing.T, pool *pgxpool.Pool) {
 		}
 		var fn string
 		if err := admin.QueryRow(ctx, `SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgrelid = $1::regclass AND tgname = $2`,
-			"public."+tbl, pgguard.TriggerName).Scan(&fn); err != nil || !strings.Contains(fn, a+".pgfence_enforce_fence") {
+			"public."+tbl, "pgfence_fence_guard").Scan(&fn); err != nil || !strings.Contains(fn, a+".pgfence_enforce_fence") {
 			t.Fatalf("trigger %q (err %v) does not call %s's function", fn, err, a)
 		}
 		// B's ceiling far above A's: a fence B issued is above A's ceiling.

@@ -389,7 +389,7 @@ func TestTriggerCoversInheritance(t *testing.T) {
 		}
 		var left int
 		if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_trigger WHERE tgname = $1 AND tgrelid::regclass::text IN ($2, $3, $4, $5)",
-			pgguard.TriggerName, parent, child, grandchild, later).Scan(&left); err != nil || left != 0 {
+			"pgfence_fence_guard", parent, child, grandchild, later).Scan(&left); err != nil || left != 0 {
 			t.Fatalf("triggers left after RemoveTrigger: %d (%v)", left, err)
 		}
 	})

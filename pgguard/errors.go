@@ -178,13 +178,3 @@ func parseStaleDetail(detail string) (table string, presented, current int64) {
 	table, _ = strings.CutPrefix(detail, "table=")
 	return table, presented, current
 }
-
-// AsStaleFence reports whether err is a stale-fence refusal, from a guarded
-// write or from the fencing trigger, and returns it as a *StaleFenceError.
-func AsStaleFence(err error) (*StaleFenceError, bool) {
-	var se *StaleFenceError
-	if errors.As(Classify(err), &se) {
-		return se, true
-	}
-	return nil, false
-}

@@ -47,9 +47,9 @@ func (m Enforcement) String() string {
 	return fmt.Sprintf("Enforcement(%d)", int(m))
 }
 
-// TriggerName is the name of the fencing trigger that InstallTrigger puts on
+// triggerName is the name of the fencing trigger that InstallTrigger puts on
 // a table.
-const TriggerName = "pgfence_fence_guard"
+const triggerName = "pgfence_fence_guard"
 
 // SetFence sets the fence of the transaction tx, bound to tx: SELECT
 // pgfence_set_fence(fence). The fencing trigger compares
@@ -148,7 +148,8 @@ func FenceColumnMigration(t Table) (up, down string, err error) {
 }
 
 // InstallTrigger puts the fencing trigger on t (replacing one already there,
-// atomically): a BEFORE UPDATE OR DELETE row trigger calling
+// atomically): a BEFORE UPDATE OR DELETE row trigger named
+// pgfence_fence_guard calling
 // pgfence_enforce_fence() from pgfence's migrations. Then, whatever SQL
 // issued it, an UPDATE or DELETE of a row is
 //
@@ -232,7 +233,7 @@ func triggerSQL(quotedTable, fenceColumn string, mode Enforcement, fn string) st
 	// is a safe string literal.
 	return fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s;\n"+
 		"CREATE TRIGGER %s BEFORE UPDATE OR DELETE ON %s FOR EACH ROW EXECUTE FUNCTION %spgfence_enforce_fence('%s', '%s');\n",
-		TriggerName, quotedTable, TriggerName, quotedTable, fn, mode, fenceColumn)
+		triggerName, quotedTable, triggerName, quotedTable, fn, mode, fenceColumn)
 }
 
 // RemoveTrigger takes the fencing trigger off t and off every table that
@@ -248,7 +249,7 @@ func RemoveTrigger(ctx context.Context, db fencedb.DBTX, t Table) error {
 	}
 	var sql strings.Builder
 	for _, tbl := range append([]string{r.quoted()}, children...) {
-		fmt.Fprintf(&sql, "DROP TRIGGER IF EXISTS %s ON %s;\n", TriggerName, tbl)
+		fmt.Fprintf(&sql, "DROP TRIGGER IF EXISTS %s ON %s;\n", triggerName, tbl)
 	}
 	if _, err := pgmode.Wrap(db).Exec(ctx, sql.String()); err != nil {
 		return fmt.Errorf("pgguard: removing the fencing trigger from %s: %w", r.quoted(), err)
@@ -263,7 +264,7 @@ func TriggerEnforcement(ctx context.Context, db fencedb.DBTX, t Table) (mode Enf
 	if err != nil {
 		return 0, false, err
 	}
-	args, ok, err := catalog.TriggerArgs(ctx, db, r.rel, TriggerName)
+	args, ok, err := catalog.TriggerArgs(ctx, db, r.rel, triggerName)
 	if err != nil {
 		return 0, false, fmt.Errorf("pgguard: reading the fencing trigger of %s: %w", r.quoted(), err)
 	}
@@ -275,7 +276,7 @@ func TriggerEnforcement(ctx context.Context, db fencedb.DBTX, t Table) (mode Enf
 			return mode, true, nil
 		}
 	}
-	return 0, false, fmt.Errorf("pgguard: the trigger %s on %s has unexpected arguments %q", TriggerName, r.quoted(), args)
+	return 0, false, fmt.Errorf("pgguard: the trigger %s on %s has unexpected arguments %q", triggerName, r.quoted(), args)
 }
 
 // TriggerMigration returns the SQL of a migration (up and down) that installs
@@ -297,7 +298,7 @@ func TriggerMigration(t Table, mode Enforcement, opts ...Option) (up, down strin
 	}
 	tbl := t.ident().Sanitize()
 	up = "-- pgguard: database-enforced fencing (" + mode.String() + " mode).\n" + triggerSQL(tbl, t.fenceColumn(), mode, o.fn)
-	down = fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s;\n", TriggerName, tbl)
+	down = fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s;\n", triggerName, tbl)
 	return up, down, nil
 }
 

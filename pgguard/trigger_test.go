@@ -467,8 +467,8 @@ func TestTriggerStaleNamesQuotedTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = raw(ctx, pool, older, "UPDATE "+ident+" SET balance = 2 WHERE id = 1")
-	se, ok := pgguard.AsStaleFence(err)
-	if !ok {
+	var se *pgguard.StaleFenceError
+	if !errors.As(pgguard.Classify(err), &se) {
 		t.Fatalf("stale write through the trigger: %v, want a stale fence refusal", err)
 	}
 	if want := `public."` + name + `"`; se.Table != want || se.Table != g.Table() {

@@ -71,7 +71,7 @@ func sendFenced(ctx context.Context, db *pgxpool.Pool, worker string, fence int6
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	err = guard.Update(ctx, tx, job, fence, pgguard.Values{"status": "SENT", "sent_by": worker}, pgguard.Eq("status", "PENDING"))
-	if stale, ok := pgguard.AsStaleFence(err); ok {
+	if stale := (*pgguard.StaleFenceError)(nil); errors.As(err, &stale) {
 		return outcome{refusal: err, current: stale.Current}, nil
 	}
 	if errors.Is(err, pgguard.ErrPrecondition) {
