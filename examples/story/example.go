@@ -200,9 +200,9 @@ func (r *runner) closeServer(srv *Server) {
 		return
 	}
 	if err := srv.Close(); err != nil {
-		fmt.Fprintf(r.stderr, "pgfence example: removing the server from %s: %v\n", srv.Source, err)
+		fmt.Fprintf(r.stderr, "pgfence example: removing %s: %v\n", srv.Source, err)
 	} else {
-		fmt.Fprintf(r.stderr, "pgfence example: the server from %s was stopped and removed\n", srv.Source)
+		fmt.Fprintf(r.stderr, "pgfence example: %s was stopped and removed\n", srv.Source)
 	}
 }
 
@@ -211,7 +211,7 @@ func (r *runner) closeServer(srv *Server) {
 func (r *runner) newEnv(srv *Server) (env *Env, closeEnv func(), err error) {
 	place, err := openOwn(r.ctx, srv)
 	if err != nil {
-		fmt.Fprintf(r.stderr, "pgfence example: on the server from %s: %v\n", srv.Source, err)
+		fmt.Fprintf(r.stderr, "pgfence example: on %s: %v\n", srv.Source, err)
 		return nil, nil, errors.New("could not make the example a database of its own (see stderr)")
 	}
 	pool, err := pgxpool.NewWithConfig(r.ctx, place.cfg.Copy())

@@ -17,7 +17,8 @@ type Server struct {
 	// ConnString connects to the server: a URL or keyword/value string; ""
 	// leaves everything to libpq's environment.
 	ConnString string
-	// Source says where the server came from, for messages.
+	// Source names the server and where it came from, for messages: "the
+	// server DATABASE_URL names", "a throwaway PostgreSQL (...)".
 	Source string
 	// Close, when not nil, stops and removes the server: a fallback sets it
 	// for a server it started.
@@ -51,7 +52,7 @@ const reachTimeout = 10 * time.Second
 func findServer(ctx context.Context, log io.Writer) (*Server, error) {
 	for _, name := range urlVariables {
 		if v := strings.TrimSpace(os.Getenv(name)); v != "" {
-			srv := &Server{ConnString: v, Source: name}
+			srv := &Server{ConnString: v, Source: "the server " + name + " names"}
 			if err := reach(ctx, srv); err != nil {
 				return nil, fmt.Errorf("%w\ncheck %s", err, name)
 			}
@@ -82,7 +83,7 @@ func reach(ctx context.Context, srv *Server) error {
 	defer cancel()
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("no PostgreSQL server reachable from %s (%s): %w", srv.Source, describe(cfg), err)
+		return fmt.Errorf("cannot connect to %s (%s): %w", srv.Source, describe(cfg), err)
 	}
 	return conn.Close(ctx)
 }
@@ -100,7 +101,8 @@ func describe(cfg *pgx.ConnConfig) string {
 // a user or a database.
 var libpqVariables = []string{"PGHOST", "PGHOSTADDR", "PGPORT", "PGUSER", "PGPASSWORD", "PGPASSFILE", "PGDATABASE", "PGSERVICE", "PGSSLMODE"}
 
-// libpqSource says which of libpq's variables are set (never their values).
+// libpqSource names the server libpq's environment chooses, by the
+// variables that are set (never their values).
 func libpqSource() string {
 	var set []string
 	for _, v := range libpqVariables {
@@ -109,9 +111,9 @@ func libpqSource() string {
 		}
 	}
 	if len(set) == 0 {
-		return "libpq's defaults (no DATABASE_URL or PG* variable is set)"
+		return "the server libpq's defaults name (no DATABASE_URL or PG* variable is set)"
 	}
-	return "libpq's environment (" + strings.Join(set, ", ") + ")"
+	return "the server libpq's environment names (" + strings.Join(set, ", ") + ")"
 }
 
 // withSetting returns connString with one more setting, which overrides the
