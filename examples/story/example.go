@@ -57,8 +57,10 @@ func (e *Env) NewPool(ctx context.Context, maxConns int32) (*pgxpool.Pool, error
 
 // ConnString is a connection string for the example's database (its
 // schema included, when the example fell back to one), for a program the
-// example starts as a separate process. It carries the password: hand it
-// over in the environment, which ps does not show, not on a command line.
+// example starts as a separate process, which must inherit this one's
+// environment (with no URL set, libpq's variables complete it). It may
+// carry the password: hand it over in the environment, which ps does not
+// show, not on a command line.
 func (e *Env) ConnString() string { return e.connString }
 
 // Logf prints one timeline line: the time since the example started, who
