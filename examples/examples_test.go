@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -262,6 +263,37 @@ func TestNoServer(t *testing.T) {
 	}
 	if strings.Contains(r.stderr, "throwaway") || strings.Contains(r.stderr, "pgfence: started") {
 		t.Errorf("billing started a server of its own:\n%s", r.stderr)
+	}
+	throwawayLeft(t, tmp)
+}
+
+// TestUnreachableURL runs the demo with DATABASE_URL naming a closed port:
+// an explicit URL is not replaced by the fallback, so it must exit 1, name
+// the variable to check, start no server, and print no password.
+func TestUnreachableURL(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	env, tmp := noServer(t)
+	const password = "s3cret-of-the-test"
+	r := runExample(t, "demo", append(env, fmt.Sprintf("DATABASE_URL=postgres://someone:%s@127.0.0.1:%d/app", password, port)))
+	if r.code != 1 {
+		t.Errorf("demo exited %d, want 1", r.code)
+	}
+	if want := fmt.Sprintf("cannot connect to the server DATABASE_URL names (host 127.0.0.1, port %d, user someone, database app)", port); !strings.Contains(r.stderr, want) {
+		t.Errorf("stderr does not say %q:\n%s", want, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "check DATABASE_URL") {
+		t.Errorf("stderr does not name the variable to check:\n%s", r.stderr)
+	}
+	if strings.Contains(r.stdout+r.stderr, password) {
+		t.Errorf("the password was printed:\n%s\n%s", r.stdout, r.stderr)
+	}
+	if strings.Contains(r.stderr, "throwaway") {
+		t.Errorf("the demo fell back to a server of its own:\n%s", r.stderr)
 	}
 	throwawayLeft(t, tmp)
 }
