@@ -192,7 +192,8 @@ func checkVerdict(t *testing.T, name string, r result) {
 	}
 }
 
-// databases lists the server's databases.
+// databases lists the server's example databases: only those, since other
+// test packages sharing the server create and drop theirs meanwhile.
 func databases(t *testing.T) []string {
 	t.Helper()
 	ctx := context.Background()
@@ -201,7 +202,7 @@ func databases(t *testing.T) []string {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	rows, _ := conn.Query(ctx, `SELECT datname FROM pg_database ORDER BY datname`)
+	rows, _ := conn.Query(ctx, `SELECT datname FROM pg_database WHERE datname LIKE 'pgfence\_example\_%' ORDER BY datname`)
 	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		t.Fatal(err)
@@ -210,7 +211,7 @@ func databases(t *testing.T) []string {
 }
 
 // TestExamples runs every example against the shared server, at once, and
-// checks each one's verdict; afterwards the server holds the same
+// checks each one's verdict; afterwards the server holds the same example
 // databases as before: each example dropped its own.
 func TestExamples(t *testing.T) {
 	names := examples(t)
