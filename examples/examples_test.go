@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -104,14 +105,15 @@ type result struct {
 	took           time.Duration
 }
 
-// runExample runs one built example with env replacing the database
-// variables of this process's environment.
+// runExample runs one built example with env replacing the server settings
+// of this process's environment.
 func runExample(t *testing.T, name string, env []string) result {
 	t.Helper()
+	bin := filepath.Join(build(t), name) // before the clock starts: the first build is slow
 	ctx, cancel := context.WithTimeout(context.Background(), perExample)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(build(t), name))
-	cmd.Env = append(withoutDatabaseURLs(os.Environ()), env...)
+	cmd := exec.CommandContext(ctx, bin)
+	cmd.Env = append(withoutServerSettings(os.Environ()), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.WaitDelay = 5 * time.Second
@@ -127,10 +129,43 @@ func runExample(t *testing.T, name string, env []string) result {
 	return r
 }
 
-func withoutDatabaseURLs(env []string) []string {
+// withoutServerSettings removes from env what chooses a server: the
+// database URLs and libpq's PG* variables.
+func withoutServerSettings(env []string) []string {
 	return slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
-		return strings.HasPrefix(kv, "PGFENCE_DATABASE_URL=") || strings.HasPrefix(kv, "DATABASE_URL=")
+		return strings.HasPrefix(kv, "PGFENCE_DATABASE_URL=") || strings.HasPrefix(kv, "DATABASE_URL=") ||
+			strings.HasPrefix(kv, "PG") && !strings.HasPrefix(kv, "PGFENCE_")
 	})
+}
+
+// noServer is an environment in which no server is reachable: no URL, and
+// libpq's PGHOST naming an empty socket directory. TMPDIR is a directory of
+// its own, tmp, to see whether a throwaway server is left in it. As root,
+// the throwaway server runs as the user postgres, which must be able to
+// reach its directory there: t.TempDir's parent is private, so not that.
+func noServer(t *testing.T) (env []string, tmp string) {
+	t.Helper()
+	tmp, err := os.MkdirTemp("", "pgfence-examples-tmpdir-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return []string{"PGHOST=" + t.TempDir(), "TMPDIR=" + tmp}, tmp
+}
+
+// throwawayLeft fails t if a throwaway server's directory is left in tmp.
+func throwawayLeft(t *testing.T, tmp string) {
+	t.Helper()
+	left, err := filepath.Glob(filepath.Join(tmp, "pgfence-pg-*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) > 0 {
+		t.Errorf("a throwaway server's directory was left behind: %v", left)
+	}
 }
 
 var verdictRE = regexp.MustCompile(`(?m)^VERDICT: (PASS|FAIL) — .+$`)
@@ -157,7 +192,8 @@ func checkVerdict(t *testing.T, name string, r result) {
 	}
 }
 
-// databases lists the server's databases.
+// databases lists the server's example databases: only those, since other
+// test packages sharing the server create and drop theirs meanwhile.
 func databases(t *testing.T) []string {
 	t.Helper()
 	ctx := context.Background()
@@ -166,7 +202,7 @@ func databases(t *testing.T) []string {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	rows, _ := conn.Query(ctx, `SELECT datname FROM pg_database ORDER BY datname`)
+	rows, _ := conn.Query(ctx, `SELECT datname FROM pg_database WHERE datname LIKE 'pgfence\_example\_%' ORDER BY datname`)
 	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		t.Fatal(err)
@@ -175,7 +211,7 @@ func databases(t *testing.T) []string {
 }
 
 // TestExamples runs every example against the shared server, at once, and
-// checks each one's verdict; afterwards the server holds the same
+// checks each one's verdict; afterwards the server holds the same example
 // databases as before: each example dropped its own.
 func TestExamples(t *testing.T) {
 	names := examples(t)
@@ -196,50 +232,99 @@ func TestExamples(t *testing.T) {
 	}
 }
 
-// TestEmbeddedDefault runs one example with no database URL at all: it must
-// start a throwaway PostgreSQL, say so on stderr, pass, and remove it.
-func TestEmbeddedDefault(t *testing.T) {
-	// A TMPDIR of its own, to see what the example leaves in it. As root,
-	// the throwaway server runs as the user postgres, which must be able to
-	// reach its directory there: t.TempDir's parent is private, so not that.
-	tmp, err := os.MkdirTemp("", "pgfence-examples-tmpdir-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(tmp) })
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	r := runExample(t, "billing", []string{"TMPDIR=" + tmp})
-	checkVerdict(t, "billing", r)
+// TestDemoFallback runs the demo with no server reachable: it must start a
+// throwaway PostgreSQL (its fallback), say so on stderr, pass, and remove
+// it.
+func TestDemoFallback(t *testing.T) {
+	env, tmp := noServer(t)
+	r := runExample(t, "demo", env)
+	checkVerdict(t, "demo", r)
 	if !strings.Contains(r.stderr, "started a throwaway PostgreSQL") || !strings.Contains(r.stderr, "stopped and removed") {
 		t.Errorf("stderr does not announce the throwaway server and its removal:\n%s", r.stderr)
 	}
-	left, err := filepath.Glob(filepath.Join(tmp, "pgfence-pg-*"))
+	throwawayLeft(t, tmp)
+}
+
+// TestNoServer runs an example without a fallback with no server
+// reachable: it must exit 1 with a FAIL verdict, say on stderr what to set,
+// and start no server.
+func TestNoServer(t *testing.T) {
+	env, tmp := noServer(t)
+	r := runExample(t, "billing", env)
+	if r.code != 1 {
+		t.Errorf("billing exited %d, want 1", r.code)
+	}
+	if lines := verdictRE.FindAllString(r.stdout, -1); len(lines) != 1 || !strings.HasPrefix(lines[0], "VERDICT: FAIL — no PostgreSQL server") {
+		t.Errorf("verdict lines: %q, want one FAIL for want of a server", lines)
+	}
+	for _, want := range []string{"cannot connect to the server libpq's environment names (PGHOST)", "set DATABASE_URL"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr does not say %q:\n%s", want, r.stderr)
+		}
+	}
+	if strings.Contains(r.stderr, "throwaway") || strings.Contains(r.stderr, "pgfence: started") {
+		t.Errorf("billing started a server of its own:\n%s", r.stderr)
+	}
+	throwawayLeft(t, tmp)
+}
+
+// TestUnreachableURL runs the demo with DATABASE_URL naming a closed port:
+// an explicit URL is not replaced by the fallback, so it must exit 1, name
+// the variable to check, start no server, and print no password.
+func TestUnreachableURL(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(left) > 0 {
-		t.Errorf("the throwaway server's directory was left behind: %v", left)
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	env, tmp := noServer(t)
+	const password = "s3cret-of-the-test"
+	r := runExample(t, "demo", append(env, fmt.Sprintf("DATABASE_URL=postgres://someone:%s@127.0.0.1:%d/app", password, port)))
+	if r.code != 1 {
+		t.Errorf("demo exited %d, want 1", r.code)
+	}
+	if want := fmt.Sprintf("cannot connect to the server DATABASE_URL names (host 127.0.0.1, port %d, user someone, database app)", port); !strings.Contains(r.stderr, want) {
+		t.Errorf("stderr does not say %q:\n%s", want, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "check DATABASE_URL") {
+		t.Errorf("stderr does not name the variable to check:\n%s", r.stderr)
+	}
+	if strings.Contains(r.stdout+r.stderr, password) {
+		t.Errorf("the password was printed:\n%s\n%s", r.stdout, r.stderr)
+	}
+	if strings.Contains(r.stderr, "throwaway") {
+		t.Errorf("the demo fell back to a server of its own:\n%s", r.stderr)
+	}
+	throwawayLeft(t, tmp)
+}
+
+// TestLibpqEnvironment runs an example with no URL, the test server named
+// only by libpq's PG* variables: it must run on that server and pass.
+func TestLibpqEnvironment(t *testing.T) {
+	cfg, err := pgx.ParseConfig(pgtest.ServerURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"PGHOST=" + cfg.Host, "PGPORT=" + strconv.Itoa(int(cfg.Port)), "PGUSER=" + cfg.User,
+		"PGPASSWORD=" + cfg.Password, "PGDATABASE=" + cfg.Database, "PGSSLMODE=disable"}
+	r := runExample(t, "billing", env)
+	checkVerdict(t, "billing", r)
+	if !strings.Contains(r.stdout, "database: a fresh database on the server libpq's environment names (PGHOST, PGPORT, PGUSER,") {
+		t.Errorf("billing does not say it ran on the server libpq's environment names:\n%s", r.stdout)
 	}
 }
 
-// TestEmbeddedDefaultInterrupted interrupts an example (SIGINT, as Ctrl-C
-// does) while it runs on its throwaway server: it must exit 130 with a FAIL
+// TestFallbackInterrupted interrupts the demo (SIGINT, as Ctrl-C does)
+// while it runs on its throwaway server: it must exit 130 with a FAIL
 // verdict, and still remove the server.
-func TestEmbeddedDefaultInterrupted(t *testing.T) {
-	tmp, err := os.MkdirTemp("", "pgfence-examples-tmpdir-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(tmp) })
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		t.Fatal(err)
-	}
+func TestFallbackInterrupted(t *testing.T) {
+	env, tmp := noServer(t)
+	bin := filepath.Join(build(t), "demo")
 	ctx, cancel := context.WithTimeout(context.Background(), perExample)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(build(t), "jobs"))
-	cmd.Env = append(withoutDatabaseURLs(os.Environ()), "TMPDIR="+tmp)
+	cmd := exec.CommandContext(ctx, bin)
+	cmd.Env = append(withoutServerSettings(os.Environ()), env...)
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
 	stderr, err := cmd.StderrPipe()
@@ -288,9 +373,7 @@ func TestEmbeddedDefaultInterrupted(t *testing.T) {
 	if !strings.Contains(errText.String(), "stopped and removed") {
 		t.Errorf("stderr does not announce the server's removal:\n%s", errText.String())
 	}
-	if left, _ := filepath.Glob(filepath.Join(tmp, "pgfence-pg-*")); len(left) > 0 {
-		t.Errorf("the throwaway server's directory was left behind: %v", left)
-	}
+	throwawayLeft(t, tmp)
 }
 
 // TestSchemaFallback runs examples as a role that may not create databases:
@@ -354,16 +437,9 @@ func TestSchemaFallback(t *testing.T) {
 // is frozen with SIGSTOP, on a throwaway server: the demo must exit 130,
 // and neither the frozen worker nor the server may survive it.
 func TestDemoInterrupted(t *testing.T) {
-	tmp, err := os.MkdirTemp("", "pgfence-examples-tmpdir-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(tmp) })
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	env, tmp := noServer(t)
 	cmd := exec.Command(filepath.Join(build(t), "demo"))
-	cmd.Env = append(withoutDatabaseURLs(os.Environ()), "TMPDIR="+tmp)
+	cmd.Env = append(withoutServerSettings(os.Environ()), env...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
@@ -388,9 +464,7 @@ func TestDemoInterrupted(t *testing.T) {
 	if err := syscall.Kill(workerPid, 0); err == nil {
 		t.Errorf("the frozen worker (pid %d) survived the demo", workerPid)
 	}
-	if left, _ := filepath.Glob(filepath.Join(tmp, "pgfence-pg-*")); len(left) > 0 {
-		t.Errorf("the throwaway server's directory was left behind: %v", left)
-	}
+	throwawayLeft(t, tmp)
 }
 
 // untilFrozen reads the demo's timeline up to the first freeze and returns

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgfence/pgfence/examples/internal/example"
+	"github.com/pgfence/pgfence/examples/story"
 	"github.com/pgfence/pgfence/pgguard"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -52,10 +52,10 @@ const (
 )
 
 func main() {
-	example.Main("scheduled billing (three instances, skip when held, idempotent write)", run)
+	story.Main("scheduled billing (three instances, skip when held, idempotent write)", run)
 }
 
-func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
+func run(ctx context.Context, env *story.Env, v *story.Verdict) error {
 	if _, err := env.Pool.Exec(ctx, schema); err != nil {
 		return err
 	}
@@ -82,14 +82,14 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 	env.Section("tick 1: all three instances notice inv_72 is due at the same moment")
 	env.Note("each one tries the lease %q once (TryAcquire) and skips if it is held", key)
 	results := tick(ctx, env, instances, true)
-	won, skips := example.Count(results, sent)+example.Count(results, alreadyDone), example.Count(results, skipped)
+	won, skips := story.Count(results, sent)+story.Count(results, alreadyDone), story.Count(results, skipped)
 	v.Check(won == 1 && skips == 2, "tick 1: one instance of three won the lease and two skipped (won %d, skipped %d)", won, skips)
 
 	env.Section("tick 2: a minute later, the instances run one after another")
 	env.Note("each gets the lease (nobody holds it any more): the lease alone would let each send again;")
 	env.Note("the idempotent write (status PENDING -> SENT) is what makes the repeat harmless")
 	results = tick(ctx, env, instances, false)
-	v.Check(example.Count(results, alreadyDone) == 3, "tick 2: all three later runs got the lease and the idempotent write refused each (%d of 3)", example.Count(results, alreadyDone))
+	v.Check(story.Count(results, alreadyDone) == 3, "tick 2: all three later runs got the lease and the idempotent write refused each (%d of 3)", story.Count(results, alreadyDone))
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -112,7 +112,7 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 
 // tick runs one scheduled tick on every instance, all at once (concurrent)
 // or one after the other.
-func tick(ctx context.Context, env *example.Env, instances []*instance, concurrent bool) []outcome {
+func tick(ctx context.Context, env *story.Env, instances []*instance, concurrent bool) []outcome {
 	results := make([]outcome, len(instances))
 	if !concurrent {
 		for i, in := range instances {
@@ -141,7 +141,7 @@ func tick(ctx context.Context, env *example.Env, instances []*instance, concurre
 
 // tick is one instance's scheduled run. attempted reports its try for the
 // lease; othersAttempted returns once every instance has tried.
-func (in *instance) tick(ctx context.Context, env *example.Env, attempted, othersAttempted func()) outcome {
+func (in *instance) tick(ctx context.Context, env *story.Env, attempted, othersAttempted func()) outcome {
 	l, err := in.leases.TryAcquire(ctx, key, 30*time.Second)
 	attempted()
 	if errors.Is(err, pglease.ErrNotAcquired) {
@@ -162,7 +162,7 @@ func (in *instance) tick(ctx context.Context, env *example.Env, attempted, other
 // send marks the invoice SENT and hands the e-mail to the mailer, in one
 // transaction: the guarded write carries the fence and starts only from
 // PENDING, so a repeat (or a stale holder) sends nothing.
-func (in *instance) send(ctx context.Context, env *example.Env, l *pglease.Lease) outcome {
+func (in *instance) send(ctx context.Context, env *story.Env, l *pglease.Lease) outcome {
 	err := pgx.BeginFunc(ctx, in.pool, func(tx pgx.Tx) error {
 		if err := in.guard.Update(ctx, tx, "inv_72", l.Fence(), pgguard.Values{"status": "SENT"},
 			pgguard.Eq("status", "PENDING")); err != nil {

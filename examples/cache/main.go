@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgfence/pgfence/examples/internal/example"
+	"github.com/pgfence/pgfence/examples/story"
 	"github.com/pgfence/pgfence/pglease"
 )
 
@@ -46,12 +46,12 @@ const (
 type node struct {
 	name   string
 	leases *pglease.Client
-	env    *example.Env
+	env    *story.Env
 }
 
-func main() { example.Main("cache refresh (one rebuilds, the others wait or serve stale)", run) }
+func main() { story.Main("cache refresh (one rebuilds, the others wait or serve stale)", run) }
 
-func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
+func run(ctx context.Context, env *story.Env, v *story.Verdict) error {
 	if _, err := env.Pool.Exec(ctx, schema); err != nil {
 		return err
 	}
@@ -76,7 +76,7 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 		return err
 	}
 	v.Check(n1 == 1, "round 1 (cold): one rebuild for five requests (%d)", n1)
-	v.Check(example.Count(r1, servedFresh) == 5, "round 1: every request was answered with the fresh report (%d of 5)", example.Count(r1, servedFresh))
+	v.Check(story.Count(r1, servedFresh) == 5, "round 1: every request was answered with the fresh report (%d of 5)", story.Count(r1, servedFresh))
 
 	env.Section("an hour later: the entry is stale; five requests arrive at once")
 	if _, err := env.Pool.Exec(ctx, `UPDATE cache_entries SET built_at = built_at - interval '1 hour'`); err != nil {
@@ -92,7 +92,7 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 		return err
 	}
 	v.Check(n2 == 1, "round 2 (stale): one rebuild for five requests (%d)", n2)
-	stale, fresh := example.Count(r2, servedStale), example.Count(r2, servedFresh)
+	stale, fresh := story.Count(r2, servedStale), story.Count(r2, servedFresh)
 	// "Without waiting": each stale answer came before the rebuild ended.
 	var rebuildTook time.Duration
 	for i, s := range r2 {
@@ -208,7 +208,7 @@ func (nd *node) rebuild(ctx context.Context, round int) (string, error) {
 	return value, err
 }
 
-func rebuildCount(ctx context.Context, env *example.Env, round int) (int, error) {
+func rebuildCount(ctx context.Context, env *story.Env, round int) (int, error) {
 	var n int
 	err := env.Pool.QueryRow(ctx, `SELECT count(*) FROM rebuilds WHERE round = $1`, round).Scan(&n)
 	env.Note("rebuilds in round %d, read back: %d", round, n)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgfence/pgfence/examples/internal/example"
+	"github.com/pgfence/pgfence/examples/story"
 	"github.com/pgfence/pgfence/pglease"
 )
 
@@ -34,7 +34,7 @@ type instance struct {
 }
 
 // compete is scene 1: three instances notice inv_72 is due at once.
-func compete(ctx context.Context, env *example.Env, v *example.Verdict) error {
+func compete(ctx context.Context, env *story.Env, v *story.Verdict) error {
 	env.Section("1. Every minute, three billing instances notice that invoice inv_72 is due")
 	if err := resetJob(ctx, env.Pool); err != nil {
 		return err
@@ -61,7 +61,7 @@ func compete(ctx context.Context, env *example.Env, v *example.Verdict) error {
 	return judgeCompete(ctx, env, v, instances)
 }
 
-func newInstance(ctx context.Context, env *example.Env, name string) (*instance, error) {
+func newInstance(ctx context.Context, env *story.Env, name string) (*instance, error) {
 	pool, err := env.NewPool(ctx, 3)
 	if err != nil {
 		return nil, err
@@ -78,7 +78,7 @@ func newInstance(ctx context.Context, env *example.Env, name string) (*instance,
 
 // tick is what an instance does when the invoice is due: take the lease or
 // skip, send with the fence, release.
-func (in *instance) tick(ctx context.Context, env *example.Env) error {
+func (in *instance) tick(ctx context.Context, env *story.Env) error {
 	env.Logf(in.name, "asks for %s (TTL %v)", key, competeTTL)
 	lease, err := in.client.TryAcquire(ctx, key, competeTTL)
 	if errors.Is(err, pglease.ErrNotAcquired) {
@@ -105,7 +105,7 @@ func (in *instance) tick(ctx context.Context, env *example.Env) error {
 }
 
 // release gives a lease back, even when the example's context has ended.
-func release(env *example.Env, who string, lease *pglease.Lease) error {
+func release(env *story.Env, who string, lease *pglease.Lease) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := lease.Release(ctx); err != nil {
@@ -116,7 +116,7 @@ func release(env *example.Env, who string, lease *pglease.Lease) error {
 }
 
 // judgeCompete checks scene 1 against what the database holds.
-func judgeCompete(ctx context.Context, env *example.Env, v *example.Verdict, instances []*instance) error {
+func judgeCompete(ctx context.Context, env *story.Env, v *story.Verdict, instances []*instance) error {
 	granted, skipped := 0, 0
 	for _, in := range instances {
 		if in.err != nil {

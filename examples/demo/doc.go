@@ -19,7 +19,8 @@
 //
 //	go run ./examples/demo
 //
-// It needs no set-up: with no PGFENCE_DATABASE_URL it starts a throwaway
-// PostgreSQL from the local server binaries and removes it on exit (see
-// examples/internal/example).
+// It needs no set-up: unlike the other examples, when no server is
+// reachable (package story says how one is found) it starts a throwaway
+// PostgreSQL from the local server binaries and removes it on exit
+// (throwaway.go).
 package main

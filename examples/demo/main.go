@@ -4,18 +4,18 @@ import (
 	"context"
 	"os"
 
-	"github.com/pgfence/pgfence/examples/internal/example"
+	"github.com/pgfence/pgfence/examples/story"
 )
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == workerArg {
 		os.Exit(runWorker(os.Args[2:]))
 	}
-	example.Main("the demo: a lease decides who may try, the fence decides which writes count", run)
+	story.Main("the demo: a lease decides who may try, the fence decides which writes count", run)
 }
 
 // run tells the three scenes on the example's database.
-func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
+func run(ctx context.Context, env *story.Env, v *story.Verdict) error {
 	if _, err := env.Pool.Exec(ctx, schemaSQL); err != nil {
 		return err
 	}

@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/pgfence/pgfence/examples/internal/example"
+	"github.com/pgfence/pgfence/examples/story"
 	"github.com/pgfence/pgfence/internal/testsupport/proc"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -27,7 +27,7 @@ type staleRun struct {
 }
 
 // staleFenced is scene 2: the frozen worker's late write meets the fence.
-func staleFenced(ctx context.Context, env *example.Env, v *example.Verdict) error {
+func staleFenced(ctx context.Context, env *story.Env, v *story.Verdict) error {
 	env.Section("2. A worker is frozen past its lease, with the fence at the resource")
 	env.Note("billing-1 is a separate process; it is frozen with SIGSTOP for %v, its renewals with it", freeze)
 	r, err := staleScene(ctx, env, true)
@@ -45,7 +45,7 @@ func staleFenced(ctx context.Context, env *example.Env, v *example.Verdict) erro
 }
 
 // staleUnfenced is scene 3: the same timeline, writes that trust the lock.
-func staleUnfenced(ctx context.Context, env *example.Env, v *example.Verdict) error {
+func staleUnfenced(ctx context.Context, env *story.Env, v *story.Verdict) error {
 	env.Section("3. The same run without the fence: the writes trust the lock")
 	r, err := staleScene(ctx, env, false)
 	if err != nil {
@@ -64,7 +64,7 @@ func staleUnfenced(ctx context.Context, env *example.Env, v *example.Verdict) er
 // the lease, reads the job, checks its lease, and is frozen just before its
 // write; its lease expires by the database clock; billing-2 is granted it
 // and sends; billing-1 resumes and writes with its old fence.
-func staleScene(ctx context.Context, env *example.Env, fenced bool) (*staleRun, error) {
+func staleScene(ctx context.Context, env *story.Env, fenced bool) (*staleRun, error) {
 	if err := resetJob(ctx, env.Pool); err != nil {
 		return nil, err
 	}
@@ -93,7 +93,7 @@ func staleScene(ctx context.Context, env *example.Env, fenced bool) (*staleRun, 
 // freezeWorker follows billing-1 to the moment between checking its lease
 // and writing, and freezes it there: the gap between time of check and
 // time of use.
-func (r *staleRun) freezeWorker(env *example.Env, w *worker) error {
+func (r *staleRun) freezeWorker(env *story.Env, w *worker) error {
 	line, err := w.expect("ACQUIRED")
 	if err != nil {
 		return err
@@ -120,7 +120,7 @@ func (r *staleRun) freezeWorker(env *example.Env, w *worker) error {
 
 // secondHolder is billing-2: it arrives a little later, waits for the key,
 // is granted it once billing-1's lease expired, and sends.
-func (r *staleRun) secondHolder(ctx context.Context, env *example.Env) error {
+func (r *staleRun) secondHolder(ctx context.Context, env *story.Env) error {
 	pool, err := env.NewPool(ctx, 3)
 	if err != nil {
 		return err
@@ -154,7 +154,7 @@ func (r *staleRun) secondHolder(ctx context.Context, env *example.Env) error {
 	return release(env, "billing-2", lease)
 }
 
-func (r *staleRun) logSecondSend(env *example.Env, o outcome) {
+func (r *staleRun) logSecondSend(env *story.Env, o outcome) {
 	switch {
 	case r.fenced && o.sent:
 		env.Logf("billing-2", "sends inv_72: guarded write with fence %d accepted", r.fenceB)
@@ -167,7 +167,7 @@ func (r *staleRun) logSecondSend(env *example.Env, o outcome) {
 
 // resumeWorker waits out the rest of the freeze, resumes billing-1 and
 // reads what became of its late write.
-func (r *staleRun) resumeWorker(ctx context.Context, env *example.Env, w *worker) error {
+func (r *staleRun) resumeWorker(ctx context.Context, env *story.Env, w *worker) error {
 	select {
 	case <-time.After(time.Until(r.frozeAt.Add(freeze))):
 	case <-ctx.Done():
@@ -193,7 +193,7 @@ func (r *staleRun) resumeWorker(ctx context.Context, env *example.Env, w *worker
 
 // readLateWrite parses billing-1's report of its write:
 // WROTE <sent> <row fence if refused as stale> [<refusal>].
-func (r *staleRun) readLateWrite(env *example.Env, w *worker) error {
+func (r *staleRun) readLateWrite(env *story.Env, w *worker) error {
 	line, err := w.expect("WROTE")
 	if err != nil {
 		return err

@@ -13,7 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgfence/pgfence/examples/internal/example"
+	"github.com/pgfence/pgfence/examples/story"
 	"github.com/pgfence/pgfence/pglease"
 )
 
@@ -35,7 +35,7 @@ type worker struct {
 }
 
 // startWorker starts this program again as a worker.
-func startWorker(ctx context.Context, env *example.Env, name string, fenced bool) (*worker, error) {
+func startWorker(ctx context.Context, env *story.Env, name string, fenced bool) (*worker, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -108,14 +108,14 @@ func (w *worker) kill() {
 func runWorker(args []string) int {
 	if len(args) != 2 {
 		fmt.Fprintln(os.Stderr, "demo: the worker mode is internal to the demo")
-		return example.ExitFail
+		return story.ExitFail
 	}
 	name, fenced := args[0], args[1] == "fenced"
 	if err := workerSteps(context.Background(), name, fenced); err != nil {
 		say("ERR %v", err)
-		return example.ExitFail
+		return story.ExitFail
 	}
-	return example.ExitPass
+	return story.ExitPass
 }
 
 func say(format string, a ...any) { fmt.Printf(format+"\n", a...) }

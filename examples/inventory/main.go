@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgfence/pgfence/examples/internal/example"
+	"github.com/pgfence/pgfence/examples/story"
 	"github.com/pgfence/pgfence/lockless"
 )
 
@@ -32,10 +32,10 @@ INSERT INTO accounts VALUES ('acct_1', 1000, 0);
 `
 
 func main() {
-	example.Main("inventory (conditional update, optimistic version)", run)
+	story.Main("inventory (conditional update, optimistic version)", run)
 }
 
-func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
+func run(ctx context.Context, env *story.Env, v *story.Verdict) error {
 	if _, err := env.Pool.Exec(ctx, schema); err != nil {
 		return err
 	}
@@ -59,7 +59,7 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 }
 
 // naive: read, decide, write — with both reads before either write.
-func naive(ctx context.Context, env *example.Env, v *example.Verdict, counter *lockless.Counter) error {
+func naive(ctx context.Context, env *story.Env, v *story.Verdict, counter *lockless.Counter) error {
 	env.Section("1. read-modify-write: two servers, one lamp in stock")
 	var bothRead sync.WaitGroup
 	bothRead.Add(2)
@@ -140,7 +140,7 @@ func naive(ctx context.Context, env *example.Env, v *example.Verdict, counter *l
 //
 // one statement checks and decrements; the order goes in the same
 // transaction.
-func reserve(ctx context.Context, env *example.Env, stock *lockless.Counter, sku, buyer string) (bool, error) {
+func reserve(ctx context.Context, env *story.Env, stock *lockless.Counter, sku, buyer string) (bool, error) {
 	tx, err := env.Pool.Begin(ctx)
 	if err != nil {
 		return false, err
@@ -167,7 +167,7 @@ func lampState(ctx context.Context, pool *pgxpool.Pool) (orders, stock int, err 
 }
 
 // conditional: twenty buyers, five chairs.
-func conditional(ctx context.Context, env *example.Env, v *example.Verdict, counter *lockless.Counter) error {
+func conditional(ctx context.Context, env *story.Env, v *story.Verdict, counter *lockless.Counter) error {
 	env.Section("2. conditional update: twenty buyers race for five chairs")
 	var (
 		wg       sync.WaitGroup
@@ -216,7 +216,7 @@ func conditional(ctx context.Context, env *example.Env, v *example.Verdict, coun
 //	 WHERE account_id = $1 AND version = $read
 //
 // and on a conflict reads again and decides again.
-func optimistic(ctx context.Context, env *example.Env, v *example.Verdict, accounts *lockless.Versioned) error {
+func optimistic(ctx context.Context, env *story.Env, v *story.Verdict, accounts *lockless.Versioned) error {
 	env.Section("3. optimistic concurrency: ten deposits of 10 on acct_1 (balance 1000), at once")
 	var (
 		wg        sync.WaitGroup

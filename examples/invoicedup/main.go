@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/pgfence/pgfence/examples/internal/example"
+	"github.com/pgfence/pgfence/examples/story"
 	"github.com/pgfence/pgfence/lockless"
 )
 
@@ -29,9 +29,9 @@ const period = "2026-11-01"
 
 var customers = []int64{101, 102, 103, 104}
 
-func main() { example.Main("invoice dedup (unique constraint)", run) }
+func main() { story.Main("invoice dedup (unique constraint)", run) }
 
-func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
+func run(ctx context.Context, env *story.Env, v *story.Verdict) error {
 	if _, err := env.Pool.Exec(ctx, schema); err != nil {
 		return err
 	}
@@ -125,7 +125,7 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 
 // createInvoice is the insert-once statement, through lockless.InsertOnce: it
 // reports whether this worker's insert created the invoice.
-func createInvoice(ctx context.Context, env *example.Env, invoices *lockless.InsertOnce, who string, customer int64) (bool, error) {
+func createInvoice(ctx context.Context, env *story.Env, invoices *lockless.InsertOnce, who string, customer int64) (bool, error) {
 	var id int64
 	var by string
 	won, err := invoices.Insert(ctx, env.Pool, []any{customer, period, who}, &id, &by)

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfence/pgfence/claim"
-	"github.com/pgfence/pgfence/examples/internal/example"
+	"github.com/pgfence/pgfence/examples/story"
 )
 
 const schema = `
@@ -35,10 +35,10 @@ const (
 )
 
 func main() {
-	example.Main("job workers (SKIP LOCKED claiming, lease renewals, a rescued job's stale completion refused)", run)
+	story.Main("job workers (SKIP LOCKED claiming, lease renewals, a rescued job's stale completion refused)", run)
 }
 
-func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
+func run(ctx context.Context, env *story.Env, v *story.Verdict) error {
 	if _, err := env.Pool.Exec(ctx, schema); err != nil {
 		return err
 	}
@@ -50,7 +50,7 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 
 // workers: three pools of two workers each share 30 short jobs and one long
 // one.
-func workers(ctx context.Context, env *example.Env, v *example.Verdict) error {
+func workers(ctx context.Context, env *story.Env, v *story.Verdict) error {
 	env.Section(fmt.Sprintf("%d short jobs and one long job; three worker processes with two workers each, lease %v", jobs, lease))
 	var longID int64
 	for i := 1; i <= jobs+1; i++ {
@@ -117,7 +117,7 @@ func workers(ctx context.Context, env *example.Env, v *example.Verdict) error {
 			}
 		})
 	}
-	err := example.WaitFor(ctx, func() bool {
+	err := story.WaitFor(ctx, func() bool {
 		var n int
 		env.Pool.QueryRow(ctx, `SELECT count(*) FROM pgfence_jobs WHERE queue = 'default' AND state = 'completed'`).Scan(&n)
 		return n == jobs+1
@@ -161,7 +161,7 @@ func workers(ctx context.Context, env *example.Env, v *example.Verdict) error {
 
 // rescued: a worker freezes on a job past its lease; the job is rescued and
 // done by another worker; the frozen worker's completion is refused.
-func rescued(ctx context.Context, env *example.Env, v *example.Verdict) error {
+func rescued(ctx context.Context, env *story.Env, v *story.Verdict) error {
 	env.Section("a worker freezes on a job past its lease; the job is rescued and done again")
 	id, err := claim.Enqueue(ctx, env.Pool, claim.NewJob{Queue: "reports", Kind: "report", MaxAttempts: 3})
 	if err != nil {
@@ -187,7 +187,7 @@ func rescued(ctx context.Context, env *example.Env, v *example.Verdict) error {
 	// The rescuer (any runner's rescue loop; here called directly) returns
 	// the job once its lease has expired by the database clock.
 	var rescue claim.RescueResult
-	if err := example.WaitFor(ctx, func() bool {
+	if err := story.WaitFor(ctx, func() bool {
 		rescue, err = fast.Rescue(ctx, 10)
 		return err == nil && rescue.Requeued == 1
 	}); err != nil {
@@ -226,7 +226,7 @@ func rescued(ctx context.Context, env *example.Env, v *example.Verdict) error {
 
 // complete records the job's effect and its completion in one transaction:
 // if the completion is refused, the effect rolls back with it.
-func complete(ctx context.Context, env *example.Env, c *claim.Claimer, j *claim.Job, who string) error {
+func complete(ctx context.Context, env *story.Env, c *claim.Claimer, j *claim.Job, who string) error {
 	err := pgx.BeginFunc(ctx, env.Pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO job_effects (job_id, fence, worker) VALUES ($1, $2, $3)`, j.ID, j.Fence, who); err != nil {
 			return err

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgfence/pgfence/examples/internal/example"
+	"github.com/pgfence/pgfence/examples/story"
 	"github.com/pgfence/pgfence/pgguard"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -44,7 +44,7 @@ type node struct {
 	pool   *pgxpool.Pool
 	leases *pglease.Client
 	guard  *pgguard.Guard
-	env    *example.Env
+	env    *story.Env
 
 	// For the node that gets cut off: closed when it is frozen, and the
 	// channel to wait on until it resumes.
@@ -60,10 +60,10 @@ type node struct {
 }
 
 func main() {
-	example.Main("leader election (epoch = fence; the downstream refuses the old epoch)", run)
+	story.Main("leader election (epoch = fence; the downstream refuses the old epoch)", run)
 }
 
-func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
+func run(ctx context.Context, env *story.Env, v *story.Verdict) error {
 	if _, err := env.Pool.Exec(ctx, schema); err != nil {
 		return err
 	}
@@ -104,13 +104,13 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 
 	env.Section("node-1 campaigns first and leads; node-2 and node-3 campaign and wait")
 	campaign(first)
-	if err := example.WaitFor(ctx, func() bool { return first.epochCount() > 0 }); err != nil {
+	if err := story.WaitFor(ctx, func() bool { return first.epochCount() > 0 }); err != nil {
 		return err
 	}
 	campaign(nodes[1])
 	campaign(nodes[2])
 
-	if err := example.WaitFor(ctx, func() bool {
+	if err := story.WaitFor(ctx, func() bool {
 		select {
 		case <-first.frozen:
 			return true
@@ -138,7 +138,7 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 		held = nil
 	}
 	defer release()
-	if err := example.WaitFor(ctx, func() bool { return nodes[1].commandCount()+nodes[2].commandCount() >= 2 }); err != nil {
+	if err := story.WaitFor(ctx, func() bool { return nodes[1].commandCount()+nodes[2].commandCount() >= 2 }); err != nil {
 		return err
 	}
 	h, _, err := nodes[1].leases.Holder(ctx, key)
@@ -150,7 +150,7 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 	env.Section("node-1 comes back, still believing it leads, and sends one more command")
 	release()
 	close(first.resume)
-	if err := example.WaitFor(ctx, func() bool { first.mu.Lock(); defer first.mu.Unlock(); return first.staleEpoch != 0 }); err != nil {
+	if err := story.WaitFor(ctx, func() bool { first.mu.Lock(); defer first.mu.Unlock(); return first.staleEpoch != 0 }); err != nil {
 		return err
 	}
 	time.Sleep(300 * time.Millisecond) // the new leader carries on

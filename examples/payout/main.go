@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/pgfence/pgfence/examples/internal/example"
+	"github.com/pgfence/pgfence/examples/story"
 	"github.com/pgfence/pgfence/payouts"
 	"github.com/pgfence/pgfence/pgguard"
 	"github.com/pgfence/pgfence/pglease"
@@ -24,10 +24,10 @@ const (
 )
 
 func main() {
-	example.Main("payout (stable idempotency key, durable intent, reconciliation: exactly one payout)", run)
+	story.Main("payout (stable idempotency key, durable intent, reconciliation: exactly one payout)", run)
 }
 
-func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
+func run(ctx context.Context, env *story.Env, v *story.Verdict) error {
 	prov, err := startProvider(env)
 	if err != nil {
 		return err
@@ -138,7 +138,7 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 
 type worker struct {
 	name    string
-	env     *example.Env
+	env     *story.Env
 	leases  *pglease.Client
 	intents *payouts.Intents
 	prov    *provider
@@ -177,7 +177,7 @@ func (w *worker) submit(ctx context.Context, id string) (*pglease.Lease, error) 
 // about each by its idempotency key; it returns how many it settled.
 func (w *worker) reconcile(ctx context.Context) (int, error) {
 	var stuck []payouts.Payout
-	err := example.WaitFor(ctx, func() bool {
+	err := story.WaitFor(ctx, func() bool {
 		var err error
 		stuck, err = w.intents.Stuck(ctx, w.env.Pool, 2*clientTimeout, 100)
 		return err == nil && len(stuck) > 0
@@ -295,7 +295,7 @@ func describe(err error) string {
 type provider struct {
 	url string
 	srv *http.Server
-	env *example.Env
+	env *story.Env
 
 	mu      sync.Mutex
 	byKey   map[string]string // idempotency key -> ref
@@ -306,7 +306,7 @@ type provider struct {
 	nreplay int
 }
 
-func startProvider(env *example.Env) (*provider, error) {
+func startProvider(env *story.Env) (*provider, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err

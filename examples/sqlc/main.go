@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/claim"
-	"github.com/pgfence/pgfence/examples/internal/example"
 	"github.com/pgfence/pgfence/examples/sqlc/appdb"
+	"github.com/pgfence/pgfence/examples/story"
 	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/pgguard"
 	"github.com/pgfence/pgfence/pglease"
@@ -34,7 +34,7 @@ var invoicesTable = pgguard.Table{Name: "invoices", KeyColumn: "id"}
 
 // app is what the example's holders share.
 type app struct {
-	env   *example.Env
+	env   *story.Env
 	pool  *pgxpool.Pool
 	a, b  *pglease.Client // A freezes (no auto-renewal), B takes over
 	guard *pgguard.Guard  // only for Check: the writes are the app's own SQL
@@ -42,10 +42,10 @@ type app struct {
 }
 
 func main() {
-	example.Main("guarding your own sqlc queries (generated code, one fence source, trigger variant)", run)
+	story.Main("guarding your own sqlc queries (generated code, one fence source, trigger variant)", run)
 }
 
-func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
+func run(ctx context.Context, env *story.Env, v *story.Verdict) error {
 	w, err := setup(ctx, env)
 	if err != nil {
 		return err
@@ -59,7 +59,7 @@ func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
 	return w.triggerVariant(ctx, v)
 }
 
-func setup(ctx context.Context, env *example.Env) (*app, error) {
+func setup(ctx context.Context, env *story.Env) (*app, error) {
 	if _, err := env.Pool.Exec(ctx, schema); err != nil {
 		return nil, fmt.Errorf("applying schema.sql: %w", err)
 	}
@@ -107,7 +107,7 @@ func (w *app) handover(ctx context.Context, key string) (a, b *pglease.Lease, er
 
 // leaseAndStaleWrite: a lease's fence in the app's generated guarded UPDATE;
 // zero rows explained by Guard.Check.
-func (w *app) leaseAndStaleWrite(ctx context.Context, v *example.Verdict) error {
+func (w *app) leaseAndStaleWrite(ctx context.Context, v *story.Verdict) error {
 	w.env.Section("1. a lease's fence in the app's own guarded UPDATE (appdb.MarkSent)")
 	w.env.Note("MarkSent: ... SET status = 'SENT', last_fence = sqlc.arg(fence)::bigint")
 	w.env.Note("           WHERE id = sqlc.arg(id) AND last_fence <= sqlc.arg(fence)::bigint AND status = 'PENDING'")
@@ -149,7 +149,7 @@ func (w *app) leaseAndStaleWrite(ctx context.Context, v *example.Verdict) error 
 
 // jobAndLeaseOneSource: a job's fence and a lease's fence guard the same
 // row, and one transaction mixes fencedb and appdb.
-func (w *app) jobAndLeaseOneSource(ctx context.Context, v *example.Verdict) error {
+func (w *app) jobAndLeaseOneSource(ctx context.Context, v *story.Verdict) error {
 	w.env.Section("2. a job's fence and a lease's fence, one source, one row; fencedb and appdb in one transaction")
 	payload, _ := json.Marshal(map[string]string{"invoice": "inv_2"})
 	if _, err := claim.Enqueue(ctx, w.pool, claim.NewJob{Kind: "send-invoice", Payload: payload}); err != nil {
@@ -221,7 +221,7 @@ func (w *app) jobAndLeaseOneSource(ctx context.Context, v *example.Verdict) erro
 
 // triggerVariant: the fencing trigger on the app's table and the app's plain
 // UPDATE inside RunFenced.
-func (w *app) triggerVariant(ctx context.Context, v *example.Verdict) error {
+func (w *app) triggerVariant(ctx context.Context, v *story.Verdict) error {
 	w.env.Section("3. the trigger variant: the app's plain UPDATE (appdb.SetBillingEmail) inside pgguard.RunFenced")
 	if err := pgguard.InstallTrigger(ctx, w.pool, invoicesTable, pgguard.Strict); err != nil {
 		return err
@@ -262,7 +262,7 @@ func (w *app) triggerVariant(ctx context.Context, v *example.Verdict) error {
 }
 
 // readBack checks the rows themselves.
-func (w *app) readBack(ctx context.Context, v *example.Verdict, inv3Fence int64) error {
+func (w *app) readBack(ctx context.Context, v *story.Verdict, inv3Fence int64) error {
 	w.env.Section("read back from the database (appdb.GetInvoice)")
 	q := appdb.New(w.pool)
 	var rows []appdb.Invoice

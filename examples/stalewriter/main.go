@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgfence/pgfence/examples/internal/example"
+	"github.com/pgfence/pgfence/examples/story"
 	"github.com/pgfence/pgfence/pgguard"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -36,7 +36,7 @@ INSERT INTO ledger VALUES ('acct_9', 500, 0);
 const ttl = 300 * time.Millisecond
 
 type world struct {
-	env     *example.Env
+	env     *story.Env
 	a, b    *pglease.Client
 	guard   *pgguard.Guard
 	counter *staleWrites
@@ -66,10 +66,10 @@ func (s *staleWrites) total() (n int) {
 }
 
 func main() {
-	example.Main("stale writer (fencing; claim-first off and on)", run)
+	story.Main("stale writer (fencing; claim-first off and on)", run)
 }
 
-func run(ctx context.Context, env *example.Env, v *example.Verdict) error {
+func run(ctx context.Context, env *story.Env, v *story.Verdict) error {
 	if _, err := env.Pool.Exec(ctx, schema); err != nil {
 		return err
 	}

@@ -136,7 +136,7 @@ func dockerAnswers() error {
 }
 
 // containerToolDir finds the tool in the checkout this process runs from
-// (the tests' and examples' working directory is inside it).
+// (the tests' and the demo's working directory is inside it).
 func containerToolDir() (string, error) {
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {

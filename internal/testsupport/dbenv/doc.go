@@ -1,5 +1,5 @@
-// Package dbenv finds a PostgreSQL server for the tests and the examples, so
-// that both resolve it the same way, in this order:
+// Package dbenv finds a PostgreSQL server for the tests (and starts the
+// demo's throwaway server, examples/internal/throwaway), in this order:
 //
 //  1. an explicit URL: PGFENCE_DATABASE_URL, then DATABASE_URL;
 //  2. a throwaway cluster started from locally installed PostgreSQL binaries

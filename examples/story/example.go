@@ -1,11 +1,10 @@
-package example
+package story
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -14,8 +13,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/pgfence/pgfence/internal/testsupport/dbenv"
 )
 
 // Exit codes of an example.
@@ -31,7 +28,8 @@ type Env struct {
 	// dropped on exit.
 	Pool *pgxpool.Pool
 
-	cfg *pgxpool.Config
+	cfg        *pgxpool.Config
+	connString string
 
 	out   io.Writer
 	start time.Time
@@ -59,15 +57,11 @@ func (e *Env) NewPool(ctx context.Context, maxConns int32) (*pgxpool.Pool, error
 
 // ConnString is a connection string for the example's database (its
 // schema included, when the example fell back to one), for a program the
-// example starts as a separate process. It carries the password: hand it
-// over in the environment, which ps does not show, not on a command line.
-func (e *Env) ConnString() string {
-	s := dbenv.ConnString(e.cfg.ConnConfig)
-	if path, ok := e.cfg.ConnConfig.RuntimeParams["search_path"]; ok {
-		s += "&search_path=" + url.QueryEscape(path)
-	}
-	return s
-}
+// example starts as a separate process, which must inherit this one's
+// environment (with no URL set, libpq's variables complete it). It may
+// carry the password: hand it over in the environment, which ps does not
+// show, not on a command line.
+func (e *Env) ConnString() string { return e.connString }
 
 // Logf prints one timeline line: the time since the example started, who
 // acted, and what happened. Safe for concurrent use.
@@ -151,9 +145,9 @@ func Run(stdout, stderr io.Writer, title string, run func(ctx context.Context, e
 	r := &runner{ctx: ctx, stdout: stdout, stderr: stderr}
 
 	fmt.Fprintf(stdout, "pgfence example: %s\n", title)
-	srv, err := dbenv.Open(ctx, stderr)
+	srv, err := findServer(ctx, stderr)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
+		fmt.Fprintf(stderr, "pgfence example: %v\n", err)
 		return r.failed("no PostgreSQL server to run on (see stderr)")
 	}
 	defer r.closeServer(srv)
@@ -202,24 +196,24 @@ func (r *runner) failed(format string, args ...any) int {
 	return ExitFail
 }
 
-// closeServer removes a throwaway server and says so.
-func (r *runner) closeServer(srv *dbenv.Server) {
-	if !srv.Throwaway {
+// closeServer removes a server the fallback started and says so.
+func (r *runner) closeServer(srv *Server) {
+	if srv.Close == nil {
 		return
 	}
 	if err := srv.Close(); err != nil {
-		fmt.Fprintf(r.stderr, "pgfence example: removing the throwaway PostgreSQL: %v\n", err)
+		fmt.Fprintf(r.stderr, "pgfence example: removing %s: %v\n", srv.Source, err)
 	} else {
-		fmt.Fprintln(r.stderr, "pgfence example: the throwaway PostgreSQL was stopped and removed")
+		fmt.Fprintf(r.stderr, "pgfence example: %s was stopped and removed\n", srv.Source)
 	}
 }
 
 // newEnv makes the example its own database (or schema) on srv and a pool
 // on it. closeEnv closes every pool and drops the database.
-func (r *runner) newEnv(srv *dbenv.Server) (env *Env, closeEnv func(), err error) {
-	place, err := openOwn(r.ctx, srv.URL)
+func (r *runner) newEnv(srv *Server) (env *Env, closeEnv func(), err error) {
+	place, err := openOwn(r.ctx, srv)
 	if err != nil {
-		fmt.Fprintf(r.stderr, "pgfence example: on the server from %s: %v\n", srv.Source, err)
+		fmt.Fprintf(r.stderr, "pgfence example: on %s: %v\n", srv.Source, err)
 		return nil, nil, errors.New("could not make the example a database of its own (see stderr)")
 	}
 	pool, err := pgxpool.NewWithConfig(r.ctx, place.cfg.Copy())
@@ -227,7 +221,7 @@ func (r *runner) newEnv(srv *dbenv.Server) (env *Env, closeEnv func(), err error
 		place.drop()
 		return nil, nil, fmt.Errorf("connecting to the example's database: %w", err)
 	}
-	env = &Env{Pool: pool, cfg: place.cfg, out: r.stdout, start: time.Now()}
+	env = &Env{Pool: pool, cfg: place.cfg, connString: place.connString(srv), out: r.stdout, start: time.Now()}
 	fmt.Fprintf(r.stdout, "database: %s on %s; dropped on exit\n", place.where, srv.Source)
 	return env, func() {
 		for _, p := range env.pools {
