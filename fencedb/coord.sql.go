@@ -161,6 +161,52 @@ func (q *Queries) AcquirePermit(ctx context.Context, arg AcquirePermitParams) (A
 	return i, err
 }
 
+const AcquirePermitFIFO = `-- name: AcquirePermitFIFO :one
+SELECT coalesce(r.slot, 0)::integer AS slot, coalesce(r.fence, 0)::bigint AS fence,
+       coalesce(r.expires_at, now())::timestamptz AS expires_at, coalesce(r.ahead, -1)::integer AS ahead
+  FROM /* TEMPLATE: schema */pgfence_acquire_permit_fifo($1::text, $2::integer,
+       $3::text, $4::text, $5::bigint,
+       $6::bigint) AS r
+`
+
+type AcquirePermitFIFOParams struct {
+	LockKey     string
+	Permits     int32
+	Owner       string
+	OwnerToken  string
+	TtlMicros   int64
+	PlaceMicros int64
+}
+
+type AcquirePermitFIFORow struct {
+	Slot      int32
+	Fence     int64
+	ExpiresAt time.Time
+	Ahead     int32
+}
+
+// One attempt of a fair waiter for a permit (pgfence_acquire_permit_fifo in
+// migration 000011): slot and fence when granted, else fence 0 and the
+// number of waiters ahead (-1: the owner token was abandoned).
+func (q *Queries) AcquirePermitFIFO(ctx context.Context, arg AcquirePermitFIFOParams) (AcquirePermitFIFORow, error) {
+	row := q.db.QueryRow(ctx, AcquirePermitFIFO,
+		arg.LockKey,
+		arg.Permits,
+		arg.Owner,
+		arg.OwnerToken,
+		arg.TtlMicros,
+		arg.PlaceMicros,
+	)
+	var i AcquirePermitFIFORow
+	err := row.Scan(
+		&i.Slot,
+		&i.Fence,
+		&i.ExpiresAt,
+		&i.Ahead,
+	)
+	return i, err
+}
+
 const AcquireShared = `-- name: AcquireShared :one
 SELECT r.slot::integer AS slot, r.fence::bigint AS fence, r.expires_at::timestamptz AS expires_at
   FROM /* TEMPLATE: schema */pgfence_acquire_shared($1::text, $2::boolean,
@@ -197,6 +243,51 @@ func (q *Queries) AcquireShared(ctx context.Context, arg AcquireSharedParams) (A
 	)
 	var i AcquireSharedRow
 	err := row.Scan(&i.Slot, &i.Fence, &i.ExpiresAt)
+	return i, err
+}
+
+const AcquireSharedFIFO = `-- name: AcquireSharedFIFO :one
+SELECT coalesce(r.slot, 0)::integer AS slot, coalesce(r.fence, 0)::bigint AS fence,
+       coalesce(r.expires_at, now())::timestamptz AS expires_at, coalesce(r.ahead, -1)::integer AS ahead
+  FROM /* TEMPLATE: schema */pgfence_acquire_shared_fifo($1::text, $2::boolean,
+       $3::text, $4::text, $5::bigint,
+       $6::bigint) AS r
+`
+
+type AcquireSharedFIFOParams struct {
+	LockKey     string
+	Exclusive   bool
+	Owner       string
+	OwnerToken  string
+	TtlMicros   int64
+	PlaceMicros int64
+}
+
+type AcquireSharedFIFORow struct {
+	Slot      int32
+	Fence     int64
+	ExpiresAt time.Time
+	Ahead     int32
+}
+
+// One attempt of a fair waiter for a shared or the exclusive lease
+// (pgfence_acquire_shared_fifo), answered as AcquirePermitFIFO.
+func (q *Queries) AcquireSharedFIFO(ctx context.Context, arg AcquireSharedFIFOParams) (AcquireSharedFIFORow, error) {
+	row := q.db.QueryRow(ctx, AcquireSharedFIFO,
+		arg.LockKey,
+		arg.Exclusive,
+		arg.Owner,
+		arg.OwnerToken,
+		arg.TtlMicros,
+		arg.PlaceMicros,
+	)
+	var i AcquireSharedFIFORow
+	err := row.Scan(
+		&i.Slot,
+		&i.Fence,
+		&i.ExpiresAt,
+		&i.Ahead,
+	)
 	return i, err
 }
 
@@ -242,6 +333,27 @@ func (q *Queries) LeaveExclusiveQueue(ctx context.Context, arg LeaveExclusiveQue
 	var left_queue bool
 	err := row.Scan(&left_queue)
 	return left_queue, err
+}
+
+const LeavePermitQueue = `-- name: LeavePermitQueue :exec
+WITH x AS (
+  DELETE FROM /* TEMPLATE: schema */pgfence_exclusive_waiters AS x
+   WHERE x.lock_key = $1::text AND x.owner_token = $2::text
+)
+DELETE FROM /* TEMPLATE: schema */pgfence_permit_waiters AS w
+ WHERE w.lock_key = $1::text AND w.owner_token = $2::text
+`
+
+type LeavePermitQueueParams struct {
+	LockKey    string
+	OwnerToken string
+}
+
+// A fair waiter of a semaphore or shared/exclusive key that gives up leaves
+// the queue, and the exclusive waiters.
+func (q *Queries) LeavePermitQueue(ctx context.Context, arg LeavePermitQueueParams) error {
+	_, err := q.db.Exec(ctx, LeavePermitQueue, arg.LockKey, arg.OwnerToken)
+	return err
 }
 
 const LeaveQueue = `-- name: LeaveQueue :exec
@@ -347,15 +459,23 @@ func (q *Queries) ListPermits(ctx context.Context) ([]ListPermitsRow, error) {
 }
 
 const ListWaiters = `-- name: ListWaiters :many
-SELECT lock_key, owner, ticket,
-       (row_number() OVER (PARTITION BY lock_key ORDER BY ticket) - 1)::bigint AS position,
-       (extract(epoch FROM GREATEST(expires_at - now(), interval '0')) * 1000000)::bigint AS place_micros
-  FROM /* TEMPLATE: schema */pgfence_waiters
- WHERE expires_at > now()
- ORDER BY lock_key, ticket
+SELECT q.kind, q.lock_key, q.owner, q.ticket,
+       (row_number() OVER (PARTITION BY q.kind = 'lease', q.lock_key ORDER BY q.ticket) - 1)::bigint AS position,
+       (extract(epoch FROM GREATEST(q.expires_at - now(), interval '0')) * 1000000)::bigint AS place_micros
+  FROM (SELECT 'lease'::text AS kind, w.lock_key, w.owner, w.ticket, w.expires_at
+          FROM /* TEMPLATE: schema */pgfence_waiters AS w
+         WHERE w.expires_at > now()
+        UNION ALL
+        SELECT CASE WHEN s.permits > 0 THEN 'permit' WHEN w.exclusive THEN 'exclusive' ELSE 'shared' END,
+               w.lock_key, w.owner, w.ticket, w.expires_at
+          FROM /* TEMPLATE: schema */pgfence_permit_waiters AS w
+          JOIN /* TEMPLATE: schema */pgfence_semaphores AS s ON s.lock_key = w.lock_key
+         WHERE w.expires_at > now()) AS q
+ ORDER BY q.lock_key, q.kind = 'lease' DESC, q.ticket
 `
 
 type ListWaitersRow struct {
+	Kind        string
 	LockKey     string
 	Owner       string
 	Ticket      int64
@@ -363,7 +483,10 @@ type ListWaitersRow struct {
 	PlaceMicros int64
 }
 
-// The fair waiters whose place has not expired, by key and in queue order.
+// The fair waiters whose place has not expired, by key and in queue order:
+// kind is 'lease' for a mutex lease's waiter, 'permit' for a semaphore's,
+// 'shared' or 'exclusive' for a shared/exclusive key's (the mutex leases
+// and the other kinds are separate namespaces, so one key may have both).
 func (q *Queries) ListWaiters(ctx context.Context) ([]ListWaitersRow, error) {
 	rows, err := q.db.Query(ctx, ListWaiters)
 	if err != nil {
@@ -374,6 +497,7 @@ func (q *Queries) ListWaiters(ctx context.Context) ([]ListWaitersRow, error) {
 	for rows.Next() {
 		var i ListWaitersRow
 		if err := rows.Scan(
+			&i.Kind,
 			&i.LockKey,
 			&i.Owner,
 			&i.Ticket,
@@ -442,6 +566,59 @@ func (q *Queries) ReleaseHeldAtLeast(ctx context.Context, arg ReleaseHeldAtLeast
 	return released, err
 }
 
+const ReleaseKeySet = `-- name: ReleaseKeySet :many
+UPDATE /* TEMPLATE: schema */lock_leases AS l
+   SET expires_at = GREATEST(now(), l.acquired_at + $1::bigint * interval '1 microsecond'),
+       released_at = now()
+  FROM (SELECT unnest($4::text[]) AS lock_key, unnest($5::bigint[]) AS fence) AS k
+ WHERE l.lock_key = k.lock_key
+   AND l.fence = k.fence
+   AND l.expires_at > now()
+   AND CASE WHEN $2::boolean THEN /* TEMPLATE: schema */pgfence_commit_durably()
+            ELSE set_config('synchronous_commit', 'off', true) = 'off' END
+   AND (NOT $3::boolean OR pg_notify('pgfence_lease_released', l.lock_key) IS NOT NULL)
+RETURNING l.lock_key
+`
+
+type ReleaseKeySetParams struct {
+	HoldMicros int64
+	Durable    bool
+	Notify     bool
+	LockKeys   []string
+	Fences     []int64
+}
+
+// Release of a key set's mutex leases in one statement, each matched on its
+// key and fence (with an optional minimum hold, as ReleaseHeldAtLeast): the
+// keys it released; a key not returned was not held any more. With notify,
+// each released key is sent as NOTIFY pgfence_lease_released's payload, as
+// ReleaseNotify does.
+func (q *Queries) ReleaseKeySet(ctx context.Context, arg ReleaseKeySetParams) ([]string, error) {
+	rows, err := q.db.Query(ctx, ReleaseKeySet,
+		arg.HoldMicros,
+		arg.Durable,
+		arg.Notify,
+		arg.LockKeys,
+		arg.Fences,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var lock_key string
+		if err := rows.Scan(&lock_key); err != nil {
+			return nil, err
+		}
+		items = append(items, lock_key)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const ReleasePermit = `-- name: ReleasePermit :one
 UPDATE /* TEMPLATE: schema */pgfence_permits
    SET expires_at = GREATEST(now(), acquired_at + $1::bigint * interval '1 microsecond')
@@ -480,42 +657,49 @@ func (q *Queries) ReleasePermit(ctx context.Context, arg ReleasePermitParams) (b
 	return released, err
 }
 
-const ReleaseWakeNext = `-- name: ReleaseWakeNext :one
+const RenewKeySet = `-- name: RenewKeySet :many
 UPDATE /* TEMPLATE: schema */lock_leases AS l
-   SET expires_at = GREATEST(now(), l.acquired_at + $1::bigint * interval '1 microsecond'),
-       released_at = now()
- WHERE l.lock_key = $2
-   AND l.fence = $3
+   SET expires_at = now() + $1::bigint * interval '1 microsecond'
+  FROM (SELECT unnest($2::text[]) AS lock_key, unnest($3::bigint[]) AS fence) AS k
+ WHERE l.lock_key = k.lock_key
+   AND l.fence = k.fence
    AND l.expires_at > now()
-   AND CASE WHEN $4::boolean THEN /* TEMPLATE: schema */pgfence_commit_durably()
-            ELSE set_config('synchronous_commit', 'off', true) = 'off' END
-RETURNING (SELECT count(pg_notify('pgfence_lease_released', h.owner_token))
-             FROM (SELECT w.owner_token FROM /* TEMPLATE: schema */pgfence_waiters AS w
-                    WHERE w.lock_key = l.lock_key AND w.expires_at > now()
-                    ORDER BY w.ticket LIMIT 1) AS h) >= 0 AS released
+   AND /* TEMPLATE: schema */pgfence_commit_durably()
+RETURNING l.lock_key, l.expires_at
 `
 
-type ReleaseWakeNextParams struct {
-	HoldMicros int64
-	LockKey    string
-	Fence      int64
-	Durable    bool
+type RenewKeySetParams struct {
+	TtlMicros int64
+	LockKeys  []string
+	Fences    []int64
 }
 
-// Release of a mutex lease (with an optional minimum hold, as
-// ReleaseHeldAtLeast) that wakes only the first fair waiter of the key: it
-// sends NOTIFY pgfence_lease_released with that waiter's owner token as the
-// payload, delivered when the release commits. No waiter: no notification.
-func (q *Queries) ReleaseWakeNext(ctx context.Context, arg ReleaseWakeNextParams) (bool, error) {
-	row := q.db.QueryRow(ctx, ReleaseWakeNext,
-		arg.HoldMicros,
-		arg.LockKey,
-		arg.Fence,
-		arg.Durable,
-	)
-	var released bool
-	err := row.Scan(&released)
-	return released, err
+type RenewKeySetRow struct {
+	LockKey   string
+	ExpiresAt time.Time
+}
+
+// Renewal of a key set's mutex leases in one statement, each matched on its
+// key and fence and only while unexpired (never resurrects one): the keys
+// renewed, with their new expiry. It commits durably.
+func (q *Queries) RenewKeySet(ctx context.Context, arg RenewKeySetParams) ([]RenewKeySetRow, error) {
+	rows, err := q.db.Query(ctx, RenewKeySet, arg.TtlMicros, arg.LockKeys, arg.Fences)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RenewKeySetRow{}
+	for rows.Next() {
+		var i RenewKeySetRow
+		if err := rows.Scan(&i.LockKey, &i.ExpiresAt); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const RenewPermit = `-- name: RenewPermit :one
@@ -557,10 +741,13 @@ SELECT s.lock_key, s.permits,
        (SELECT count(*) FROM /* TEMPLATE: schema */pgfence_permits AS p
          WHERE p.lock_key = s.lock_key AND p.expires_at > now() AND p.exclusive)::bigint AS exclusive_held,
        (SELECT count(*) FROM /* TEMPLATE: schema */pgfence_exclusive_waiters AS w
-         WHERE w.lock_key = s.lock_key AND w.expires_at > now())::bigint AS waiters
+         WHERE w.lock_key = s.lock_key AND w.expires_at > now())::bigint AS waiters,
+       (SELECT count(*) FROM /* TEMPLATE: schema */pgfence_permit_waiters AS w
+         WHERE w.lock_key = s.lock_key AND w.expires_at > now())::bigint AS queued
   FROM /* TEMPLATE: schema */pgfence_semaphores AS s
  WHERE EXISTS (SELECT FROM /* TEMPLATE: schema */pgfence_permits AS p WHERE p.lock_key = s.lock_key AND p.expires_at > now())
     OR EXISTS (SELECT FROM /* TEMPLATE: schema */pgfence_exclusive_waiters AS w WHERE w.lock_key = s.lock_key AND w.expires_at > now())
+    OR EXISTS (SELECT FROM /* TEMPLATE: schema */pgfence_permit_waiters AS w WHERE w.lock_key = s.lock_key AND w.expires_at > now())
  ORDER BY s.lock_key
  LIMIT $1
 `
@@ -571,12 +758,14 @@ type WatchPermitsRow struct {
 	InUse         int64
 	ExclusiveHeld int64
 	Waiters       int64
+	Queued        int64
 }
 
 // Per semaphore or shared/exclusive key with a holder or a waiter now (by
 // the database clock), at most row_limit keys in key order: its number of
 // permits (0: shared/exclusive), the unexpired permits or shared leases, the
-// exclusive lease (0 or 1) and the exclusive waiters.
+// exclusive lease (0 or 1), the exclusive waiters, and the fair waiters in
+// its queue.
 func (q *Queries) WatchPermits(ctx context.Context, rowLimit int32) ([]WatchPermitsRow, error) {
 	rows, err := q.db.Query(ctx, WatchPermits, rowLimit)
 	if err != nil {
@@ -592,6 +781,7 @@ func (q *Queries) WatchPermits(ctx context.Context, rowLimit int32) ([]WatchPerm
 			&i.InUse,
 			&i.ExclusiveHeld,
 			&i.Waiters,
+			&i.Queued,
 		); err != nil {
 			return nil, err
 		}

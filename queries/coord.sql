@@ -109,17 +109,21 @@ SELECT lock_key, count(*)::bigint AS waiting
 -- Per semaphore or shared/exclusive key with a holder or a waiter now (by
 -- the database clock), at most row_limit keys in key order: its number of
 -- permits (0: shared/exclusive), the unexpired permits or shared leases, the
--- exclusive lease (0 or 1) and the exclusive waiters.
+-- exclusive lease (0 or 1), the exclusive waiters, and the fair waiters in
+-- its queue.
 SELECT s.lock_key, s.permits,
        (SELECT count(*) FROM /* TEMPLATE: schema */pgfence_permits AS p
          WHERE p.lock_key = s.lock_key AND p.expires_at > now() AND NOT p.exclusive)::bigint AS in_use,
        (SELECT count(*) FROM /* TEMPLATE: schema */pgfence_permits AS p
          WHERE p.lock_key = s.lock_key AND p.expires_at > now() AND p.exclusive)::bigint AS exclusive_held,
        (SELECT count(*) FROM /* TEMPLATE: schema */pgfence_exclusive_waiters AS w
-         WHERE w.lock_key = s.lock_key AND w.expires_at > now())::bigint AS waiters
+         WHERE w.lock_key = s.lock_key AND w.expires_at > now())::bigint AS waiters,
+       (SELECT count(*) FROM /* TEMPLATE: schema */pgfence_permit_waiters AS w
+         WHERE w.lock_key = s.lock_key AND w.expires_at > now())::bigint AS queued
   FROM /* TEMPLATE: schema */pgfence_semaphores AS s
  WHERE EXISTS (SELECT FROM /* TEMPLATE: schema */pgfence_permits AS p WHERE p.lock_key = s.lock_key AND p.expires_at > now())
     OR EXISTS (SELECT FROM /* TEMPLATE: schema */pgfence_exclusive_waiters AS w WHERE w.lock_key = s.lock_key AND w.expires_at > now())
+    OR EXISTS (SELECT FROM /* TEMPLATE: schema */pgfence_permit_waiters AS w WHERE w.lock_key = s.lock_key AND w.expires_at > now())
  ORDER BY s.lock_key
  LIMIT sqlc.arg(row_limit);
 
@@ -136,29 +140,81 @@ SELECT coalesce(r.fence, 0)::bigint AS fence, coalesce(r.expires_at, now())::tim
 -- A fair waiter that gives up (or was granted another way) leaves the queue.
 DELETE FROM /* TEMPLATE: schema */pgfence_waiters WHERE lock_key = sqlc.arg(lock_key) AND owner_token = sqlc.arg(owner_token);
 
--- name: ReleaseWakeNext :one
--- Release of a mutex lease (with an optional minimum hold, as
--- ReleaseHeldAtLeast) that wakes only the first fair waiter of the key: it
--- sends NOTIFY pgfence_lease_released with that waiter's owner token as the
--- payload, delivered when the release commits. No waiter: no notification.
+-- name: ListWaiters :many
+-- The fair waiters whose place has not expired, by key and in queue order:
+-- kind is 'lease' for a mutex lease's waiter, 'permit' for a semaphore's,
+-- 'shared' or 'exclusive' for a shared/exclusive key's (the mutex leases
+-- and the other kinds are separate namespaces, so one key may have both).
+SELECT q.kind, q.lock_key, q.owner, q.ticket,
+       (row_number() OVER (PARTITION BY q.kind = 'lease', q.lock_key ORDER BY q.ticket) - 1)::bigint AS position,
+       (extract(epoch FROM GREATEST(q.expires_at - now(), interval '0')) * 1000000)::bigint AS place_micros
+  FROM (SELECT 'lease'::text AS kind, w.lock_key, w.owner, w.ticket, w.expires_at
+          FROM /* TEMPLATE: schema */pgfence_waiters AS w
+         WHERE w.expires_at > now()
+        UNION ALL
+        SELECT CASE WHEN s.permits > 0 THEN 'permit' WHEN w.exclusive THEN 'exclusive' ELSE 'shared' END,
+               w.lock_key, w.owner, w.ticket, w.expires_at
+          FROM /* TEMPLATE: schema */pgfence_permit_waiters AS w
+          JOIN /* TEMPLATE: schema */pgfence_semaphores AS s ON s.lock_key = w.lock_key
+         WHERE w.expires_at > now()) AS q
+ ORDER BY q.lock_key, q.kind = 'lease' DESC, q.ticket;
+
+-- name: AcquirePermitFIFO :one
+-- One attempt of a fair waiter for a permit (pgfence_acquire_permit_fifo in
+-- migration 000011): slot and fence when granted, else fence 0 and the
+-- number of waiters ahead (-1: the owner token was abandoned).
+SELECT coalesce(r.slot, 0)::integer AS slot, coalesce(r.fence, 0)::bigint AS fence,
+       coalesce(r.expires_at, now())::timestamptz AS expires_at, coalesce(r.ahead, -1)::integer AS ahead
+  FROM /* TEMPLATE: schema */pgfence_acquire_permit_fifo(sqlc.arg(lock_key)::text, sqlc.arg(permits)::integer,
+       sqlc.arg(owner)::text, sqlc.arg(owner_token)::text, sqlc.arg(ttl_micros)::bigint,
+       sqlc.arg(place_micros)::bigint) AS r;
+
+-- name: AcquireSharedFIFO :one
+-- One attempt of a fair waiter for a shared or the exclusive lease
+-- (pgfence_acquire_shared_fifo), answered as AcquirePermitFIFO.
+SELECT coalesce(r.slot, 0)::integer AS slot, coalesce(r.fence, 0)::bigint AS fence,
+       coalesce(r.expires_at, now())::timestamptz AS expires_at, coalesce(r.ahead, -1)::integer AS ahead
+  FROM /* TEMPLATE: schema */pgfence_acquire_shared_fifo(sqlc.arg(lock_key)::text, sqlc.arg(exclusive)::boolean,
+       sqlc.arg(owner)::text, sqlc.arg(owner_token)::text, sqlc.arg(ttl_micros)::bigint,
+       sqlc.arg(place_micros)::bigint) AS r;
+
+-- name: LeavePermitQueue :exec
+-- A fair waiter of a semaphore or shared/exclusive key that gives up leaves
+-- the queue, and the exclusive waiters.
+WITH x AS (
+  DELETE FROM /* TEMPLATE: schema */pgfence_exclusive_waiters AS x
+   WHERE x.lock_key = sqlc.arg(lock_key)::text AND x.owner_token = sqlc.arg(owner_token)::text
+)
+DELETE FROM /* TEMPLATE: schema */pgfence_permit_waiters AS w
+ WHERE w.lock_key = sqlc.arg(lock_key)::text AND w.owner_token = sqlc.arg(owner_token)::text;
+
+-- name: ReleaseKeySet :many
+-- Release of a key set's mutex leases in one statement, each matched on its
+-- key and fence (with an optional minimum hold, as ReleaseHeldAtLeast): the
+-- keys it released; a key not returned was not held any more. With notify,
+-- each released key is sent as NOTIFY pgfence_lease_released's payload, as
+-- ReleaseNotify does.
 UPDATE /* TEMPLATE: schema */lock_leases AS l
    SET expires_at = GREATEST(now(), l.acquired_at + sqlc.arg(hold_micros)::bigint * interval '1 microsecond'),
        released_at = now()
- WHERE l.lock_key = sqlc.arg(lock_key)
-   AND l.fence = sqlc.arg(fence)
+  FROM (SELECT unnest(sqlc.arg(lock_keys)::text[]) AS lock_key, unnest(sqlc.arg(fences)::bigint[]) AS fence) AS k
+ WHERE l.lock_key = k.lock_key
+   AND l.fence = k.fence
    AND l.expires_at > now()
    AND CASE WHEN sqlc.arg(durable)::boolean THEN /* TEMPLATE: schema */pgfence_commit_durably()
             ELSE set_config('synchronous_commit', 'off', true) = 'off' END
-RETURNING (SELECT count(pg_notify('pgfence_lease_released', h.owner_token))
-             FROM (SELECT w.owner_token FROM /* TEMPLATE: schema */pgfence_waiters AS w
-                    WHERE w.lock_key = l.lock_key AND w.expires_at > now()
-                    ORDER BY w.ticket LIMIT 1) AS h) >= 0 AS released;
+   AND (NOT sqlc.arg(notify)::boolean OR pg_notify('pgfence_lease_released', l.lock_key) IS NOT NULL)
+RETURNING l.lock_key;
 
--- name: ListWaiters :many
--- The fair waiters whose place has not expired, by key and in queue order.
-SELECT lock_key, owner, ticket,
-       (row_number() OVER (PARTITION BY lock_key ORDER BY ticket) - 1)::bigint AS position,
-       (extract(epoch FROM GREATEST(expires_at - now(), interval '0')) * 1000000)::bigint AS place_micros
-  FROM /* TEMPLATE: schema */pgfence_waiters
- WHERE expires_at > now()
- ORDER BY lock_key, ticket;
+-- name: RenewKeySet :many
+-- Renewal of a key set's mutex leases in one statement, each matched on its
+-- key and fence and only while unexpired (never resurrects one): the keys
+-- renewed, with their new expiry. It commits durably.
+UPDATE /* TEMPLATE: schema */lock_leases AS l
+   SET expires_at = now() + sqlc.arg(ttl_micros)::bigint * interval '1 microsecond'
+  FROM (SELECT unnest(sqlc.arg(lock_keys)::text[]) AS lock_key, unnest(sqlc.arg(fences)::bigint[]) AS fence) AS k
+ WHERE l.lock_key = k.lock_key
+   AND l.fence = k.fence
+   AND l.expires_at > now()
+   AND /* TEMPLATE: schema */pgfence_commit_durably()
+RETURNING l.lock_key, l.expires_at;

@@ -1,0 +1,13 @@
+DROP TRIGGER pgfence_leaving_wakes_waiters ON pgfence_permit_waiters;
+DROP TRIGGER pgfence_release_wakes_waiters ON pgfence_permits;
+DROP TRIGGER pgfence_leaving_wakes_waiter ON pgfence_waiters;
+DROP TRIGGER pgfence_release_wakes_waiter ON lock_leases;
+DROP FUNCTION pgfence_acquire_shared_fifo(text, boolean, text, text, bigint, bigint);
+DROP FUNCTION pgfence_acquire_permit_fifo(text, integer, text, text, bigint, bigint);
+DROP FUNCTION pgfence_take_permit_place(text, text, text, boolean, bigint);
+DROP FUNCTION pgfence_grant_slot(text, integer, boolean, text, text, bigint);
+DROP FUNCTION pgfence_wake_on_permit_change();
+DROP FUNCTION pgfence_wake_on_lease_change();
+DROP FUNCTION pgfence_wake_permit_waiters(text);
+DROP FUNCTION pgfence_wake_lease_waiter(text);
+DROP TABLE pgfence_permit_waiters;
