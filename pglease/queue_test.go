@@ -105,3 +105,176 @@ func TestFairWaiterGivesUp(t *testing.T) {
 		t.Fatal("the second waiter was not granted the key")
 	}
 }
+
+// fairEvent is one grant or release seen by a fair waiter, in the order the
+// waiters saw them.
+type fairLog struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (f *fairLog) add(format string, args ...any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.events = append(f.events, fmt.Sprintf(format, args...))
+}
+
+func (f *fairLog) String() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return fmt.Sprint(f.events)
+}
+
+// A semaphore of 2 permits, both held; five fair waiters, each its own
+// client, start 200 ms apart; one permit is released and the other kept:
+// the waiters are granted the freed permit one after another in the order
+// they started waiting, with and without wake-on-release.
+func TestFairSemaphoreOrder(t *testing.T) {
+	for _, wake := range []bool{false, true} {
+		t.Run(fmt.Sprintf("wake=%v", wake), func(t *testing.T) {
+			ctx := context.Background()
+			opts := []pglease.Option{pglease.WithFairWaiting(), pglease.WithBackoff(5*time.Millisecond, 100*time.Millisecond)}
+			if wake {
+				opts = append(opts, pglease.WithWakeOnRelease())
+			}
+			key := uniqueKey(t)
+			holder := semaphore(t, newClient(t, pgtest.Pool(t), opts...), key, 2)
+			first, err := holder.TryAcquire(ctx, 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kept, err := holder.TryAcquire(ctx, 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer kept.Release(ctx)
+			var log fairLog
+			var wg sync.WaitGroup
+			for i := range 5 {
+				sem := semaphore(t, newClient(t, pgtest.Pool(t), opts...), key, 2)
+				wg.Go(func() {
+					err := sem.Do(ctx, 10*time.Second, func(ctx context.Context, l *pglease.Lease) error {
+						log.add("%d", i+1)
+						time.Sleep(20 * time.Millisecond)
+						return nil
+					})
+					if err != nil {
+						t.Error(err)
+					}
+				})
+				time.Sleep(200 * time.Millisecond)
+			}
+			if n := rows(t, pgtest.Pool(t), `SELECT FROM pgfence_permit_waiters WHERE lock_key = $1 AND expires_at > now()`, key); n != 5 {
+				t.Fatalf("%d waiters queued, want 5", n)
+			}
+			if err := first.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			wg.Wait()
+			if got := log.String(); got != "[1 2 3 4 5]" {
+				t.Fatalf("granted in the order %v, want [1 2 3 4 5]", got)
+			}
+		})
+	}
+}
+
+// On a shared/exclusive key whose exclusive lease is held, fair waiters
+// queue as shared 1, shared 2, exclusive 3, shared 4: once it is released,
+// 1 and 2 hold shared leases together, 3 is granted only after both ended
+// (and 4, though shared, does not join them: it is behind 3), and 4 after 3.
+func TestFairSharedExclusiveOrder(t *testing.T) {
+	ctx := context.Background()
+	opts := []pglease.Option{pglease.WithFairWaiting(), pglease.WithWakeOnRelease(), pglease.WithBackoff(5*time.Millisecond, 100*time.Millisecond)}
+	key := uniqueKey(t)
+	h, err := newClient(t, pgtest.Pool(t), opts...).TryAcquireExclusive(ctx, key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log fairLog
+	var wg sync.WaitGroup
+	for i, exclusive := range []bool{false, false, true, false} {
+		c := newClient(t, pgtest.Pool(t), opts...)
+		wg.Go(func() {
+			acquire := c.AcquireShared
+			if exclusive {
+				acquire = c.AcquireExclusive
+			}
+			l, err := acquire(ctx, key, 10*time.Second)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			log.add("+%d", i+1)
+			time.Sleep(300 * time.Millisecond)
+			log.add("-%d", i+1)
+			if err := l.Release(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+		time.Sleep(200 * time.Millisecond)
+	}
+	// A shared acquirer that does not queue is kept out too: the exclusive
+	// waiter is ahead of it.
+	if _, err := newClient(t, pgtest.Pool(t)).TryAcquireShared(ctx, key, time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
+		t.Fatalf("TryAcquireShared while an exclusive lease is held and waited for: %v", err)
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	got := log.String()
+	for _, want := range []string{"[+1 +2 -1 -2 +3 -3 +4 -4]", "[+1 +2 -2 -1 +3 -3 +4 -4]", "[+2 +1 -1 -2 +3 -3 +4 -4]", "[+2 +1 -2 -1 +3 -3 +4 -4]"} {
+		if got == want {
+			return
+		}
+	}
+	t.Fatalf("grants and releases %v, want 1 and 2 together, then 3 alone, then 4", got)
+}
+
+// A fair waiter that listens is woken by a release from any client, one
+// that neither waits fairly nor notifies, for every kind of key: it is
+// granted within 150 ms of the release although its backoff is 5 to 10 s.
+func TestFairWakeFromAnyReleaser(t *testing.T) {
+	ctx := context.Background()
+	plain := newClient(t, pgtest.Pool(t))
+	waiter := newClient(t, pgtest.Pool(t), pglease.WithFairWaiting(), pglease.WithWakeOnRelease(), pglease.WithBackoff(5*time.Second, 10*time.Second))
+	key := uniqueKey(t)
+	sem := semaphore(t, plain, key+"-sem", 1)
+	semW := semaphore(t, waiter, key+"-sem", 1)
+	for _, kind := range []struct {
+		name       string
+		hold, wait func() (*pglease.Lease, error)
+	}{
+		{"mutex", func() (*pglease.Lease, error) { return plain.TryAcquire(ctx, key, 10*time.Second) },
+			func() (*pglease.Lease, error) { return waiter.Acquire(ctx, key, 10*time.Second) }},
+		{"semaphore", func() (*pglease.Lease, error) { return sem.TryAcquire(ctx, 10*time.Second) },
+			func() (*pglease.Lease, error) { return semW.Acquire(ctx, 10*time.Second) }},
+		{"exclusive", func() (*pglease.Lease, error) { return plain.TryAcquireShared(ctx, key+"-rw", 10*time.Second) },
+			func() (*pglease.Lease, error) { return waiter.AcquireExclusive(ctx, key+"-rw", 10*time.Second) }},
+	} {
+		t.Run(kind.name, func(t *testing.T) {
+			h, err := kind.hold()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan time.Time, 1)
+			go func() {
+				l, err := kind.wait()
+				got <- time.Now()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				l.Release(ctx)
+			}()
+			time.Sleep(300 * time.Millisecond) // the waiter's first attempt failed; it sleeps its backoff
+			released := time.Now()
+			if err := h.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if d := (<-got).Sub(released); d > 150*time.Millisecond {
+				t.Fatalf("granted %v after the release: not woken", d)
+			}
+		})
+	}
+}
