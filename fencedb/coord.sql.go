@@ -567,39 +567,52 @@ func (q *Queries) ReleaseHeldAtLeast(ctx context.Context, arg ReleaseHeldAtLeast
 }
 
 const ReleaseKeySet = `-- name: ReleaseKeySet :many
+WITH k AS (
+  SELECT unnest($3::text[]) AS lock_key, unnest($4::bigint[]) AS fence,
+         unnest($5::bigint[]) AS hold_micros
+), locked AS (
+  SELECT r.lock_key FROM /* TEMPLATE: schema */lock_leases AS r
+   WHERE r.lock_key IN (SELECT k.lock_key FROM k)
+   ORDER BY r.lock_key
+     FOR UPDATE
+)
 UPDATE /* TEMPLATE: schema */lock_leases AS l
-   SET expires_at = GREATEST(now(), l.acquired_at + $1::bigint * interval '1 microsecond'),
+   SET expires_at = GREATEST(now(), l.acquired_at + k.hold_micros * interval '1 microsecond'),
        released_at = now()
-  FROM (SELECT unnest($4::text[]) AS lock_key, unnest($5::bigint[]) AS fence) AS k
+  FROM k
  WHERE l.lock_key = k.lock_key
+   AND l.lock_key IN (SELECT locked.lock_key FROM locked)
    AND l.fence = k.fence
    AND l.expires_at > now()
-   AND CASE WHEN $2::boolean THEN /* TEMPLATE: schema */pgfence_commit_durably()
+   AND CASE WHEN $1::boolean THEN /* TEMPLATE: schema */pgfence_commit_durably()
             ELSE set_config('synchronous_commit', 'off', true) = 'off' END
-   AND (NOT $3::boolean OR pg_notify('pgfence_lease_released', l.lock_key) IS NOT NULL)
-RETURNING l.lock_key
+RETURNING CASE WHEN $2::boolean
+               THEN (SELECT l.lock_key FROM (SELECT pg_notify('pgfence_lease_released', l.lock_key)) AS n)
+               ELSE l.lock_key END::text AS lock_key
 `
 
 type ReleaseKeySetParams struct {
-	HoldMicros int64
 	Durable    bool
 	Notify     bool
 	LockKeys   []string
 	Fences     []int64
+	HoldMicros []int64
 }
 
 // Release of a key set's mutex leases in one statement, each matched on its
-// key and fence (with an optional minimum hold, as ReleaseHeldAtLeast): the
-// keys it released; a key not returned was not held any more. With notify,
-// each released key is sent as NOTIFY pgfence_lease_released's payload, as
-// ReleaseNotify does.
+// key and fence, each with its minimum hold (as ReleaseHeldAtLeast; 0 for
+// none): the keys it released; a key not returned was not held any more.
+// With notify, each released key is sent as NOTIFY pgfence_lease_released's
+// payload, as ReleaseNotify does. The rows are locked in key order first, as
+// pgfence_acquire_set takes them, so that a release and an acquisition of
+// overlapping sets never deadlock.
 func (q *Queries) ReleaseKeySet(ctx context.Context, arg ReleaseKeySetParams) ([]string, error) {
 	rows, err := q.db.Query(ctx, ReleaseKeySet,
-		arg.HoldMicros,
 		arg.Durable,
 		arg.Notify,
 		arg.LockKeys,
 		arg.Fences,
+		arg.HoldMicros,
 	)
 	if err != nil {
 		return nil, err
@@ -658,10 +671,19 @@ func (q *Queries) ReleasePermit(ctx context.Context, arg ReleasePermitParams) (b
 }
 
 const RenewKeySet = `-- name: RenewKeySet :many
+WITH k AS (
+  SELECT unnest($2::text[]) AS lock_key, unnest($3::bigint[]) AS fence
+), locked AS (
+  SELECT r.lock_key FROM /* TEMPLATE: schema */lock_leases AS r
+   WHERE r.lock_key IN (SELECT k.lock_key FROM k)
+   ORDER BY r.lock_key
+     FOR UPDATE
+)
 UPDATE /* TEMPLATE: schema */lock_leases AS l
    SET expires_at = now() + $1::bigint * interval '1 microsecond'
-  FROM (SELECT unnest($2::text[]) AS lock_key, unnest($3::bigint[]) AS fence) AS k
+  FROM k
  WHERE l.lock_key = k.lock_key
+   AND l.lock_key IN (SELECT locked.lock_key FROM locked)
    AND l.fence = k.fence
    AND l.expires_at > now()
    AND /* TEMPLATE: schema */pgfence_commit_durably()
@@ -681,7 +703,8 @@ type RenewKeySetRow struct {
 
 // Renewal of a key set's mutex leases in one statement, each matched on its
 // key and fence and only while unexpired (never resurrects one): the keys
-// renewed, with their new expiry. It commits durably.
+// renewed, with their new expiry. It commits durably. Rows are locked in
+// key order first, as ReleaseKeySet explains.
 func (q *Queries) RenewKeySet(ctx context.Context, arg RenewKeySetParams) ([]RenewKeySetRow, error) {
 	rows, err := q.db.Query(ctx, RenewKeySet, arg.TtlMicros, arg.LockKeys, arg.Fences)
 	if err != nil {

@@ -190,16 +190,107 @@ func (s *KeySet) Lease(key string) *Lease {
 // context.Cause is that lease's cause.
 func (s *KeySet) Context() context.Context { return s.ctx }
 
-// Renew renews every lease of the set (for WithoutAutoRenew; auto-renewal
-// renews each by itself). The error joins each lease's.
+// Renew renews every lease of the set, in one statement (for
+// WithoutAutoRenew; auto-renewal renews each by itself). The error joins
+// each lease's (ErrLeaseLost for one that was gone).
 func (s *KeySet) Renew(ctx context.Context) error {
-	return s.each(func(l *Lease) error { return l.Renew(ctx) })
+	live := s.filter(func(l *Lease) error { return l.renewable() })
+	if len(live.leases) == 0 {
+		return live.err()
+	}
+	c := live.leases[0].c
+	sent := time.Now()
+	keys, fences, _ := live.rows()
+	rows, err := c.queries(ctx).RenewKeySet(ctx, fencedb.RenewKeySetParams{
+		LockKeys: keys, Fences: fences, TtlMicros: live.leases[0].ttl.Microseconds()})
+	renewed := make(map[string]time.Time, len(rows))
+	for _, r := range rows {
+		renewed[r.LockKey] = r.ExpiresAt
+	}
+	for _, l := range live.leases {
+		exp, ok := renewed[l.key]
+		lerr := err
+		if err == nil && !ok {
+			lerr = pgx.ErrNoRows
+		}
+		live.errs = append(live.errs, l.renewed(ctx, sent, exp, lerr))
+	}
+	return live.err()
 }
 
-// Release gives every lease of the set back, at once. The error joins each
-// lease's (ErrLeaseLost for one that had expired or been taken).
+// Release gives every lease of the set back, in one statement. The error
+// joins each lease's (ErrLeaseLost for one that had expired or been taken).
 func (s *KeySet) Release(ctx context.Context) error {
-	return s.each(func(l *Lease) error { return l.Release(ctx) })
+	held := s.filter(func(l *Lease) error {
+		done, err := l.stopForRelease(ctx)
+		if done && err == nil {
+			return errSkip
+		}
+		return err
+	})
+	// The set's context ends with its leases' before Release returns, not
+	// only when their AfterFuncs run.
+	defer s.endWithLeases()
+	if len(held.leases) == 0 {
+		return held.err()
+	}
+	c := held.leases[0].c
+	keys, fences, holds := held.rows()
+	released, err := c.queries(ctx).ReleaseKeySet(ctx, fencedb.ReleaseKeySetParams{
+		LockKeys: keys, Fences: fences, HoldMicros: holds, Durable: c.cfg.durableRelease, Notify: c.cfg.wakeOnRelease})
+	for _, l := range held.leases {
+		held.errs = append(held.errs, l.releasedRow(ctx, slices.Contains(released, l.key), err))
+	}
+	return held.err()
+}
+
+// endWithLeases ends the set's context with the cause of its first ended
+// lease, if any has ended.
+func (s *KeySet) endWithLeases() {
+	for _, l := range s.leases {
+		if l.ctx.Err() != nil {
+			s.cancel(context.Cause(l.ctx))
+			return
+		}
+	}
+}
+
+// errSkip, from filter's check, leaves a lease out without an error.
+var errSkip = errors.New("skip")
+
+// setPart is the leases of a set that passed a check, and the errors of
+// those that did not.
+type setPart struct {
+	leases []*Lease
+	errs   []error
+}
+
+// filter runs check on every lease of the set, in key order.
+func (s *KeySet) filter(check func(*Lease) error) setPart {
+	var p setPart
+	for _, l := range s.leases {
+		switch err := check(l); {
+		case err == nil:
+			p.leases = append(p.leases, l)
+		case !errors.Is(err, errSkip):
+			p.errs = append(p.errs, err)
+		}
+	}
+	return p
+}
+
+func (p setPart) err() error { return errors.Join(p.errs...) }
+
+// rows are the keys, fences and minimum holds (in microseconds) of p's
+// leases, for the statements that take the whole set.
+func (p setPart) rows() (keys []string, fences, holds []int64) {
+	for _, l := range p.leases {
+		l.mu.Lock()
+		hold := l.row.hold
+		l.mu.Unlock()
+		keys, fences, holds = append(keys, l.key), append(fences, l.fence), append(holds, hold.Microseconds())
+	}
+	return keys, fences, holds
 }
 
 // HoldAtLeast sets the minimum hold of every lease of the set (see

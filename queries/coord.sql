@@ -190,30 +190,53 @@ DELETE FROM /* TEMPLATE: schema */pgfence_permit_waiters AS w
 
 -- name: ReleaseKeySet :many
 -- Release of a key set's mutex leases in one statement, each matched on its
--- key and fence (with an optional minimum hold, as ReleaseHeldAtLeast): the
--- keys it released; a key not returned was not held any more. With notify,
--- each released key is sent as NOTIFY pgfence_lease_released's payload, as
--- ReleaseNotify does.
+-- key and fence, each with its minimum hold (as ReleaseHeldAtLeast; 0 for
+-- none): the keys it released; a key not returned was not held any more.
+-- With notify, each released key is sent as NOTIFY pgfence_lease_released's
+-- payload, as ReleaseNotify does. The rows are locked in key order first, as
+-- pgfence_acquire_set takes them, so that a release and an acquisition of
+-- overlapping sets never deadlock.
+WITH k AS (
+  SELECT unnest(sqlc.arg(lock_keys)::text[]) AS lock_key, unnest(sqlc.arg(fences)::bigint[]) AS fence,
+         unnest(sqlc.arg(hold_micros)::bigint[]) AS hold_micros
+), locked AS (
+  SELECT r.lock_key FROM /* TEMPLATE: schema */lock_leases AS r
+   WHERE r.lock_key IN (SELECT k.lock_key FROM k)
+   ORDER BY r.lock_key
+     FOR UPDATE
+)
 UPDATE /* TEMPLATE: schema */lock_leases AS l
-   SET expires_at = GREATEST(now(), l.acquired_at + sqlc.arg(hold_micros)::bigint * interval '1 microsecond'),
+   SET expires_at = GREATEST(now(), l.acquired_at + k.hold_micros * interval '1 microsecond'),
        released_at = now()
-  FROM (SELECT unnest(sqlc.arg(lock_keys)::text[]) AS lock_key, unnest(sqlc.arg(fences)::bigint[]) AS fence) AS k
+  FROM k
  WHERE l.lock_key = k.lock_key
+   AND l.lock_key IN (SELECT locked.lock_key FROM locked)
    AND l.fence = k.fence
    AND l.expires_at > now()
    AND CASE WHEN sqlc.arg(durable)::boolean THEN /* TEMPLATE: schema */pgfence_commit_durably()
             ELSE set_config('synchronous_commit', 'off', true) = 'off' END
-   AND (NOT sqlc.arg(notify)::boolean OR pg_notify('pgfence_lease_released', l.lock_key) IS NOT NULL)
-RETURNING l.lock_key;
+RETURNING CASE WHEN sqlc.arg(notify)::boolean
+               THEN (SELECT l.lock_key FROM (SELECT pg_notify('pgfence_lease_released', l.lock_key)) AS n)
+               ELSE l.lock_key END::text AS lock_key;
 
 -- name: RenewKeySet :many
 -- Renewal of a key set's mutex leases in one statement, each matched on its
 -- key and fence and only while unexpired (never resurrects one): the keys
--- renewed, with their new expiry. It commits durably.
+-- renewed, with their new expiry. It commits durably. Rows are locked in
+-- key order first, as ReleaseKeySet explains.
+WITH k AS (
+  SELECT unnest(sqlc.arg(lock_keys)::text[]) AS lock_key, unnest(sqlc.arg(fences)::bigint[]) AS fence
+), locked AS (
+  SELECT r.lock_key FROM /* TEMPLATE: schema */lock_leases AS r
+   WHERE r.lock_key IN (SELECT k.lock_key FROM k)
+   ORDER BY r.lock_key
+     FOR UPDATE
+)
 UPDATE /* TEMPLATE: schema */lock_leases AS l
    SET expires_at = now() + sqlc.arg(ttl_micros)::bigint * interval '1 microsecond'
-  FROM (SELECT unnest(sqlc.arg(lock_keys)::text[]) AS lock_key, unnest(sqlc.arg(fences)::bigint[]) AS fence) AS k
+  FROM k
  WHERE l.lock_key = k.lock_key
+   AND l.lock_key IN (SELECT locked.lock_key FROM locked)
    AND l.fence = k.fence
    AND l.expires_at > now()
    AND /* TEMPLATE: schema */pgfence_commit_durably()
