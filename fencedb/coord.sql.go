@@ -407,7 +407,8 @@ func (q *Queries) ListExclusiveWaiters(ctx context.Context) ([]ListExclusiveWait
 
 const ListPermits = `-- name: ListPermits :many
 SELECT p.lock_key, s.permits, p.slot, p.exclusive, p.owner, p.fence, p.acquired_at, p.expires_at,
-       (extract(epoch FROM GREATEST(p.expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros
+       (extract(epoch FROM GREATEST(p.expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros,
+       now()::timestamptz AS db_now
   FROM /* TEMPLATE: schema */pgfence_permits AS p
   JOIN /* TEMPLATE: schema */pgfence_semaphores AS s USING (lock_key)
  WHERE p.expires_at > now()
@@ -424,6 +425,7 @@ type ListPermitsRow struct {
 	AcquiredAt      time.Time
 	ExpiresAt       time.Time
 	RemainingMicros int64
+	DbNow           time.Time
 }
 
 // Every unexpired permit and shared/exclusive lease, by key and slot, with
@@ -447,6 +449,7 @@ func (q *Queries) ListPermits(ctx context.Context) ([]ListPermitsRow, error) {
 			&i.AcquiredAt,
 			&i.ExpiresAt,
 			&i.RemainingMicros,
+			&i.DbNow,
 		); err != nil {
 			return nil, err
 		}
@@ -461,7 +464,8 @@ func (q *Queries) ListPermits(ctx context.Context) ([]ListPermitsRow, error) {
 const ListWaiters = `-- name: ListWaiters :many
 SELECT q.kind, q.lock_key, q.owner, q.ticket,
        (row_number() OVER (PARTITION BY q.kind = 'lease', q.lock_key ORDER BY q.ticket) - 1)::bigint AS position,
-       (extract(epoch FROM GREATEST(q.expires_at - now(), interval '0')) * 1000000)::bigint AS place_micros
+       (extract(epoch FROM GREATEST(q.expires_at - now(), interval '0')) * 1000000)::bigint AS place_micros,
+       q.expires_at, now()::timestamptz AS db_now
   FROM (SELECT 'lease'::text AS kind, w.lock_key, w.owner, w.ticket, w.expires_at
           FROM /* TEMPLATE: schema */pgfence_waiters AS w
          WHERE w.expires_at > now()
@@ -481,6 +485,8 @@ type ListWaitersRow struct {
 	Ticket      int64
 	Position    int64
 	PlaceMicros int64
+	ExpiresAt   time.Time
+	DbNow       time.Time
 }
 
 // The fair waiters whose place has not expired, by key and in queue order:
@@ -503,6 +509,8 @@ func (q *Queries) ListWaiters(ctx context.Context) ([]ListWaitersRow, error) {
 			&i.Ticket,
 			&i.Position,
 			&i.PlaceMicros,
+			&i.ExpiresAt,
+			&i.DbNow,
 		); err != nil {
 			return nil, err
 		}

@@ -91,7 +91,8 @@ RETURNING true AS released;
 -- Every unexpired permit and shared/exclusive lease, by key and slot, with
 -- the number of permits its key's holders agreed on (0: shared/exclusive).
 SELECT p.lock_key, s.permits, p.slot, p.exclusive, p.owner, p.fence, p.acquired_at, p.expires_at,
-       (extract(epoch FROM GREATEST(p.expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros
+       (extract(epoch FROM GREATEST(p.expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros,
+       now()::timestamptz AS db_now
   FROM /* TEMPLATE: schema */pgfence_permits AS p
   JOIN /* TEMPLATE: schema */pgfence_semaphores AS s USING (lock_key)
  WHERE p.expires_at > now()
@@ -147,7 +148,8 @@ DELETE FROM /* TEMPLATE: schema */pgfence_waiters WHERE lock_key = sqlc.arg(lock
 -- and the other kinds are separate namespaces, so one key may have both).
 SELECT q.kind, q.lock_key, q.owner, q.ticket,
        (row_number() OVER (PARTITION BY q.kind = 'lease', q.lock_key ORDER BY q.ticket) - 1)::bigint AS position,
-       (extract(epoch FROM GREATEST(q.expires_at - now(), interval '0')) * 1000000)::bigint AS place_micros
+       (extract(epoch FROM GREATEST(q.expires_at - now(), interval '0')) * 1000000)::bigint AS place_micros,
+       q.expires_at, now()::timestamptz AS db_now
   FROM (SELECT 'lease'::text AS kind, w.lock_key, w.owner, w.ticket, w.expires_at
           FROM /* TEMPLATE: schema */pgfence_waiters AS w
          WHERE w.expires_at > now()

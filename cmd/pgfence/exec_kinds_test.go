@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -259,16 +261,17 @@ func TestListShowsKinds(t *testing.T) {
 	startExec(t, nil, "exec", "--database-url", db, "--key", p+"m", "--wait", "20s", "--owner", "first", "--", "true")
 	time.Sleep(300 * time.Millisecond)
 	startExec(t, nil, "exec", "--database-url", db, "--key", p+"m", "--wait", "20s", "--owner", "second", "--", "true")
+	startExec(t, nil, "exec", "--database-url", db, "--key", p+"rw", "--exclusive", "--wait", "20s", "--owner", "writer", "--", "true")
 	var out string
-	waitFor(t, "both waiters listed", func() bool {
+	waitFor(t, "the waiters listed", func() bool {
 		out = pgfence(t, nil, "list", "--database-url", db).stdout
-		return strings.Contains(out, "second")
+		return strings.Contains(out, "second") && strings.Contains(out, "writer")
 	})
 	var lines []string
 	for _, l := range strings.Split(out, "\n") {
 		lines = append(lines, strings.Join(strings.Fields(l), " "))
 	}
-	for _, want := range []string{p + "dev permit of 2 0 ", p + "rw shared 0 ", p + "m first 0 ", p + "m second 1 "} {
+	for _, want := range []string{p + "dev permit of 2 0 ", p + "rw shared 0 ", p + "m first 0 lease ", p + "m second 1 lease ", p + "rw writer 0 exclusive "} {
 		found := false
 		for _, l := range lines {
 			found = found || strings.HasPrefix(l, want)
@@ -279,5 +282,36 @@ func TestListShowsKinds(t *testing.T) {
 	}
 	if r := pgfence(t, nil, "show", "--database-url", db, p+"dev"); r.code != 0 || !strings.Contains(r.stdout, "permit of 2") {
 		t.Errorf("show of a semaphore key: %s", r)
+	}
+
+	// list --json has the same, one entry each.
+	r := pgfence(t, nil, "list", "--json", "--database-url", db)
+	var entries []leaseJSON
+	if err := json.Unmarshal([]byte(r.stdout), &entries); err != nil {
+		t.Fatalf("list --json: %v\n%s", err, r.stdout)
+	}
+	got := map[string]bool{}
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Key, p) {
+			continue
+		}
+		desc := fmt.Sprintf("%s %s held=%v waiting=%v", strings.TrimPrefix(e.Key, p), e.Kind, e.Held, e.Waiting)
+		if e.Permits != nil {
+			desc += fmt.Sprintf(" permits=%d", *e.Permits)
+		}
+		if e.Slot != nil {
+			desc += fmt.Sprintf(" slot=%d", *e.Slot)
+		}
+		if e.Position != nil {
+			desc += fmt.Sprintf(" position=%d owner=%s", *e.Position, e.Owner)
+		}
+		got[desc] = true
+	}
+	for _, want := range []string{"dev permit held=true waiting=false permits=2 slot=0", "rw shared held=true waiting=false slot=0",
+		"m lease held=true waiting=false", "m lease held=false waiting=true position=0 owner=first",
+		"m lease held=false waiting=true position=1 owner=second", "rw exclusive held=false waiting=true position=0 owner=writer"} {
+		if !got[want] {
+			t.Errorf("list --json lacks %q; has %v", want, got)
+		}
 	}
 }
