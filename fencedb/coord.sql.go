@@ -765,6 +765,53 @@ func (q *Queries) RenewPermit(ctx context.Context, arg RenewPermitParams) (time.
 	return expires_at, err
 }
 
+const WatchPermitHolders = `-- name: WatchPermitHolders :many
+SELECT p.lock_key, p.slot, p.exclusive, p.owner, p.fence,
+       (extract(epoch FROM GREATEST(p.expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros
+  FROM /* TEMPLATE: schema */pgfence_permits AS p
+ WHERE p.expires_at > now()
+ ORDER BY p.lock_key, p.slot
+ LIMIT $1
+`
+
+type WatchPermitHoldersRow struct {
+	LockKey         string
+	Slot            int32
+	Exclusive       bool
+	Owner           string
+	Fence           int64
+	RemainingMicros int64
+}
+
+// The unexpired permits and shared/exclusive leases, by key and slot, at
+// most row_limit of them, for the live page.
+func (q *Queries) WatchPermitHolders(ctx context.Context, rowLimit int32) ([]WatchPermitHoldersRow, error) {
+	rows, err := q.db.Query(ctx, WatchPermitHolders, rowLimit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []WatchPermitHoldersRow{}
+	for rows.Next() {
+		var i WatchPermitHoldersRow
+		if err := rows.Scan(
+			&i.LockKey,
+			&i.Slot,
+			&i.Exclusive,
+			&i.Owner,
+			&i.Fence,
+			&i.RemainingMicros,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const WatchPermits = `-- name: WatchPermits :many
 SELECT s.lock_key, s.permits,
        (SELECT count(*) FROM /* TEMPLATE: schema */pgfence_permits AS p
@@ -772,13 +819,10 @@ SELECT s.lock_key, s.permits,
        (SELECT count(*) FROM /* TEMPLATE: schema */pgfence_permits AS p
          WHERE p.lock_key = s.lock_key AND p.expires_at > now() AND p.exclusive)::bigint AS exclusive_held,
        (SELECT count(*) FROM /* TEMPLATE: schema */pgfence_exclusive_waiters AS w
-         WHERE w.lock_key = s.lock_key AND w.expires_at > now())::bigint AS waiters,
-       (SELECT count(*) FROM /* TEMPLATE: schema */pgfence_permit_waiters AS w
-         WHERE w.lock_key = s.lock_key AND w.expires_at > now())::bigint AS queued
+         WHERE w.lock_key = s.lock_key AND w.expires_at > now())::bigint AS waiters
   FROM /* TEMPLATE: schema */pgfence_semaphores AS s
  WHERE EXISTS (SELECT FROM /* TEMPLATE: schema */pgfence_permits AS p WHERE p.lock_key = s.lock_key AND p.expires_at > now())
     OR EXISTS (SELECT FROM /* TEMPLATE: schema */pgfence_exclusive_waiters AS w WHERE w.lock_key = s.lock_key AND w.expires_at > now())
-    OR EXISTS (SELECT FROM /* TEMPLATE: schema */pgfence_permit_waiters AS w WHERE w.lock_key = s.lock_key AND w.expires_at > now())
  ORDER BY s.lock_key
  LIMIT $1
 `
@@ -789,14 +833,13 @@ type WatchPermitsRow struct {
 	InUse         int64
 	ExclusiveHeld int64
 	Waiters       int64
-	Queued        int64
 }
 
 // Per semaphore or shared/exclusive key with a holder or a waiter now (by
 // the database clock), at most row_limit keys in key order: its number of
 // permits (0: shared/exclusive), the unexpired permits or shared leases, the
-// exclusive lease (0 or 1), the exclusive waiters, and the fair waiters in
-// its queue.
+// exclusive lease (0 or 1) and the exclusive waiters (the fair waiters are
+// WatchWaiters').
 func (q *Queries) WatchPermits(ctx context.Context, rowLimit int32) ([]WatchPermitsRow, error) {
 	rows, err := q.db.Query(ctx, WatchPermits, rowLimit)
 	if err != nil {
@@ -812,7 +855,63 @@ func (q *Queries) WatchPermits(ctx context.Context, rowLimit int32) ([]WatchPerm
 			&i.InUse,
 			&i.ExclusiveHeld,
 			&i.Waiters,
-			&i.Queued,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const WatchWaiters = `-- name: WatchWaiters :many
+SELECT q.kind, q.lock_key, q.owner,
+       (row_number() OVER (PARTITION BY q.kind = 'lease', q.lock_key ORDER BY q.ticket) - 1)::bigint AS position,
+       (count(*) OVER (PARTITION BY q.kind = 'lease', q.lock_key))::bigint AS depth,
+       (extract(epoch FROM GREATEST(q.expires_at - now(), interval '0')) * 1000000)::bigint AS place_micros
+  FROM (SELECT 'lease'::text AS kind, w.lock_key, w.owner, w.ticket, w.expires_at
+          FROM /* TEMPLATE: schema */pgfence_waiters AS w
+         WHERE w.expires_at > now()
+        UNION ALL
+        SELECT CASE WHEN s.permits > 0 THEN 'permit' WHEN w.exclusive THEN 'exclusive' ELSE 'shared' END,
+               w.lock_key, w.owner, w.ticket, w.expires_at
+          FROM /* TEMPLATE: schema */pgfence_permit_waiters AS w
+          JOIN /* TEMPLATE: schema */pgfence_semaphores AS s ON s.lock_key = w.lock_key
+         WHERE w.expires_at > now()) AS q
+ ORDER BY q.lock_key, q.kind = 'lease' DESC, q.ticket
+ LIMIT $1
+`
+
+type WatchWaitersRow struct {
+	Kind        string
+	LockKey     string
+	Owner       string
+	Position    int64
+	Depth       int64
+	PlaceMicros int64
+}
+
+// The fair waiters of every kind whose place has not expired, by key and in
+// queue order (as ListWaiters), at most row_limit of them, and the depth of
+// each key's queue.
+func (q *Queries) WatchWaiters(ctx context.Context, rowLimit int32) ([]WatchWaitersRow, error) {
+	rows, err := q.db.Query(ctx, WatchWaiters, rowLimit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []WatchWaitersRow{}
+	for rows.Next() {
+		var i WatchWaitersRow
+		if err := rows.Scan(
+			&i.Kind,
+			&i.LockKey,
+			&i.Owner,
+			&i.Position,
+			&i.Depth,
+			&i.PlaceMicros,
 		); err != nil {
 			return nil, err
 		}

@@ -110,21 +110,18 @@ SELECT lock_key, count(*)::bigint AS waiting
 -- Per semaphore or shared/exclusive key with a holder or a waiter now (by
 -- the database clock), at most row_limit keys in key order: its number of
 -- permits (0: shared/exclusive), the unexpired permits or shared leases, the
--- exclusive lease (0 or 1), the exclusive waiters, and the fair waiters in
--- its queue.
+-- exclusive lease (0 or 1) and the exclusive waiters (the fair waiters are
+-- WatchWaiters').
 SELECT s.lock_key, s.permits,
        (SELECT count(*) FROM /* TEMPLATE: schema */pgfence_permits AS p
          WHERE p.lock_key = s.lock_key AND p.expires_at > now() AND NOT p.exclusive)::bigint AS in_use,
        (SELECT count(*) FROM /* TEMPLATE: schema */pgfence_permits AS p
          WHERE p.lock_key = s.lock_key AND p.expires_at > now() AND p.exclusive)::bigint AS exclusive_held,
        (SELECT count(*) FROM /* TEMPLATE: schema */pgfence_exclusive_waiters AS w
-         WHERE w.lock_key = s.lock_key AND w.expires_at > now())::bigint AS waiters,
-       (SELECT count(*) FROM /* TEMPLATE: schema */pgfence_permit_waiters AS w
-         WHERE w.lock_key = s.lock_key AND w.expires_at > now())::bigint AS queued
+         WHERE w.lock_key = s.lock_key AND w.expires_at > now())::bigint AS waiters
   FROM /* TEMPLATE: schema */pgfence_semaphores AS s
  WHERE EXISTS (SELECT FROM /* TEMPLATE: schema */pgfence_permits AS p WHERE p.lock_key = s.lock_key AND p.expires_at > now())
     OR EXISTS (SELECT FROM /* TEMPLATE: schema */pgfence_exclusive_waiters AS w WHERE w.lock_key = s.lock_key AND w.expires_at > now())
-    OR EXISTS (SELECT FROM /* TEMPLATE: schema */pgfence_permit_waiters AS w WHERE w.lock_key = s.lock_key AND w.expires_at > now())
  ORDER BY s.lock_key
  LIMIT sqlc.arg(row_limit);
 
@@ -243,3 +240,33 @@ UPDATE /* TEMPLATE: schema */lock_leases AS l
    AND l.expires_at > now()
    AND /* TEMPLATE: schema */pgfence_commit_durably()
 RETURNING l.lock_key, l.expires_at;
+
+-- name: WatchPermitHolders :many
+-- The unexpired permits and shared/exclusive leases, by key and slot, at
+-- most row_limit of them, for the live page.
+SELECT p.lock_key, p.slot, p.exclusive, p.owner, p.fence,
+       (extract(epoch FROM GREATEST(p.expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros
+  FROM /* TEMPLATE: schema */pgfence_permits AS p
+ WHERE p.expires_at > now()
+ ORDER BY p.lock_key, p.slot
+ LIMIT sqlc.arg(row_limit);
+
+-- name: WatchWaiters :many
+-- The fair waiters of every kind whose place has not expired, by key and in
+-- queue order (as ListWaiters), at most row_limit of them, and the depth of
+-- each key's queue.
+SELECT q.kind, q.lock_key, q.owner,
+       (row_number() OVER (PARTITION BY q.kind = 'lease', q.lock_key ORDER BY q.ticket) - 1)::bigint AS position,
+       (count(*) OVER (PARTITION BY q.kind = 'lease', q.lock_key))::bigint AS depth,
+       (extract(epoch FROM GREATEST(q.expires_at - now(), interval '0')) * 1000000)::bigint AS place_micros
+  FROM (SELECT 'lease'::text AS kind, w.lock_key, w.owner, w.ticket, w.expires_at
+          FROM /* TEMPLATE: schema */pgfence_waiters AS w
+         WHERE w.expires_at > now()
+        UNION ALL
+        SELECT CASE WHEN s.permits > 0 THEN 'permit' WHEN w.exclusive THEN 'exclusive' ELSE 'shared' END,
+               w.lock_key, w.owner, w.ticket, w.expires_at
+          FROM /* TEMPLATE: schema */pgfence_permit_waiters AS w
+          JOIN /* TEMPLATE: schema */pgfence_semaphores AS s ON s.lock_key = w.lock_key
+         WHERE w.expires_at > now()) AS q
+ ORDER BY q.lock_key, q.kind = 'lease' DESC, q.ticket
+ LIMIT sqlc.arg(row_limit);
