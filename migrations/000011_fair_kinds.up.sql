@@ -25,6 +25,71 @@ CREATE INDEX pgfence_permit_waiters_order ON pgfence_permit_waiters (lock_key, t
 
 DO $migration$
 BEGIN
+  -- pgfence_refused_async: a fair waiter's refused attempt commits
+  -- asynchronously: it wrote only the waiter's place (and drew no fence that
+  -- any row keeps), which a crash may lose at no cost but the waiter's turn,
+  -- and a durable commit there made the next waiter's grant, which waits for
+  -- the key's lock, wait for this one's WAL flush too. set_config(..., true)
+  -- lasts until the end of the calling transaction.
+  EXECUTE format($f$
+CREATE FUNCTION %1$I.pgfence_refused_async() RETURNS void
+LANGUAGE sql VOLATILE
+AS $body$
+  SELECT FROM set_config('synchronous_commit', 'off', true)
+$body$;
+$f$, current_schema());
+
+  -- pgfence_acquire_fifo as migration 000009 defines it, but a refused
+  -- attempt commits asynchronously (pgfence_refused_async).
+  EXECUTE format($f$
+CREATE OR REPLACE FUNCTION %1$I.pgfence_acquire_fifo(p_key text, p_owner text, p_token text, p_ttl_micros bigint, p_place_micros bigint)
+RETURNS TABLE (fence bigint, expires_at timestamptz, ahead integer)
+LANGUAGE plpgsql VOLATILE
+AS $body$
+DECLARE
+  mine bigint;
+  n    integer;
+BEGIN
+  PERFORM %1$I.pgfence_commit_durably(), set_config('lock_timeout', '1s', true);
+  PERFORM pg_advisory_xact_lock(hashtextextended('pgfence_waiters:' || p_key, 0));
+  IF EXISTS (SELECT FROM %1$I.pgfence_abandoned_tokens AS a WHERE a.owner_token = p_token) THEN
+    RETURN QUERY SELECT NULL::bigint, NULL::timestamptz, NULL::integer;
+    RETURN;
+  END IF;
+  INSERT INTO %1$I.pgfence_waiters AS w (lock_key, owner_token, owner, ticket, expires_at)
+  VALUES (p_key, p_token, p_owner, nextval(%2$L), now() + p_place_micros * interval '1 microsecond')
+  ON CONFLICT ON CONSTRAINT pgfence_waiters_pkey DO UPDATE SET expires_at = EXCLUDED.expires_at
+  RETURNING w.ticket INTO mine;
+  SELECT count(*) INTO n FROM %1$I.pgfence_waiters AS w
+   WHERE w.lock_key = p_key AND w.ticket < mine AND w.expires_at > now();
+  IF n > 0 THEN
+    PERFORM %1$I.pgfence_refused_async();
+    RETURN QUERY SELECT NULL::bigint, NULL::timestamptz, n;
+    RETURN;
+  END IF;
+  RETURN QUERY
+  INSERT INTO %1$I.lock_leases AS l (lock_key, owner, owner_token, fence, acquired_at, expires_at)
+  VALUES (p_key, p_owner, p_token, %1$I.pgfence_draw_fence(), now(), now() + p_ttl_micros * interval '1 microsecond')
+  ON CONFLICT ON CONSTRAINT lock_leases_pkey DO UPDATE
+     SET owner       = EXCLUDED.owner,
+         owner_token = EXCLUDED.owner_token,
+         fence       = EXCLUDED.fence,
+         acquired_at = EXCLUDED.acquired_at,
+         expires_at  = EXCLUDED.expires_at
+   WHERE l.expires_at <= now()
+     AND l.fence < EXCLUDED.fence
+  RETURNING l.fence, l.expires_at, 0;
+  IF FOUND THEN
+    DELETE FROM %1$I.pgfence_waiters AS w
+     WHERE w.lock_key = p_key AND (w.owner_token = p_token OR w.expires_at <= now());
+  ELSE
+    PERFORM %1$I.pgfence_refused_async();
+    RETURN QUERY SELECT NULL::bigint, NULL::timestamptz, 0;
+  END IF;
+END
+$body$;
+$f$, current_schema(), format('%I.pgfence_waiter_seq', current_schema()));
+
   -- pgfence_wake_lease_waiter: when key's mutex lease is free, sends NOTIFY
   -- pgfence_lease_released with the owner token of the key's first fair
   -- waiter as the payload (delivered when the calling transaction commits):
@@ -190,6 +255,7 @@ BEGIN
    WHERE w.lock_key = p_key AND w.ticket < mine AND w.expires_at > now();
   SELECT count(*) INTO held FROM %1$I.pgfence_permits AS p WHERE p.lock_key = p_key AND p.expires_at > now();
   IF n >= p_permits - held THEN
+    PERFORM %1$I.pgfence_refused_async();
     RETURN QUERY SELECT NULL::integer, NULL::bigint, NULL::timestamptz, n;
     RETURN;
   END IF;
@@ -199,6 +265,7 @@ BEGIN
     DELETE FROM %1$I.pgfence_permit_waiters AS w
      WHERE w.lock_key = p_key AND (w.owner_token = p_token OR w.expires_at <= now());
   ELSE
+    PERFORM %1$I.pgfence_refused_async();
     RETURN QUERY SELECT NULL::integer, NULL::bigint, NULL::timestamptz, n;
   END IF;
 END
@@ -240,6 +307,7 @@ BEGIN
     SELECT count(*) INTO n FROM %1$I.pgfence_permit_waiters AS w
      WHERE w.lock_key = p_key AND w.ticket < mine AND w.expires_at > now();
     IF n > 0 THEN
+      PERFORM %1$I.pgfence_refused_async();
       RETURN QUERY SELECT NULL::integer, NULL::bigint, NULL::timestamptz, n;
       RETURN;
     END IF;
@@ -247,6 +315,7 @@ BEGIN
       INSERT INTO %1$I.pgfence_exclusive_waiters AS x (lock_key, owner_token, expires_at)
       VALUES (p_key, p_token, now() + p_place_micros * interval '1 microsecond')
       ON CONFLICT (lock_key, owner_token) DO UPDATE SET expires_at = EXCLUDED.expires_at;
+      PERFORM %1$I.pgfence_refused_async();
       RETURN QUERY SELECT NULL::integer, NULL::bigint, NULL::timestamptz, 0;
       RETURN;
     END IF;
@@ -260,6 +329,7 @@ BEGIN
                                   WHERE w.lock_key = p_key AND w.owner_token = x.owner_token));
     IF n > 0 OR EXISTS (SELECT FROM %1$I.pgfence_permits AS p
                          WHERE p.lock_key = p_key AND p.expires_at > now() AND p.exclusive) THEN
+      PERFORM %1$I.pgfence_refused_async();
       RETURN QUERY SELECT NULL::integer, NULL::bigint, NULL::timestamptz, n;
       RETURN;
     END IF;
@@ -278,6 +348,7 @@ BEGIN
     DELETE FROM %1$I.pgfence_permit_waiters AS w
      WHERE w.lock_key = p_key AND (w.owner_token = p_token OR w.expires_at <= now());
   ELSE
+    PERFORM %1$I.pgfence_refused_async();
     RETURN QUERY SELECT NULL::integer, NULL::bigint, NULL::timestamptz, 0;
   END IF;
 END

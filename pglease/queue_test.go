@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -106,8 +108,20 @@ func TestFairWaiterGivesUp(t *testing.T) {
 	}
 }
 
-// fairEvent is one grant or release seen by a fair waiter, in the order the
-// waiters saw them.
+// warmPool is a pool that has connected already: a waiter's first attempt,
+// which takes its place in the queue, then does not wait for a connection,
+// which on a loaded machine could take longer than the test leaves between
+// two waiters.
+func warmPool(t *testing.T) *pgxpool.Pool {
+	p := pgtest.Pool(t)
+	if err := p.Ping(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// fairLog is the grants and releases fair waiters saw, in the order they
+// saw them.
 type fairLog struct {
 	mu     sync.Mutex
 	events []string
@@ -151,7 +165,7 @@ func TestFairSemaphoreOrder(t *testing.T) {
 			var log fairLog
 			var wg sync.WaitGroup
 			for i := range 5 {
-				sem := semaphore(t, newClient(t, pgtest.Pool(t), opts...), key, 2)
+				sem := semaphore(t, newClient(t, warmPool(t), opts...), key, 2)
 				wg.Go(func() {
 					err := sem.Do(ctx, 10*time.Second, func(ctx context.Context, l *pglease.Lease) error {
 						log.add("%d", i+1)
@@ -164,8 +178,14 @@ func TestFairSemaphoreOrder(t *testing.T) {
 				})
 				time.Sleep(200 * time.Millisecond)
 			}
-			if n := rows(t, pgtest.Pool(t), `SELECT FROM pgfence_permit_waiters WHERE lock_key = $1 AND expires_at > now()`, key); n != 5 {
-				t.Fatalf("%d waiters queued, want 5", n)
+			// Every waiter has queued (the last one's first attempt may
+			// come late on a loaded machine) before the permit is freed.
+			queued := 0
+			for deadline := time.Now().Add(5 * time.Second); queued != 5 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				queued = rows(t, pgtest.Pool(t), `SELECT FROM pgfence_permit_waiters WHERE lock_key = $1 AND expires_at > now()`, key)
+			}
+			if queued != 5 {
+				t.Fatalf("%d waiters queued, want 5", queued)
 			}
 			if err := first.Release(ctx); err != nil {
 				t.Fatal(err)
@@ -193,7 +213,7 @@ func TestFairSharedExclusiveOrder(t *testing.T) {
 	var log fairLog
 	var wg sync.WaitGroup
 	for i, exclusive := range []bool{false, false, true, false} {
-		c := newClient(t, pgtest.Pool(t), opts...)
+		c := newClient(t, warmPool(t), opts...)
 		wg.Go(func() {
 			acquire := c.AcquireShared
 			if exclusive {
