@@ -41,6 +41,7 @@ type Lease struct {
 	timer      *time.Timer // fires at deadline
 	renewTimer *time.Timer // fires when the next auto-renewal is due; nil without auto-renewal
 	stopping   bool        // Release began: no more auto-renewals
+	inSet      bool        // a key set's lease: the set renews it with the others (keyset.go)
 	ended      bool        // lost or released
 	released   bool
 
@@ -272,6 +273,13 @@ func (l *Lease) renewed(ctx context.Context, sent, expiresAt time.Time, err erro
 	return nil
 }
 
+// renewFailed counts and logs an auto-renewal that failed transiently.
+func (l *Lease) renewFailed(err error) {
+	l.c.stats.renewFailures.Add(1)
+	l.c.met.renewFailed()
+	l.c.cfg.logger.Warn("pglease: renewal failed; retrying until the local deadline", "key", l.key, "fence", l.fence, "err", err)
+}
+
 // renewDue runs on the renew timer's goroutine: one auto-renewal attempt,
 // then the next one is scheduled. A transient failure is retried soon, until
 // the local deadline ends the lease; a definite "lost" ends it at once.
@@ -279,7 +287,7 @@ func (l *Lease) renewDue() {
 	l.renewing <- struct{}{}
 	defer func() { <-l.renewing }()
 	l.mu.Lock()
-	if l.stopping || l.ended {
+	if l.stopping || l.ended || l.inSet {
 		l.mu.Unlock()
 		return
 	}
@@ -295,13 +303,11 @@ func (l *Lease) renewDue() {
 	case errors.Is(err, ErrLeaseLost) || l.ctx.Err() != nil:
 		return
 	case err != nil:
-		l.c.stats.renewFailures.Add(1)
-		l.c.met.renewFailed()
-		l.c.cfg.logger.Warn("pglease: renewal failed; retrying until the local deadline", "key", l.key, "fence", l.fence, "err", err)
+		l.renewFailed(err)
 	}
 	next := l.c.schedule(l.ttl).Next(err == nil)
 	l.mu.Lock()
-	if !l.stopping && !l.ended {
+	if !l.stopping && !l.ended && !l.inSet {
 		l.renewTimer.Reset(next)
 	}
 	l.mu.Unlock()
