@@ -298,3 +298,77 @@ func TestFairWakeFromAnyReleaser(t *testing.T) {
 		})
 	}
 }
+
+// A fair waiter that disagrees with the key's holders about its kind or
+// number of permits gets ErrPermitsMismatch at once, and leaves no place in
+// the queue.
+func TestFairWaiterPermitsMismatch(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	pool := pgtest.Pool(t)
+	c := newClient(t, pool, pglease.WithFairWaiting())
+	key := uniqueKey(t)
+	l, err := semaphore(t, c, key, 2).TryAcquire(ctx, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if _, err := semaphore(t, c, key, 3).Acquire(ctx, time.Second); !errors.Is(err, pglease.ErrPermitsMismatch) {
+		t.Fatalf("a fair waiter for 3 permits of a key held as 2: %v", err)
+	}
+	if _, err := c.AcquireExclusive(ctx, key, time.Second); !errors.Is(err, pglease.ErrPermitsMismatch) {
+		t.Fatalf("a fair exclusive waiter on a semaphore key: %v", err)
+	}
+	if n := rows(t, pool, `SELECT FROM pgfence_permit_waiters WHERE lock_key = $1`, key); n != 0 {
+		t.Fatalf("%d places left in the queue by refused waiters", n)
+	}
+}
+
+// A fair waiter for a permit that gives up leaves the queue at once: the
+// waiter behind it is granted the freed permit as soon as it is released;
+// TryAcquire takes no place.
+func TestFairSemaphoreWaiterGivesUp(t *testing.T) {
+	ctx := context.Background()
+	opts := []pglease.Option{pglease.WithFairWaiting(), pglease.WithWakeOnRelease(), pglease.WithBackoff(5*time.Millisecond, 50*time.Millisecond)}
+	key := uniqueKey(t)
+	pool := pgtest.Pool(t)
+	sem := semaphore(t, newClient(t, pool, opts...), key, 1)
+	h, err := sem.TryAcquire(ctx, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	quitter, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := semaphore(t, newClient(t, warmPool(t), opts...), key, 1).Acquire(quitter, 10*time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
+		t.Fatalf("the waiter that gives up: %v", err)
+	}
+	if _, err := sem.TryAcquire(ctx, time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
+		t.Fatalf("TryAcquire of a held semaphore: %v", err)
+	}
+	if n := rows(t, pool, `SELECT FROM pgfence_permit_waiters WHERE lock_key = $1`, key); n != 0 {
+		t.Fatalf("%d places left after the waiter gave up and a TryAcquire", n)
+	}
+	got := make(chan time.Time, 1)
+	go func() {
+		l, err := semaphore(t, newClient(t, warmPool(t), opts...), key, 1).Acquire(ctx, 10*time.Second)
+		got <- time.Now()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		l.Release(ctx)
+	}()
+	time.Sleep(200 * time.Millisecond)
+	released := time.Now()
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case at := <-got:
+		if d := at.Sub(released); d > time.Second {
+			t.Fatalf("the waiter was granted %v after the release", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter was not granted the permit")
+	}
+}
