@@ -93,17 +93,27 @@ $f$, current_schema(), format('%I.pgfence_waiter_seq', current_schema()));
   -- pgfence_wake_lease_waiter: when key's mutex lease is free, sends NOTIFY
   -- pgfence_lease_released with the owner token of the key's first fair
   -- waiter as the payload (delivered when the calling transaction commits):
-  -- one waiter is woken, not every one.
+  -- one waiter is woken, not every one. PL/pgSQL, so that its plans are
+  -- cached per session: it runs on every release, and most releases find
+  -- no waiter, which it checks first.
   EXECUTE format($f$
 CREATE FUNCTION %1$I.pgfence_wake_lease_waiter(p_key text) RETURNS void
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 AS $body$
-  SELECT FROM (SELECT pg_notify('pgfence_lease_released', h.owner_token)
-                 FROM (SELECT w.owner_token FROM %1$I.pgfence_waiters AS w
-                        WHERE w.lock_key = p_key AND w.expires_at > now()
-                        ORDER BY w.ticket LIMIT 1) AS h
-                WHERE NOT EXISTS (SELECT FROM %1$I.lock_leases AS l
-                                   WHERE l.lock_key = p_key AND l.expires_at > now())) AS n
+DECLARE
+  head text;
+BEGIN
+  SELECT w.owner_token INTO head FROM %1$I.pgfence_waiters AS w
+   WHERE w.lock_key = p_key AND w.expires_at > now()
+   ORDER BY w.ticket LIMIT 1;
+  IF head IS NULL THEN
+    RETURN;
+  END IF;
+  IF EXISTS (SELECT FROM %1$I.lock_leases AS l WHERE l.lock_key = p_key AND l.expires_at > now()) THEN
+    RETURN;
+  END IF;
+  PERFORM pg_notify('pgfence_lease_released', head);
+END
 $body$;
 $f$, current_schema());
 
@@ -122,9 +132,11 @@ DECLARE
   held  integer;
   xheld boolean;
 BEGIN
+  IF NOT EXISTS (SELECT FROM %1$I.pgfence_permit_waiters AS w WHERE w.lock_key = p_key AND w.expires_at > now()) THEN
+    RETURN;
+  END IF;
   SELECT s.permits INTO cap FROM %1$I.pgfence_semaphores AS s WHERE s.lock_key = p_key;
-  IF NOT FOUND OR NOT EXISTS (SELECT FROM %1$I.pgfence_permit_waiters AS w
-                               WHERE w.lock_key = p_key AND w.expires_at > now()) THEN
+  IF NOT FOUND THEN
     RETURN;
   END IF;
   SELECT count(*), coalesce(bool_or(p.exclusive), false) INTO held, xheld
