@@ -139,7 +139,7 @@ func checkServeFlags(listen string, allowRemote bool, interval, soon, healthTime
 	}
 	switch {
 	case interval < 100*time.Millisecond:
-		return fail(exitUsage, "pgfence serve: --interval %v is too short: give at least 100ms (every read runs five queries)", interval)
+		return fail(exitUsage, "pgfence serve: --interval %v is too short: give at least 100ms (every read runs eight queries)", interval)
 	case soon <= 0:
 		return fail(exitUsage, "pgfence serve: --soon must be positive, e.g. 5s")
 	case healthTimeout <= 0:
