@@ -649,7 +649,8 @@ UPDATE /* TEMPLATE: schema */pgfence_permits
    AND expires_at > now()
    AND CASE WHEN $5::boolean THEN /* TEMPLATE: schema */pgfence_commit_durably()
             ELSE set_config('synchronous_commit', 'off', true) = 'off' END
-RETURNING true AS released
+RETURNING CASE WHEN $6::boolean THEN pg_notify('pgfence_lease_released', lock_key) IS NOT NULL
+               ELSE true END AS released
 `
 
 type ReleasePermitParams struct {
@@ -658,13 +659,16 @@ type ReleasePermitParams struct {
 	Slot       int32
 	Fence      int64
 	Durable    bool
+	Notify     bool
 }
 
 // Gives a permit (or shared/exclusive lease) back, matched on key, slot and
 // fence, so that a newer holder's is never touched. With a minimum hold, it
 // stays held until its grant time plus hold_micros by the database clock,
 // if that is later than now. Asynchronous commit unless durable, as the
-// mutex's Release.
+// mutex's Release. With notify, the key is sent as NOTIFY
+// pgfence_lease_released's payload, as ReleaseNotify does, for waiters
+// that do not queue (the fair ones are woken by the release's trigger).
 func (q *Queries) ReleasePermit(ctx context.Context, arg ReleasePermitParams) (bool, error) {
 	row := q.db.QueryRow(ctx, ReleasePermit,
 		arg.HoldMicros,
@@ -672,6 +676,7 @@ func (q *Queries) ReleasePermit(ctx context.Context, arg ReleasePermitParams) (b
 		arg.Slot,
 		arg.Fence,
 		arg.Durable,
+		arg.Notify,
 	)
 	var released bool
 	err := row.Scan(&released)

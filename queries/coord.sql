@@ -37,7 +37,9 @@ RETURNING expires_at;
 -- fence, so that a newer holder's is never touched. With a minimum hold, it
 -- stays held until its grant time plus hold_micros by the database clock,
 -- if that is later than now. Asynchronous commit unless durable, as the
--- mutex's Release.
+-- mutex's Release. With notify, the key is sent as NOTIFY
+-- pgfence_lease_released's payload, as ReleaseNotify does, for waiters
+-- that do not queue (the fair ones are woken by the release's trigger).
 UPDATE /* TEMPLATE: schema */pgfence_permits
    SET expires_at = GREATEST(now(), acquired_at + sqlc.arg(hold_micros)::bigint * interval '1 microsecond')
  WHERE lock_key = sqlc.arg(lock_key)
@@ -46,7 +48,8 @@ UPDATE /* TEMPLATE: schema */pgfence_permits
    AND expires_at > now()
    AND CASE WHEN sqlc.arg(durable)::boolean THEN /* TEMPLATE: schema */pgfence_commit_durably()
             ELSE set_config('synchronous_commit', 'off', true) = 'off' END
-RETURNING true AS released;
+RETURNING CASE WHEN sqlc.arg(notify)::boolean THEN pg_notify('pgfence_lease_released', lock_key) IS NOT NULL
+               ELSE true END AS released;
 
 -- name: PermitFence :one
 -- The fence a permit slot's row carries now, held or not (after a release
