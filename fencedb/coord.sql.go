@@ -161,6 +161,52 @@ func (q *Queries) AcquirePermit(ctx context.Context, arg AcquirePermitParams) (A
 	return i, err
 }
 
+const AcquirePermitFIFO = `-- name: AcquirePermitFIFO :one
+SELECT coalesce(r.slot, 0)::integer AS slot, coalesce(r.fence, 0)::bigint AS fence,
+       coalesce(r.expires_at, now())::timestamptz AS expires_at, coalesce(r.ahead, -1)::integer AS ahead
+  FROM /* TEMPLATE: schema */pgfence_acquire_permit_fifo($1::text, $2::integer,
+       $3::text, $4::text, $5::bigint,
+       $6::bigint) AS r
+`
+
+type AcquirePermitFIFOParams struct {
+	LockKey     string
+	Permits     int32
+	Owner       string
+	OwnerToken  string
+	TtlMicros   int64
+	PlaceMicros int64
+}
+
+type AcquirePermitFIFORow struct {
+	Slot      int32
+	Fence     int64
+	ExpiresAt time.Time
+	Ahead     int32
+}
+
+// One attempt of a fair waiter for a permit (pgfence_acquire_permit_fifo in
+// migration 000011): slot and fence when granted, else fence 0 and the
+// number of waiters ahead (-1: the owner token was abandoned).
+func (q *Queries) AcquirePermitFIFO(ctx context.Context, arg AcquirePermitFIFOParams) (AcquirePermitFIFORow, error) {
+	row := q.db.QueryRow(ctx, AcquirePermitFIFO,
+		arg.LockKey,
+		arg.Permits,
+		arg.Owner,
+		arg.OwnerToken,
+		arg.TtlMicros,
+		arg.PlaceMicros,
+	)
+	var i AcquirePermitFIFORow
+	err := row.Scan(
+		&i.Slot,
+		&i.Fence,
+		&i.ExpiresAt,
+		&i.Ahead,
+	)
+	return i, err
+}
+
 const AcquireShared = `-- name: AcquireShared :one
 SELECT r.slot::integer AS slot, r.fence::bigint AS fence, r.expires_at::timestamptz AS expires_at
   FROM /* TEMPLATE: schema */pgfence_acquire_shared($1::text, $2::boolean,
@@ -197,6 +243,51 @@ func (q *Queries) AcquireShared(ctx context.Context, arg AcquireSharedParams) (A
 	)
 	var i AcquireSharedRow
 	err := row.Scan(&i.Slot, &i.Fence, &i.ExpiresAt)
+	return i, err
+}
+
+const AcquireSharedFIFO = `-- name: AcquireSharedFIFO :one
+SELECT coalesce(r.slot, 0)::integer AS slot, coalesce(r.fence, 0)::bigint AS fence,
+       coalesce(r.expires_at, now())::timestamptz AS expires_at, coalesce(r.ahead, -1)::integer AS ahead
+  FROM /* TEMPLATE: schema */pgfence_acquire_shared_fifo($1::text, $2::boolean,
+       $3::text, $4::text, $5::bigint,
+       $6::bigint) AS r
+`
+
+type AcquireSharedFIFOParams struct {
+	LockKey     string
+	Exclusive   bool
+	Owner       string
+	OwnerToken  string
+	TtlMicros   int64
+	PlaceMicros int64
+}
+
+type AcquireSharedFIFORow struct {
+	Slot      int32
+	Fence     int64
+	ExpiresAt time.Time
+	Ahead     int32
+}
+
+// One attempt of a fair waiter for a shared or the exclusive lease
+// (pgfence_acquire_shared_fifo), answered as AcquirePermitFIFO.
+func (q *Queries) AcquireSharedFIFO(ctx context.Context, arg AcquireSharedFIFOParams) (AcquireSharedFIFORow, error) {
+	row := q.db.QueryRow(ctx, AcquireSharedFIFO,
+		arg.LockKey,
+		arg.Exclusive,
+		arg.Owner,
+		arg.OwnerToken,
+		arg.TtlMicros,
+		arg.PlaceMicros,
+	)
+	var i AcquireSharedFIFORow
+	err := row.Scan(
+		&i.Slot,
+		&i.Fence,
+		&i.ExpiresAt,
+		&i.Ahead,
+	)
 	return i, err
 }
 
@@ -242,6 +333,27 @@ func (q *Queries) LeaveExclusiveQueue(ctx context.Context, arg LeaveExclusiveQue
 	var left_queue bool
 	err := row.Scan(&left_queue)
 	return left_queue, err
+}
+
+const LeavePermitQueue = `-- name: LeavePermitQueue :exec
+WITH x AS (
+  DELETE FROM /* TEMPLATE: schema */pgfence_exclusive_waiters AS x
+   WHERE x.lock_key = $1::text AND x.owner_token = $2::text
+)
+DELETE FROM /* TEMPLATE: schema */pgfence_permit_waiters AS w
+ WHERE w.lock_key = $1::text AND w.owner_token = $2::text
+`
+
+type LeavePermitQueueParams struct {
+	LockKey    string
+	OwnerToken string
+}
+
+// A fair waiter of a semaphore or shared/exclusive key that gives up leaves
+// the queue, and the exclusive waiters.
+func (q *Queries) LeavePermitQueue(ctx context.Context, arg LeavePermitQueueParams) error {
+	_, err := q.db.Exec(ctx, LeavePermitQueue, arg.LockKey, arg.OwnerToken)
+	return err
 }
 
 const LeaveQueue = `-- name: LeaveQueue :exec
@@ -295,7 +407,8 @@ func (q *Queries) ListExclusiveWaiters(ctx context.Context) ([]ListExclusiveWait
 
 const ListPermits = `-- name: ListPermits :many
 SELECT p.lock_key, s.permits, p.slot, p.exclusive, p.owner, p.fence, p.acquired_at, p.expires_at,
-       (extract(epoch FROM GREATEST(p.expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros
+       (extract(epoch FROM GREATEST(p.expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros,
+       now()::timestamptz AS db_now
   FROM /* TEMPLATE: schema */pgfence_permits AS p
   JOIN /* TEMPLATE: schema */pgfence_semaphores AS s USING (lock_key)
  WHERE p.expires_at > now()
@@ -312,6 +425,7 @@ type ListPermitsRow struct {
 	AcquiredAt      time.Time
 	ExpiresAt       time.Time
 	RemainingMicros int64
+	DbNow           time.Time
 }
 
 // Every unexpired permit and shared/exclusive lease, by key and slot, with
@@ -335,6 +449,7 @@ func (q *Queries) ListPermits(ctx context.Context) ([]ListPermitsRow, error) {
 			&i.AcquiredAt,
 			&i.ExpiresAt,
 			&i.RemainingMicros,
+			&i.DbNow,
 		); err != nil {
 			return nil, err
 		}
@@ -347,23 +462,37 @@ func (q *Queries) ListPermits(ctx context.Context) ([]ListPermitsRow, error) {
 }
 
 const ListWaiters = `-- name: ListWaiters :many
-SELECT lock_key, owner, ticket,
-       (row_number() OVER (PARTITION BY lock_key ORDER BY ticket) - 1)::bigint AS position,
-       (extract(epoch FROM GREATEST(expires_at - now(), interval '0')) * 1000000)::bigint AS place_micros
-  FROM /* TEMPLATE: schema */pgfence_waiters
- WHERE expires_at > now()
- ORDER BY lock_key, ticket
+SELECT q.kind, q.lock_key, q.owner, q.ticket,
+       (row_number() OVER (PARTITION BY q.kind = 'lease', q.lock_key ORDER BY q.ticket) - 1)::bigint AS position,
+       (extract(epoch FROM GREATEST(q.expires_at - now(), interval '0')) * 1000000)::bigint AS place_micros,
+       q.expires_at, now()::timestamptz AS db_now
+  FROM (SELECT 'lease'::text AS kind, w.lock_key, w.owner, w.ticket, w.expires_at
+          FROM /* TEMPLATE: schema */pgfence_waiters AS w
+         WHERE w.expires_at > now()
+        UNION ALL
+        SELECT CASE WHEN s.permits > 0 THEN 'permit' WHEN w.exclusive THEN 'exclusive' ELSE 'shared' END,
+               w.lock_key, w.owner, w.ticket, w.expires_at
+          FROM /* TEMPLATE: schema */pgfence_permit_waiters AS w
+          JOIN /* TEMPLATE: schema */pgfence_semaphores AS s ON s.lock_key = w.lock_key
+         WHERE w.expires_at > now()) AS q
+ ORDER BY q.lock_key, q.kind = 'lease' DESC, q.ticket
 `
 
 type ListWaitersRow struct {
+	Kind        string
 	LockKey     string
 	Owner       string
 	Ticket      int64
 	Position    int64
 	PlaceMicros int64
+	ExpiresAt   time.Time
+	DbNow       time.Time
 }
 
-// The fair waiters whose place has not expired, by key and in queue order.
+// The fair waiters whose place has not expired, by key and in queue order:
+// kind is 'lease' for a mutex lease's waiter, 'permit' for a semaphore's,
+// 'shared' or 'exclusive' for a shared/exclusive key's (the mutex leases
+// and the other kinds are separate namespaces, so one key may have both).
 func (q *Queries) ListWaiters(ctx context.Context) ([]ListWaitersRow, error) {
 	rows, err := q.db.Query(ctx, ListWaiters)
 	if err != nil {
@@ -374,11 +503,14 @@ func (q *Queries) ListWaiters(ctx context.Context) ([]ListWaitersRow, error) {
 	for rows.Next() {
 		var i ListWaitersRow
 		if err := rows.Scan(
+			&i.Kind,
 			&i.LockKey,
 			&i.Owner,
 			&i.Ticket,
 			&i.Position,
 			&i.PlaceMicros,
+			&i.ExpiresAt,
+			&i.DbNow,
 		); err != nil {
 			return nil, err
 		}
@@ -442,6 +574,72 @@ func (q *Queries) ReleaseHeldAtLeast(ctx context.Context, arg ReleaseHeldAtLeast
 	return released, err
 }
 
+const ReleaseKeySet = `-- name: ReleaseKeySet :many
+WITH k AS (
+  SELECT unnest($3::text[]) AS lock_key, unnest($4::bigint[]) AS fence,
+         unnest($5::bigint[]) AS hold_micros
+), locked AS (
+  SELECT r.lock_key FROM /* TEMPLATE: schema */lock_leases AS r
+   WHERE r.lock_key IN (SELECT k.lock_key FROM k)
+   ORDER BY r.lock_key
+     FOR UPDATE
+)
+UPDATE /* TEMPLATE: schema */lock_leases AS l
+   SET expires_at = GREATEST(now(), l.acquired_at + k.hold_micros * interval '1 microsecond'),
+       released_at = now()
+  FROM k
+ WHERE l.lock_key = k.lock_key
+   AND l.lock_key IN (SELECT locked.lock_key FROM locked)
+   AND l.fence = k.fence
+   AND l.expires_at > now()
+   AND CASE WHEN $1::boolean THEN /* TEMPLATE: schema */pgfence_commit_durably()
+            ELSE set_config('synchronous_commit', 'off', true) = 'off' END
+RETURNING CASE WHEN $2::boolean
+               THEN (SELECT l.lock_key FROM (SELECT pg_notify('pgfence_lease_released', l.lock_key)) AS n)
+               ELSE l.lock_key END::text AS lock_key
+`
+
+type ReleaseKeySetParams struct {
+	Durable    bool
+	Notify     bool
+	LockKeys   []string
+	Fences     []int64
+	HoldMicros []int64
+}
+
+// Release of a key set's mutex leases in one statement, each matched on its
+// key and fence, each with its minimum hold (as ReleaseHeldAtLeast; 0 for
+// none): the keys it released; a key not returned was not held any more.
+// With notify, each released key is sent as NOTIFY pgfence_lease_released's
+// payload, as ReleaseNotify does. The rows are locked in key order first, as
+// pgfence_acquire_set takes them, so that a release and an acquisition of
+// overlapping sets never deadlock.
+func (q *Queries) ReleaseKeySet(ctx context.Context, arg ReleaseKeySetParams) ([]string, error) {
+	rows, err := q.db.Query(ctx, ReleaseKeySet,
+		arg.Durable,
+		arg.Notify,
+		arg.LockKeys,
+		arg.Fences,
+		arg.HoldMicros,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var lock_key string
+		if err := rows.Scan(&lock_key); err != nil {
+			return nil, err
+		}
+		items = append(items, lock_key)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const ReleasePermit = `-- name: ReleasePermit :one
 UPDATE /* TEMPLATE: schema */pgfence_permits
    SET expires_at = GREATEST(now(), acquired_at + $1::bigint * interval '1 microsecond')
@@ -451,7 +649,8 @@ UPDATE /* TEMPLATE: schema */pgfence_permits
    AND expires_at > now()
    AND CASE WHEN $5::boolean THEN /* TEMPLATE: schema */pgfence_commit_durably()
             ELSE set_config('synchronous_commit', 'off', true) = 'off' END
-RETURNING true AS released
+RETURNING CASE WHEN $6::boolean THEN pg_notify('pgfence_lease_released', lock_key) IS NOT NULL
+               ELSE true END AS released
 `
 
 type ReleasePermitParams struct {
@@ -460,13 +659,16 @@ type ReleasePermitParams struct {
 	Slot       int32
 	Fence      int64
 	Durable    bool
+	Notify     bool
 }
 
 // Gives a permit (or shared/exclusive lease) back, matched on key, slot and
 // fence, so that a newer holder's is never touched. With a minimum hold, it
 // stays held until its grant time plus hold_micros by the database clock,
 // if that is later than now. Asynchronous commit unless durable, as the
-// mutex's Release.
+// mutex's Release. With notify, the key is sent as NOTIFY
+// pgfence_lease_released's payload, as ReleaseNotify does, for waiters
+// that do not queue (the fair ones are woken by the release's trigger).
 func (q *Queries) ReleasePermit(ctx context.Context, arg ReleasePermitParams) (bool, error) {
 	row := q.db.QueryRow(ctx, ReleasePermit,
 		arg.HoldMicros,
@@ -474,48 +676,66 @@ func (q *Queries) ReleasePermit(ctx context.Context, arg ReleasePermitParams) (b
 		arg.Slot,
 		arg.Fence,
 		arg.Durable,
+		arg.Notify,
 	)
 	var released bool
 	err := row.Scan(&released)
 	return released, err
 }
 
-const ReleaseWakeNext = `-- name: ReleaseWakeNext :one
+const RenewKeySet = `-- name: RenewKeySet :many
+WITH k AS (
+  SELECT unnest($2::text[]) AS lock_key, unnest($3::bigint[]) AS fence
+), locked AS (
+  SELECT r.lock_key FROM /* TEMPLATE: schema */lock_leases AS r
+   WHERE r.lock_key IN (SELECT k.lock_key FROM k)
+   ORDER BY r.lock_key
+     FOR UPDATE
+)
 UPDATE /* TEMPLATE: schema */lock_leases AS l
-   SET expires_at = GREATEST(now(), l.acquired_at + $1::bigint * interval '1 microsecond'),
-       released_at = now()
- WHERE l.lock_key = $2
-   AND l.fence = $3
+   SET expires_at = now() + $1::bigint * interval '1 microsecond'
+  FROM k
+ WHERE l.lock_key = k.lock_key
+   AND l.lock_key IN (SELECT locked.lock_key FROM locked)
+   AND l.fence = k.fence
    AND l.expires_at > now()
-   AND CASE WHEN $4::boolean THEN /* TEMPLATE: schema */pgfence_commit_durably()
-            ELSE set_config('synchronous_commit', 'off', true) = 'off' END
-RETURNING (SELECT count(pg_notify('pgfence_lease_released', h.owner_token))
-             FROM (SELECT w.owner_token FROM /* TEMPLATE: schema */pgfence_waiters AS w
-                    WHERE w.lock_key = l.lock_key AND w.expires_at > now()
-                    ORDER BY w.ticket LIMIT 1) AS h) >= 0 AS released
+   AND /* TEMPLATE: schema */pgfence_commit_durably()
+RETURNING l.lock_key, l.expires_at
 `
 
-type ReleaseWakeNextParams struct {
-	HoldMicros int64
-	LockKey    string
-	Fence      int64
-	Durable    bool
+type RenewKeySetParams struct {
+	TtlMicros int64
+	LockKeys  []string
+	Fences    []int64
 }
 
-// Release of a mutex lease (with an optional minimum hold, as
-// ReleaseHeldAtLeast) that wakes only the first fair waiter of the key: it
-// sends NOTIFY pgfence_lease_released with that waiter's owner token as the
-// payload, delivered when the release commits. No waiter: no notification.
-func (q *Queries) ReleaseWakeNext(ctx context.Context, arg ReleaseWakeNextParams) (bool, error) {
-	row := q.db.QueryRow(ctx, ReleaseWakeNext,
-		arg.HoldMicros,
-		arg.LockKey,
-		arg.Fence,
-		arg.Durable,
-	)
-	var released bool
-	err := row.Scan(&released)
-	return released, err
+type RenewKeySetRow struct {
+	LockKey   string
+	ExpiresAt time.Time
+}
+
+// Renewal of a key set's mutex leases in one statement, each matched on its
+// key and fence and only while unexpired (never resurrects one): the keys
+// renewed, with their new expiry. It commits durably. Rows are locked in
+// key order first, as ReleaseKeySet explains.
+func (q *Queries) RenewKeySet(ctx context.Context, arg RenewKeySetParams) ([]RenewKeySetRow, error) {
+	rows, err := q.db.Query(ctx, RenewKeySet, arg.TtlMicros, arg.LockKeys, arg.Fences)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RenewKeySetRow{}
+	for rows.Next() {
+		var i RenewKeySetRow
+		if err := rows.Scan(&i.LockKey, &i.ExpiresAt); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const RenewPermit = `-- name: RenewPermit :one
@@ -550,6 +770,53 @@ func (q *Queries) RenewPermit(ctx context.Context, arg RenewPermitParams) (time.
 	return expires_at, err
 }
 
+const WatchPermitHolders = `-- name: WatchPermitHolders :many
+SELECT p.lock_key, p.slot, p.exclusive, p.owner, p.fence,
+       (extract(epoch FROM GREATEST(p.expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros
+  FROM /* TEMPLATE: schema */pgfence_permits AS p
+ WHERE p.expires_at > now()
+ ORDER BY p.lock_key, p.slot
+ LIMIT $1
+`
+
+type WatchPermitHoldersRow struct {
+	LockKey         string
+	Slot            int32
+	Exclusive       bool
+	Owner           string
+	Fence           int64
+	RemainingMicros int64
+}
+
+// The unexpired permits and shared/exclusive leases, by key and slot, at
+// most row_limit of them, for the live page.
+func (q *Queries) WatchPermitHolders(ctx context.Context, rowLimit int32) ([]WatchPermitHoldersRow, error) {
+	rows, err := q.db.Query(ctx, WatchPermitHolders, rowLimit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []WatchPermitHoldersRow{}
+	for rows.Next() {
+		var i WatchPermitHoldersRow
+		if err := rows.Scan(
+			&i.LockKey,
+			&i.Slot,
+			&i.Exclusive,
+			&i.Owner,
+			&i.Fence,
+			&i.RemainingMicros,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const WatchPermits = `-- name: WatchPermits :many
 SELECT s.lock_key, s.permits,
        (SELECT count(*) FROM /* TEMPLATE: schema */pgfence_permits AS p
@@ -576,7 +843,8 @@ type WatchPermitsRow struct {
 // Per semaphore or shared/exclusive key with a holder or a waiter now (by
 // the database clock), at most row_limit keys in key order: its number of
 // permits (0: shared/exclusive), the unexpired permits or shared leases, the
-// exclusive lease (0 or 1) and the exclusive waiters.
+// exclusive lease (0 or 1) and the exclusive waiters (the fair waiters are
+// WatchWaiters').
 func (q *Queries) WatchPermits(ctx context.Context, rowLimit int32) ([]WatchPermitsRow, error) {
 	rows, err := q.db.Query(ctx, WatchPermits, rowLimit)
 	if err != nil {
@@ -592,6 +860,63 @@ func (q *Queries) WatchPermits(ctx context.Context, rowLimit int32) ([]WatchPerm
 			&i.InUse,
 			&i.ExclusiveHeld,
 			&i.Waiters,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const WatchWaiters = `-- name: WatchWaiters :many
+SELECT q.kind, q.lock_key, q.owner,
+       (row_number() OVER (PARTITION BY q.kind = 'lease', q.lock_key ORDER BY q.ticket) - 1)::bigint AS position,
+       (count(*) OVER (PARTITION BY q.kind = 'lease', q.lock_key))::bigint AS depth,
+       (extract(epoch FROM GREATEST(q.expires_at - now(), interval '0')) * 1000000)::bigint AS place_micros
+  FROM (SELECT 'lease'::text AS kind, w.lock_key, w.owner, w.ticket, w.expires_at
+          FROM /* TEMPLATE: schema */pgfence_waiters AS w
+         WHERE w.expires_at > now()
+        UNION ALL
+        SELECT CASE WHEN s.permits > 0 THEN 'permit' WHEN w.exclusive THEN 'exclusive' ELSE 'shared' END,
+               w.lock_key, w.owner, w.ticket, w.expires_at
+          FROM /* TEMPLATE: schema */pgfence_permit_waiters AS w
+          JOIN /* TEMPLATE: schema */pgfence_semaphores AS s ON s.lock_key = w.lock_key
+         WHERE w.expires_at > now()) AS q
+ ORDER BY q.lock_key, q.kind = 'lease' DESC, q.ticket
+ LIMIT $1
+`
+
+type WatchWaitersRow struct {
+	Kind        string
+	LockKey     string
+	Owner       string
+	Position    int64
+	Depth       int64
+	PlaceMicros int64
+}
+
+// The fair waiters of every kind whose place has not expired, by key and in
+// queue order (as ListWaiters), at most row_limit of them, and the depth of
+// each key's queue.
+func (q *Queries) WatchWaiters(ctx context.Context, rowLimit int32) ([]WatchWaitersRow, error) {
+	rows, err := q.db.Query(ctx, WatchWaiters, rowLimit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []WatchWaitersRow{}
+	for rows.Next() {
+		var i WatchWaitersRow
+		if err := rows.Scan(
+			&i.Kind,
+			&i.LockKey,
+			&i.Owner,
+			&i.Position,
+			&i.Depth,
+			&i.PlaceMicros,
 		); err != nil {
 			return nil, err
 		}

@@ -76,6 +76,15 @@ type PgfencePermit struct {
 	ExpiresAt  time.Time
 }
 
+type PgfencePermitWaiter struct {
+	LockKey    string
+	OwnerToken string
+	Owner      string
+	Exclusive  bool
+	Ticket     int64
+	ExpiresAt  time.Time
+}
+
 type PgfenceSemaphore struct {
 	LockKey string
 	Permits int32

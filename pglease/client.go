@@ -227,19 +227,33 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*L
 // backoff, the wake on a notification whose payload is wake (the key, or a
 // fair waiter's owner token), the maximum wait, and which errors end the
 // wait. Every kind of lease waits through it.
-func (c *Client) waitFor(ctx context.Context, key, wake string, attempt func(context.Context) (*Lease, error)) (_ *Lease, err error) {
+func (c *Client) waitFor(ctx context.Context, key, wake string, attempt func(context.Context) (*Lease, error)) (*Lease, error) {
+	return c.waitForPayload(ctx, key, func() string { return wake }, attempt)
+}
+
+// waitForPayload is waitFor for a wake-up payload that may change between
+// attempts (a fair waiter's owner token, replaced when an attempt's outcome
+// was settled by tombstoning it): before each attempt, the subscription is
+// to the payload wake returns then.
+func (c *Client) waitForPayload(ctx context.Context, key string, wake func() string, attempt func(context.Context) (*Lease, error)) (_ *Lease, err error) {
 	start := time.Now()
 	defer func() { c.stats.waitedNanos.Add(int64(time.Since(start))) }()
 	defer func() { c.met.acquired(opWait, start, err) }()
 	bound := c.cfg.backoffMin
 	var woken <-chan struct{} // nil, never ready, without WithWakeOnRelease
-	if c.wake != nil {
-		// Before the first attempt, so that no release between a failed
-		// attempt and the subscription goes unheard.
-		ch, unsubscribe := c.wake.subscribe(wake)
-		defer unsubscribe()
-		woken = ch
+	subscribed, unsubscribe := "", func() {}
+	defer func() { unsubscribe() }()
+	// Before an attempt, so that no release between a failed attempt and
+	// the subscription goes unheard.
+	subscribe := func() {
+		if c.wake == nil || wake() == subscribed {
+			return
+		}
+		unsubscribe()
+		subscribed = wake()
+		woken, unsubscribe = c.wake.subscribe(subscribed)
 	}
+	subscribe()
 	var lastErr error
 	for n := 1; ; n++ {
 		l, err := attempt(ctx)
@@ -271,6 +285,7 @@ func (c *Client) waitFor(ctx context.Context, key, wake string, attempt func(con
 			sleep = min(sleep, left)
 		}
 		if c.wake != nil {
+			subscribe()
 			c.wake.start() // lazily, on the first wait
 		}
 		t := time.NewTimer(sleep)

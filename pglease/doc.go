@@ -19,7 +19,7 @@
 // [Client.Semaphore] (N permits per key, a slot each), [Client.AcquireShared]
 // and [Client.AcquireExclusive] (readers or one writer, writer preference),
 // [Client.AcquireSet] (several keys, all or none), [WithFairWaiting]
-// (Acquire waiters in arrival order), and [Lease.HoldAtLeast] with
+// (waiters of every kind in arrival order), and [Lease.HoldAtLeast] with
 // [Client.OncePerPeriod] for scheduled work; docs/coordination.md says when
 // to use which.
 package pglease

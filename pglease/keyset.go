@@ -27,6 +27,11 @@ type KeySet struct {
 	leases []*Lease // in key order
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+
+	// renewTimer fires when the set's next auto-renewal is due: the set
+	// renews its leases together, in one statement, rather than each on
+	// its own timer. nil without auto-renewal.
+	renewTimer *time.Timer
 }
 
 // TryAcquireSet takes the mutex leases of keys for ttl, all or none: when
@@ -161,7 +166,100 @@ func (c *Client) startSet(token string, rows []fencedb.AcquireKeySetRow, ttl tim
 		s.leases = append(s.leases, l)
 		context.AfterFunc(l.ctx, func() { s.cancel(context.Cause(l.ctx)) })
 	}
+	if c.cfg.autoRenew {
+		for _, l := range s.leases {
+			l.mu.Lock()
+			l.inSet = true
+			l.renewTimer.Stop()
+			l.mu.Unlock()
+		}
+		s.renewTimer = time.AfterFunc(c.schedule(ttl).Interval(), s.renewDue)
+	}
 	return s, nil
+}
+
+// renewDue runs on the set's renew timer: one auto-renewal of the leases
+// not released or lost, in one statement, as Lease's renewDue does for one
+// lease (each lease's renewing slot is held meanwhile, so that Release waits
+// for it); then the next one is scheduled.
+func (s *KeySet) renewDue() {
+	var live []*Lease
+	for _, l := range s.leases {
+		l.renewing <- struct{}{}
+		l.mu.Lock()
+		done := l.stopping || l.ended
+		l.mu.Unlock()
+		if done {
+			<-l.renewing
+			continue
+		}
+		live = append(live, l)
+	}
+	if len(live) == 0 {
+		return
+	}
+	deadline := live[0].Deadline()
+	for _, l := range live[1:] {
+		if d := l.Deadline(); d.Before(deadline) {
+			deadline = d
+		}
+	}
+	// The attempt may last until the earliest local deadline, no longer.
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	errs := renewLeases(ctx, live)
+	cancel()
+	ok := true
+	for i, err := range errs {
+		if err != nil && !errors.Is(err, ErrLeaseLost) && live[i].ctx.Err() == nil {
+			live[i].renewFailed(err)
+			ok = false
+		}
+	}
+	for _, l := range live {
+		<-l.renewing
+	}
+	c := live[0].c
+	next := c.schedule(live[0].ttl).Next(ok)
+	for _, l := range live {
+		l.mu.Lock()
+		again := !l.stopping && !l.ended
+		l.mu.Unlock()
+		if again {
+			s.renewTimer.Reset(next)
+			return
+		}
+	}
+}
+
+// renewLeases renews leases (of one set, so of one client and TTL) in one
+// statement and returns each one's outcome, as Lease.Renew's; through the
+// client's renew hook, when a test set one, one by one.
+func renewLeases(ctx context.Context, leases []*Lease) []error {
+	c := leases[0].c
+	errs := make([]error, len(leases))
+	if c.renewHook != nil {
+		for i, l := range leases {
+			errs[i] = l.Renew(ctx)
+		}
+		return errs
+	}
+	sent := time.Now()
+	keys, fences, _ := setPart{leases: leases}.rows()
+	rows, err := c.queries(ctx).RenewKeySet(ctx, fencedb.RenewKeySetParams{
+		LockKeys: keys, Fences: fences, TtlMicros: leases[0].ttl.Microseconds()})
+	renewed := make(map[string]time.Time, len(rows))
+	for _, r := range rows {
+		renewed[r.LockKey] = r.ExpiresAt
+	}
+	for i, l := range leases {
+		exp, ok := renewed[l.key]
+		lerr := err
+		if err == nil && !ok {
+			lerr = pgx.ErrNoRows
+		}
+		errs[i] = l.renewed(ctx, sent, exp, lerr)
+	}
+	return errs
 }
 
 // Leases are the set's leases, in key order.
@@ -190,16 +288,94 @@ func (s *KeySet) Lease(key string) *Lease {
 // context.Cause is that lease's cause.
 func (s *KeySet) Context() context.Context { return s.ctx }
 
-// Renew renews every lease of the set (for WithoutAutoRenew; auto-renewal
-// renews each by itself). The error joins each lease's.
+// Renew renews every lease of the set, in one statement (for
+// WithoutAutoRenew; auto-renewal renews the set's leases together too). The
+// error joins each lease's (ErrLeaseLost for one that was gone).
 func (s *KeySet) Renew(ctx context.Context) error {
-	return s.each(func(l *Lease) error { return l.Renew(ctx) })
+	live := s.filter(func(l *Lease) error { return l.renewable() })
+	if len(live.leases) == 0 {
+		return live.err()
+	}
+	live.errs = append(live.errs, renewLeases(ctx, live.leases)...)
+	return live.err()
 }
 
-// Release gives every lease of the set back, at once. The error joins each
-// lease's (ErrLeaseLost for one that had expired or been taken).
+// Release gives every lease of the set back, in one statement. The error
+// joins each lease's (ErrLeaseLost for one that had expired or been taken).
 func (s *KeySet) Release(ctx context.Context) error {
-	return s.each(func(l *Lease) error { return l.Release(ctx) })
+	held := s.filter(func(l *Lease) error {
+		done, err := l.stopForRelease(ctx)
+		if done && err == nil {
+			return errSkip
+		}
+		return err
+	})
+	if s.renewTimer != nil {
+		s.renewTimer.Stop() // every lease is stopping now: nothing to renew
+	}
+	// The set's context ends with its leases' before Release returns, not
+	// only when their AfterFuncs run.
+	defer s.endWithLeases()
+	if len(held.leases) == 0 {
+		return held.err()
+	}
+	c := held.leases[0].c
+	keys, fences, holds := held.rows()
+	released, err := c.queries(ctx).ReleaseKeySet(ctx, fencedb.ReleaseKeySetParams{
+		LockKeys: keys, Fences: fences, HoldMicros: holds, Durable: c.cfg.durableRelease, Notify: c.cfg.wakeOnRelease})
+	for _, l := range held.leases {
+		held.errs = append(held.errs, l.releasedRow(ctx, slices.Contains(released, l.key), err))
+	}
+	return held.err()
+}
+
+// endWithLeases ends the set's context with the cause of its first ended
+// lease, if any has ended.
+func (s *KeySet) endWithLeases() {
+	for _, l := range s.leases {
+		if l.ctx.Err() != nil {
+			s.cancel(context.Cause(l.ctx))
+			return
+		}
+	}
+}
+
+// errSkip, from filter's check, leaves a lease out without an error.
+var errSkip = errors.New("skip")
+
+// setPart is the leases of a set that passed a check, and the errors of
+// those that did not.
+type setPart struct {
+	leases []*Lease
+	errs   []error
+}
+
+// filter runs check on every lease of the set, in key order.
+func (s *KeySet) filter(check func(*Lease) error) setPart {
+	var p setPart
+	for _, l := range s.leases {
+		switch err := check(l); {
+		case err == nil:
+			p.leases = append(p.leases, l)
+		case !errors.Is(err, errSkip):
+			p.errs = append(p.errs, err)
+		}
+	}
+	return p
+}
+
+func (p setPart) err() error { return errors.Join(p.errs...) }
+
+// rows are the keys, fences and minimum holds (in microseconds) of p's
+// leases, for the statements that take the whole set.
+func (p setPart) rows() (keys []string, fences, holds []int64) {
+	for _, l := range p.leases {
+		l.mu.Lock()
+		hold := l.row.hold
+		l.mu.Unlock()
+		keys, fences, holds = append(keys, l.key), append(fences, l.fence), append(holds, hold.Microseconds())
+	}
+	return keys, fences, holds
 }
 
 // HoldAtLeast sets the minimum hold of every lease of the set (see

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -127,5 +129,98 @@ func TestKeySetInput(t *testing.T) {
 		if _, err := c.TryAcquireSet(ctx, keys, time.Second); !errors.Is(err, pglease.ErrInvalidInput) {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+}
+
+// A set of 5 keys is renewed in one statement and released in one: the
+// statements a client sends do not grow with the set. A key expired behind
+// the set's back is not resurrected by the renewal (ErrLeaseLost for it
+// alone), and a key taken by another owner meanwhile is left alone by the
+// release (ErrLeaseLost for it, the others released).
+func TestKeySetRenewReleaseOneStatement(t *testing.T) {
+	ctx := context.Background()
+	counter := &queryCounter{}
+	pool := pgtest.Pool(t)
+	c := newClient(t, pgtest.Pool(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = counter }), pglease.WithoutAutoRenew())
+	p := uniqueKey(t)
+	keys := []string{p + "/1", p + "/2", p + "/3", p + "/4", p + "/5"}
+	set, err := c.TryAcquireSet(ctx, keys, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter.n.Store(0)
+	if err := set.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := counter.n.Load(); n != 1 {
+		t.Fatalf("renewing a set of 5 sent %d statements, want 1", n)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE lock_leases SET expires_at = now() WHERE lock_key = $1`, keys[1]); err != nil {
+		t.Fatal(err)
+	}
+	before := set.Lease(keys[0]).ExpiresAt()
+	err = set.Renew(ctx)
+	if !errors.Is(err, pglease.ErrLeaseLost) || !strings.Contains(err.Error(), keys[1]) || strings.Contains(err.Error(), keys[0]+`"`) {
+		t.Fatalf("renewing with %s expired: %v, want ErrLeaseLost for it alone", keys[1], err)
+	}
+	if n := rows(t, pool, `SELECT FROM lock_leases WHERE lock_key = $1 AND expires_at > now()`, keys[1]); n != 0 {
+		t.Fatalf("the expired key was resurrected")
+	}
+	if !set.Lease(keys[0]).ExpiresAt().After(before) {
+		t.Fatal("the other keys were not renewed")
+	}
+	other, err := newClient(t, pool).TryAcquire(ctx, keys[1], 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release(ctx)
+	counter.n.Store(0)
+	err = set.Release(ctx)
+	if !errors.Is(err, pglease.ErrLeaseLost) || !strings.Contains(err.Error(), keys[1]) {
+		t.Fatalf("releasing with %s lost: %v, want ErrLeaseLost for it", keys[1], err)
+	}
+	// The release, and the lost key's state (the uncommon path).
+	if n := counter.n.Load(); n > 2 {
+		t.Fatalf("releasing a set of 5 sent %d statements, want 1 (and 1 to tell how a key was lost)", n)
+	}
+	if n := rows(t, pool, `SELECT FROM lock_leases WHERE lock_key = ANY($1) AND expires_at > now()`, keys); n != 1 {
+		t.Fatalf("%d keys of the set still held after its release, want 1 (the other owner's)", n)
+	}
+	if other.Err() != nil {
+		t.Fatalf("the other owner's lease: %v", other.Err())
+	}
+	if err := set.Release(ctx); err != nil {
+		t.Fatalf("a second Release: %v", err)
+	}
+}
+
+// An auto-renewed set of 5 keys (TTL 600 ms: a renewal every 200 ms) is
+// renewed in one statement per renewal, not one per key: over 1.3 s, every
+// lease is still held and the client sent at most 8 statements (5 per
+// renewal would be 30 or more).
+func TestKeySetAutoRenewTogether(t *testing.T) {
+	ctx := context.Background()
+	counter := &queryCounter{}
+	c := newClient(t, pgtest.Pool(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = counter }))
+	p := uniqueKey(t)
+	keys := []string{p + "/1", p + "/2", p + "/3", p + "/4", p + "/5"}
+	set, err := c.TryAcquireSet(ctx, keys, 600*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter.n.Store(0)
+	time.Sleep(1300 * time.Millisecond) // past twice the TTL
+	if err := set.Err(); err != nil {
+		t.Fatalf("the set was lost while auto-renewed: %v", err)
+	}
+	n := counter.n.Load()
+	if n < 3 || n > 8 {
+		t.Fatalf("%d statements in 1.3 s of auto-renewal every 200 ms, want one per renewal (about 6)", n)
+	}
+	if err := set.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rows(t, pgtest.Pool(t), `SELECT FROM lock_leases WHERE lock_key = ANY($1) AND expires_at > now()`, keys) != 0 {
+		t.Fatal("held after the release")
 	}
 }

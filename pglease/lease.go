@@ -41,6 +41,7 @@ type Lease struct {
 	timer      *time.Timer // fires at deadline
 	renewTimer *time.Timer // fires when the next auto-renewal is due; nil without auto-renewal
 	stopping   bool        // Release began: no more auto-renewals
+	inSet      bool        // a key set's lease: the set renews it with the others (keyset.go)
 	ended      bool        // lost or released
 	released   bool
 
@@ -221,14 +222,8 @@ func (l *Lease) forget() {
 // deadline. Renew is what auto-renewal calls; call it yourself only with
 // WithoutAutoRenew.
 func (l *Lease) Renew(ctx context.Context) error {
-	l.mu.Lock()
-	ended, released := l.ended, l.released
-	l.mu.Unlock()
-	if released {
-		return &LeaseLostError{Key: l.key, Fence: l.fence, Cause: "released", reason: "it was released"}
-	}
-	if ended {
-		return context.Cause(l.ctx)
+	if err := l.renewable(); err != nil {
+		return err
 	}
 	sent := time.Now()
 	var expiresAt time.Time
@@ -238,6 +233,26 @@ func (l *Lease) Renew(ctx context.Context) error {
 	} else {
 		expiresAt, err = l.renewRow(ctx)
 	}
+	return l.renewed(ctx, sent, expiresAt, err)
+}
+
+// renewable is nil while l may be renewed, else what Renew returns.
+func (l *Lease) renewable() error {
+	l.mu.Lock()
+	ended, released := l.ended, l.released
+	l.mu.Unlock()
+	if released {
+		return &LeaseLostError{Key: l.key, Fence: l.fence, Cause: "released", reason: "it was released"}
+	}
+	if ended {
+		return context.Cause(l.ctx)
+	}
+	return nil
+}
+
+// renewed records the answer to a renewal sent at sent: the new expiry, or
+// pgx.ErrNoRows (the lease was gone: it is lost), or another error.
+func (l *Lease) renewed(ctx context.Context, sent, expiresAt time.Time, err error) error {
 	if errors.Is(err, pgx.ErrNoRows) {
 		cause := l.lostError(keepalive.Gone)
 		if l.lose(cause) {
@@ -258,6 +273,13 @@ func (l *Lease) Renew(ctx context.Context) error {
 	return nil
 }
 
+// renewFailed counts and logs an auto-renewal that failed transiently.
+func (l *Lease) renewFailed(err error) {
+	l.c.stats.renewFailures.Add(1)
+	l.c.met.renewFailed()
+	l.c.cfg.logger.Warn("pglease: renewal failed; retrying until the local deadline", "key", l.key, "fence", l.fence, "err", err)
+}
+
 // renewDue runs on the renew timer's goroutine: one auto-renewal attempt,
 // then the next one is scheduled. A transient failure is retried soon, until
 // the local deadline ends the lease; a definite "lost" ends it at once.
@@ -265,7 +287,7 @@ func (l *Lease) renewDue() {
 	l.renewing <- struct{}{}
 	defer func() { <-l.renewing }()
 	l.mu.Lock()
-	if l.stopping || l.ended {
+	if l.stopping || l.ended || l.inSet {
 		l.mu.Unlock()
 		return
 	}
@@ -281,13 +303,11 @@ func (l *Lease) renewDue() {
 	case errors.Is(err, ErrLeaseLost) || l.ctx.Err() != nil:
 		return
 	case err != nil:
-		l.c.stats.renewFailures.Add(1)
-		l.c.met.renewFailed()
-		l.c.cfg.logger.Warn("pglease: renewal failed; retrying until the local deadline", "key", l.key, "fence", l.fence, "err", err)
+		l.renewFailed(err)
 	}
 	next := l.c.schedule(l.ttl).Next(err == nil)
 	l.mu.Lock()
-	if !l.stopping && !l.ended {
+	if !l.stopping && !l.ended && !l.inSet {
 		l.renewTimer.Reset(next)
 	}
 	l.mu.Unlock()
@@ -304,26 +324,39 @@ func (l *Lease) renewDue() {
 // transient error it may be called again. It returns by ctx's deadline
 // (plus a few milliseconds), even while an auto-renewal is in flight.
 func (l *Lease) Release(ctx context.Context) error {
+	if done, err := l.stopForRelease(ctx); done || err != nil {
+		return err
+	}
+	released, err := l.releaseRow(ctx)
+	return l.releasedRow(ctx, released, err)
+}
+
+// stopForRelease stops l's renewals and waits out one in flight, so that
+// none races the release, no longer than ctx (a renewal is bounded by the
+// local deadline). done: l was released already, there is nothing to send.
+func (l *Lease) stopForRelease(ctx context.Context) (done bool, err error) {
 	l.mu.Lock()
 	if l.released {
 		l.mu.Unlock()
-		return nil
+		return true, nil
 	}
 	l.stopping = true
 	if l.renewTimer != nil {
 		l.renewTimer.Stop()
 	}
 	l.mu.Unlock()
-	// Wait out an auto-renewal in flight, so it cannot race the release;
-	// no longer than ctx (the renewal is bounded by the local deadline).
 	select {
 	case l.renewing <- struct{}{}:
 		<-l.renewing
+		return false, nil
 	case <-ctx.Done():
-		return fmt.Errorf("pglease: releasing %q: a renewal was still in flight: %w (it expires by itself at its TTL)", l.key, context.Cause(ctx))
+		return false, fmt.Errorf("pglease: releasing %q: a renewal was still in flight: %w (it expires by itself at its TTL)", l.key, context.Cause(ctx))
 	}
+}
 
-	released, err := l.releaseRow(ctx)
+// releasedRow ends l after its release statement answered: released (it
+// was still held), or not (err nil: it had expired or been taken), or err.
+func (l *Lease) releasedRow(ctx context.Context, released bool, err error) error {
 	var taken bool // another owner holds the key (else: it had expired)
 	if err == nil && !released {
 		// The uncommon path: nothing was held. Which way was it lost?

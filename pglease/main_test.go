@@ -15,5 +15,8 @@ func TestMain(m *testing.M) {
 	if os.Getenv(semWorkerEnv) != "" {
 		os.Exit(semWorkerMain())
 	}
+	if os.Getenv(handoffWorkerEnv) != "" {
+		os.Exit(handoffWorkerMain())
+	}
 	pgtest.MainWithURL(m)
 }

@@ -166,6 +166,10 @@ func WithMaxWait(d time.Duration) Option {
 // notification is lost: while the listener is down (it reconnects with
 // backoff), or when a lease ends by expiry, which notifies nobody.
 //
+// With WithFairWaiting, the wake-ups come from the database instead, for
+// every kind of key, whoever releases: only the first waiters that could be
+// granted are woken, each by its owner token (see WithFairWaiting).
+//
 // LISTEN needs a session of its own: connect the pool directly to
 // PostgreSQL, or through a session-pooling proxy. Behind PgBouncer in
 // transaction or statement pooling mode notifications do not arrive, and

@@ -13,24 +13,29 @@ import (
 	"github.com/pgfence/pgfence/internal/pgerr"
 )
 
-// WithFairWaiting makes Acquire wait in a first come, first served queue
-// kept by the database: each waiter takes a place (a ticket from a
-// sequence) on its first attempt, and only the first unexpired place of a
-// key may be granted it, so waiters across processes are granted the lease
-// in the order they started waiting. A waiter that gives up (its context
-// ends, or its maximum wait passes) leaves the queue at once; one that dies
-// leaves it when its place expires, a few seconds after its last attempt
-// (fairPlace). TryAcquire never takes a place, nor looks at the queue: it
-// takes a free key even while others wait, as a caller that cannot wait
-// needs.
+// WithFairWaiting makes every Acquire wait in a first come, first served
+// queue kept by the database, for every kind of key: a mutex lease
+// (Acquire, Do), a semaphore's permit and a shared or the exclusive lease.
+// Each waiter takes a place (a ticket from a sequence) on its first
+// attempt, and only the first unexpired places of a key may be granted, so
+// waiters across processes are granted in the order they started waiting:
+// a semaphore's free permits go to the first waiters in the queue; a shared
+// waiter behind an exclusive one waits for it (writer preference is FIFO
+// order), and consecutive shared waiters are granted together. A waiter
+// that gives up (its context ends, or its maximum wait passes) leaves the
+// queue at once; one that dies leaves it when its place expires, a few
+// seconds after its last attempt (fairPlace). TryAcquire, of any kind,
+// never takes a place, nor looks at the queue: it takes what is free even
+// while others wait, as a caller that cannot wait needs. Key sets wait by
+// backoff.
 //
-// With WithWakeOnRelease too, a release by this client wakes only the first
-// waiter of the key (NOTIFY with that waiter's owner token as the payload),
-// not every waiter; the others keep sleeping their backoff. Default: off;
-// waiters retry with jittered backoff in no particular order.
-//
-// Fair waiting applies to mutex leases (Acquire, Do); semaphores,
-// shared/exclusive leases and key sets wait by backoff.
+// Whoever releases, the database wakes only the first waiters that could
+// be granted (NOTIFY with their owner tokens as the payloads, from a
+// trigger on the release), not every waiter. A waiter hears it with
+// WithWakeOnRelease; the others keep sleeping, and so the statements per
+// hand-off stay the same however many wait. Without WithWakeOnRelease a
+// waiter polls. Default: off; waiters retry with jittered backoff in no
+// particular order.
 func WithFairWaiting() Option {
 	return func(c *config) error { c.fair = true; return nil }
 }
@@ -45,33 +50,66 @@ func (c *Client) fairPlace() time.Duration {
 
 // acquireFair is Acquire with WithFairWaiting.
 func (c *Client) acquireFair(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
+	return c.waitInQueue(ctx, key, false, func(ctx context.Context, token string) (*Lease, error) {
+		return c.tryFair(ctx, key, token, ttl)
+	})
+}
+
+// waitInQueue is the wait of a fair waiter of any kind: every attempt runs
+// under the waiter's owner token, which keeps its place (in the queue of
+// the semaphores' and shared/exclusive keys' namespace when permit). An
+// attempt whose outcome was settled by tombstoning the token (or that
+// failed) loses the place with it, and the next attempt queues afresh under
+// a new token; a waiter that returns without a lease leaves the queue.
+func (c *Client) waitInQueue(ctx context.Context, key string, permit bool, attempt func(ctx context.Context, token string) (*Lease, error)) (*Lease, error) {
 	token := newToken()
-	subscribed := token
-	l, err := c.waitFor(ctx, key, subscribed, func(ctx context.Context) (*Lease, error) {
-		l, err := c.tryFair(ctx, key, token, ttl)
+	l, err := c.waitForPayload(ctx, key, func() string { return token }, func(ctx context.Context) (*Lease, error) {
+		l, err := attempt(ctx, token)
 		if err != nil && !errors.Is(err, ErrNotAcquired) {
-			// An attempt whose outcome was settled by tombstoning the
-			// token (or that failed): the place is gone with it; the
-			// next attempt queues afresh under a new token.
-			c.leaveQueue(ctx, key, token)
+			c.leaveQueue(ctx, key, token, permit)
 			token = newToken()
 		}
 		return l, err
 	})
 	if err != nil {
-		c.leaveQueue(ctx, key, token)
+		c.leaveQueue(ctx, key, token, permit)
 	}
 	return l, err
 }
 
-// leaveQueue removes token's place in key's queue, also when ctx has ended
+// leaveQueue removes token's place in key's queue (of the semaphores' and
+// shared/exclusive keys' namespace when permit), also when ctx has ended
 // (giving up is the usual reason to leave): within a few seconds, best
 // effort; a place left behind expires by itself.
-func (c *Client) leaveQueue(ctx context.Context, key, token string) {
+func (c *Client) leaveQueue(ctx context.Context, key, token string, permit bool) {
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	c.queries(lctx).LeaveQueue(lctx, fencedb.LeaveQueueParams{LockKey: key, OwnerToken: token})
+	q := c.queries(lctx)
+	if permit {
+		q.LeavePermitQueue(lctx, fencedb.LeavePermitQueueParams{LockKey: key, OwnerToken: token})
+		return
+	}
+	q.LeaveQueue(lctx, fencedb.LeaveQueueParams{LockKey: key, OwnerToken: token})
 }
+
+// queuedGrant turns a fair waiter's attempt at a slot into grantSlotAs's
+// answer: a grant, or a refusal with the number of waiters ahead.
+func queuedGrant(key string, g slotGrant, ahead int32, err error) (slotGrant, error) {
+	switch {
+	case err != nil:
+		return g, err
+	case g.Fence > 0:
+		return g, nil
+	case ahead < 0:
+		return g, errAbandonedPlace
+	}
+	return g, &queuedError{key: key, ahead: int(ahead)}
+}
+
+// errAbandonedPlace: the waiter's owner token was tombstoned (its answer was
+// lost on an earlier attempt) while it still waited. Not ErrNotAcquired:
+// the wait goes on under a new token.
+var errAbandonedPlace = errors.New("pglease: the waiter's place was given up; queueing again")
 
 // tryFair is one attempt of a fair waiter under token: granted only when no
 // unexpired place of the key is ahead of token's.
@@ -83,6 +121,8 @@ func (c *Client) tryFair(ctx context.Context, key, token string, ttl time.Durati
 	switch {
 	case err == nil && row.Fence > 0:
 		return c.startLease(key, token, row.Fence, row.ExpiresAt, ttl, sent)
+	case err == nil && row.Ahead < 0:
+		return nil, errAbandonedPlace
 	case err == nil:
 		c.stats.notAcquired.Add(1)
 		return nil, &queuedError{key: key, ahead: int(row.Ahead)}
@@ -113,19 +153,19 @@ func (e *queuedError) Error() string {
 func (e *queuedError) Is(target error) bool { return target == ErrNotAcquired }
 
 // fairRefresh is how often a fair waiter behind others refreshes its place
-// when releases wake the first waiter: a third of the place's life.
+// when it listens for wake-ups: a third of the place's life.
 func (c *Client) fairRefresh() time.Duration { return c.fairPlace() / 3 }
 
 // queuedSleep is the sleep after a failed attempt: backoff, with two
-// exceptions for fair waiters. One behind others, on a client whose
-// releases wake the first waiter, cannot be granted the lease before it is
-// first, and learns that it is from the release of the waiter before it
-// (or, if that one dies, from its next refresh): it only refreshes its
-// place, so the statements per hand-off stay the same however many wait.
-// Without wake-on-release, the first waiter learns of the release only by
-// polling, and the second of its turn coming; their backoff grew while they
-// queued, so they poll near the backoff's minimum instead (two waiters per
-// key do).
+// exceptions for fair waiters. One behind others that listens for wake-ups
+// (WithWakeOnRelease) cannot be granted before the waiters ahead of it, and
+// the database wakes it when it could be (a release, or a waiter ahead
+// leaving the queue; if a wake-up is lost, its next refresh finds out): it
+// only refreshes its place, so the statements per hand-off stay the same
+// however many wait. Without wake-ups, the first waiter learns of a release
+// only by polling, and the second of its turn coming; their backoff grew
+// while they queued, so they poll near the backoff's minimum instead (two
+// waiters per key do).
 func (c *Client) queuedSleep(err error, backoff time.Duration) time.Duration {
 	var q *queuedError
 	switch {

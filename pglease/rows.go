@@ -47,10 +47,8 @@ func (l *Lease) releaseRow(ctx context.Context) (released bool, err error) {
 	switch {
 	case l.row.permit:
 		released, err = q.ReleasePermit(ctx, fencedb.ReleasePermitParams{
-			LockKey: l.key, Slot: l.row.slot, Fence: l.fence, HoldMicros: hold.Microseconds(), Durable: durable})
-	case c.cfg.fair && c.cfg.wakeOnRelease:
-		released, err = q.ReleaseWakeNext(ctx, fencedb.ReleaseWakeNextParams{
-			LockKey: l.key, Fence: l.fence, HoldMicros: hold.Microseconds(), Durable: durable})
+			LockKey: l.key, Slot: l.row.slot, Fence: l.fence, HoldMicros: hold.Microseconds(), Durable: durable,
+			Notify: c.cfg.wakeOnRelease})
 	case hold > 0:
 		released, err = q.ReleaseHeldAtLeast(ctx, fencedb.ReleaseHeldAtLeastParams{
 			LockKey: l.key, Fence: l.fence, HoldMicros: hold.Microseconds(), Durable: durable})

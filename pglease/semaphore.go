@@ -70,12 +70,28 @@ func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*Lease, 
 }
 
 // Acquire takes a permit, waiting as Client.Acquire waits while all are
-// held.
+// held; with WithFairWaiting, in the key's queue.
 func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration) (*Lease, error) {
 	if err := s.c.checkArgs(s.key, ttl); err != nil {
 		return nil, err
 	}
+	if s.c.cfg.fair {
+		return s.c.waitInQueue(ctx, s.key, true, func(ctx context.Context, token string) (*Lease, error) {
+			return s.tryFair(ctx, ttl, token)
+		})
+	}
 	return s.c.waitFor(ctx, s.key, s.key, func(ctx context.Context) (*Lease, error) { return s.try(ctx, ttl) })
+}
+
+// tryFair is one attempt of a fair waiter under token.
+func (s *Semaphore) tryFair(ctx context.Context, ttl time.Duration, token string) (*Lease, error) {
+	row := leaseRow{permit: true, permits: s.permits}
+	return s.c.grantSlotAs(ctx, s.key, ttl, row, token, func(ctx context.Context, q *fencedb.Queries, token string) (slotGrant, error) {
+		r, err := q.AcquirePermitFIFO(ctx, fencedb.AcquirePermitFIFOParams{
+			LockKey: s.key, Permits: int32(s.permits), Owner: s.c.cfg.owner, OwnerToken: token,
+			TtlMicros: ttl.Microseconds(), PlaceMicros: s.c.fairPlace().Microseconds()})
+		return queuedGrant(s.key, slotGrant{Slot: r.Slot, Fence: r.Fence, ExpiresAt: r.ExpiresAt}, r.Ahead, err)
+	})
 }
 
 // Do takes a permit (waiting), runs fn under it as Client.Do does, and
@@ -144,6 +160,9 @@ func (c *Client) grantSlotAs(ctx context.Context, key string, ttl time.Duration,
 	case err == nil:
 		row.slot = g.Slot
 		return c.startRow(key, token, g.Fence, g.ExpiresAt, ttl, sent, row)
+	case isNotAcquired(err), errors.Is(err, errAbandonedPlace): // a fair waiter's refusal
+		c.stats.notAcquired.Add(1)
+		return nil, err
 	case isNoRows(err):
 		c.stats.notAcquired.Add(1)
 		return nil, notAcquired(key)

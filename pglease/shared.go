@@ -38,10 +38,14 @@ func (c *Client) TryAcquireShared(ctx context.Context, key string, ttl time.Dura
 }
 
 // AcquireShared takes a shared lease, waiting as Acquire waits while an
-// exclusive lease is held or waited for.
+// exclusive lease is held or waited for; with WithFairWaiting, in the key's
+// queue.
 func (c *Client) AcquireShared(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
 	if err := c.checkArgs(key, ttl); err != nil {
 		return nil, err
+	}
+	if c.cfg.fair {
+		return c.acquireSharedFair(ctx, key, ttl, false)
 	}
 	return c.waitFor(ctx, key, key, func(ctx context.Context) (*Lease, error) { return c.tryShared(ctx, key, ttl, false, 0) })
 }
@@ -55,10 +59,14 @@ func (c *Client) TryAcquireExclusive(ctx context.Context, key string, ttl time.D
 
 // AcquireExclusive takes the exclusive lease, waiting as Acquire waits until
 // no lease of the key is held. While it waits, no new shared lease is
-// granted; when it returns without a lease, it gives its place up.
+// granted; when it returns without a lease, it gives its place up. With
+// WithFairWaiting it waits in the key's queue.
 func (c *Client) AcquireExclusive(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
 	if err := c.checkArgs(key, ttl); err != nil {
 		return nil, err
+	}
+	if c.cfg.fair {
+		return c.acquireSharedFair(ctx, key, ttl, true)
 	}
 	var token string // one owner token for every attempt: the waiter's place
 	l, err := c.waitFor(ctx, key, key, func(ctx context.Context) (*Lease, error) {
@@ -111,4 +119,18 @@ func (c *Client) sharedAttempt(ctx context.Context, key string, ttl time.Duratio
 		used = "" // settled (tombstoned) or failed: the next attempt starts afresh
 	}
 	return l, used, err
+}
+
+// acquireSharedFair is AcquireShared or AcquireExclusive with
+// WithFairWaiting.
+func (c *Client) acquireSharedFair(ctx context.Context, key string, ttl time.Duration, exclusive bool) (*Lease, error) {
+	row := leaseRow{permit: true, shared: !exclusive, exclusive: exclusive}
+	return c.waitInQueue(ctx, key, true, func(ctx context.Context, token string) (*Lease, error) {
+		return c.grantSlotAs(ctx, key, ttl, row, token, func(ctx context.Context, q *fencedb.Queries, token string) (slotGrant, error) {
+			r, err := q.AcquireSharedFIFO(ctx, fencedb.AcquireSharedFIFOParams{
+				LockKey: key, Exclusive: exclusive, Owner: c.cfg.owner, OwnerToken: token,
+				TtlMicros: ttl.Microseconds(), PlaceMicros: c.fairPlace().Microseconds()})
+			return queuedGrant(key, slotGrant{Slot: r.Slot, Fence: r.Fence, ExpiresAt: r.ExpiresAt}, r.Ahead, err)
+		})
+	})
 }

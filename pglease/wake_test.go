@@ -388,3 +388,49 @@ func BenchmarkWakeLatency(b *testing.B) {
 		})
 	}
 }
+
+// Waiters that do not queue are woken too for a semaphore and a
+// shared/exclusive key, by a release from a client with WithWakeOnRelease:
+// each is granted within 150 ms of the release although its backoff is 5 to
+// 10 s.
+func TestWakeOnReleasePermits(t *testing.T) {
+	ctx := context.Background()
+	holder := newClient(t, pgtest.Pool(t), pglease.WithWakeOnRelease())
+	waiter := newClient(t, pgtest.Pool(t), pglease.WithWakeOnRelease(), pglease.WithBackoff(5*time.Second, 10*time.Second))
+	key := uniqueKey(t)
+	semH, semW := semaphore(t, holder, key+"-sem", 1), semaphore(t, waiter, key+"-sem", 1)
+	for _, kind := range []struct {
+		name       string
+		hold, wait func() (*pglease.Lease, error)
+	}{
+		{"semaphore", func() (*pglease.Lease, error) { return semH.TryAcquire(ctx, 10*time.Second) },
+			func() (*pglease.Lease, error) { return semW.Acquire(ctx, 10*time.Second) }},
+		{"exclusive", func() (*pglease.Lease, error) { return holder.TryAcquireShared(ctx, key+"-rw", 10*time.Second) },
+			func() (*pglease.Lease, error) { return waiter.AcquireExclusive(ctx, key+"-rw", 10*time.Second) }},
+	} {
+		t.Run(kind.name, func(t *testing.T) {
+			h, err := kind.hold()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan time.Time, 1)
+			go func() {
+				l, err := kind.wait()
+				got <- time.Now()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				l.Release(ctx)
+			}()
+			time.Sleep(300 * time.Millisecond) // the waiter's first attempt failed; it sleeps its backoff
+			released := time.Now()
+			if err := h.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if d := (<-got).Sub(released); d > 150*time.Millisecond {
+				t.Fatalf("granted %v after the release: not woken", d)
+			}
+		})
+	}
+}

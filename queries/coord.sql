@@ -37,7 +37,9 @@ RETURNING expires_at;
 -- fence, so that a newer holder's is never touched. With a minimum hold, it
 -- stays held until its grant time plus hold_micros by the database clock,
 -- if that is later than now. Asynchronous commit unless durable, as the
--- mutex's Release.
+-- mutex's Release. With notify, the key is sent as NOTIFY
+-- pgfence_lease_released's payload, as ReleaseNotify does, for waiters
+-- that do not queue (the fair ones are woken by the release's trigger).
 UPDATE /* TEMPLATE: schema */pgfence_permits
    SET expires_at = GREATEST(now(), acquired_at + sqlc.arg(hold_micros)::bigint * interval '1 microsecond')
  WHERE lock_key = sqlc.arg(lock_key)
@@ -46,7 +48,8 @@ UPDATE /* TEMPLATE: schema */pgfence_permits
    AND expires_at > now()
    AND CASE WHEN sqlc.arg(durable)::boolean THEN /* TEMPLATE: schema */pgfence_commit_durably()
             ELSE set_config('synchronous_commit', 'off', true) = 'off' END
-RETURNING true AS released;
+RETURNING CASE WHEN sqlc.arg(notify)::boolean THEN pg_notify('pgfence_lease_released', lock_key) IS NOT NULL
+               ELSE true END AS released;
 
 -- name: PermitFence :one
 -- The fence a permit slot's row carries now, held or not (after a release
@@ -91,7 +94,8 @@ RETURNING true AS released;
 -- Every unexpired permit and shared/exclusive lease, by key and slot, with
 -- the number of permits its key's holders agreed on (0: shared/exclusive).
 SELECT p.lock_key, s.permits, p.slot, p.exclusive, p.owner, p.fence, p.acquired_at, p.expires_at,
-       (extract(epoch FROM GREATEST(p.expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros
+       (extract(epoch FROM GREATEST(p.expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros,
+       now()::timestamptz AS db_now
   FROM /* TEMPLATE: schema */pgfence_permits AS p
   JOIN /* TEMPLATE: schema */pgfence_semaphores AS s USING (lock_key)
  WHERE p.expires_at > now()
@@ -109,7 +113,8 @@ SELECT lock_key, count(*)::bigint AS waiting
 -- Per semaphore or shared/exclusive key with a holder or a waiter now (by
 -- the database clock), at most row_limit keys in key order: its number of
 -- permits (0: shared/exclusive), the unexpired permits or shared leases, the
--- exclusive lease (0 or 1) and the exclusive waiters.
+-- exclusive lease (0 or 1) and the exclusive waiters (the fair waiters are
+-- WatchWaiters').
 SELECT s.lock_key, s.permits,
        (SELECT count(*) FROM /* TEMPLATE: schema */pgfence_permits AS p
          WHERE p.lock_key = s.lock_key AND p.expires_at > now() AND NOT p.exclusive)::bigint AS in_use,
@@ -136,29 +141,135 @@ SELECT coalesce(r.fence, 0)::bigint AS fence, coalesce(r.expires_at, now())::tim
 -- A fair waiter that gives up (or was granted another way) leaves the queue.
 DELETE FROM /* TEMPLATE: schema */pgfence_waiters WHERE lock_key = sqlc.arg(lock_key) AND owner_token = sqlc.arg(owner_token);
 
--- name: ReleaseWakeNext :one
--- Release of a mutex lease (with an optional minimum hold, as
--- ReleaseHeldAtLeast) that wakes only the first fair waiter of the key: it
--- sends NOTIFY pgfence_lease_released with that waiter's owner token as the
--- payload, delivered when the release commits. No waiter: no notification.
+-- name: ListWaiters :many
+-- The fair waiters whose place has not expired, by key and in queue order:
+-- kind is 'lease' for a mutex lease's waiter, 'permit' for a semaphore's,
+-- 'shared' or 'exclusive' for a shared/exclusive key's (the mutex leases
+-- and the other kinds are separate namespaces, so one key may have both).
+SELECT q.kind, q.lock_key, q.owner, q.ticket,
+       (row_number() OVER (PARTITION BY q.kind = 'lease', q.lock_key ORDER BY q.ticket) - 1)::bigint AS position,
+       (extract(epoch FROM GREATEST(q.expires_at - now(), interval '0')) * 1000000)::bigint AS place_micros,
+       q.expires_at, now()::timestamptz AS db_now
+  FROM (SELECT 'lease'::text AS kind, w.lock_key, w.owner, w.ticket, w.expires_at
+          FROM /* TEMPLATE: schema */pgfence_waiters AS w
+         WHERE w.expires_at > now()
+        UNION ALL
+        SELECT CASE WHEN s.permits > 0 THEN 'permit' WHEN w.exclusive THEN 'exclusive' ELSE 'shared' END,
+               w.lock_key, w.owner, w.ticket, w.expires_at
+          FROM /* TEMPLATE: schema */pgfence_permit_waiters AS w
+          JOIN /* TEMPLATE: schema */pgfence_semaphores AS s ON s.lock_key = w.lock_key
+         WHERE w.expires_at > now()) AS q
+ ORDER BY q.lock_key, q.kind = 'lease' DESC, q.ticket;
+
+-- name: AcquirePermitFIFO :one
+-- One attempt of a fair waiter for a permit (pgfence_acquire_permit_fifo in
+-- migration 000011): slot and fence when granted, else fence 0 and the
+-- number of waiters ahead (-1: the owner token was abandoned).
+SELECT coalesce(r.slot, 0)::integer AS slot, coalesce(r.fence, 0)::bigint AS fence,
+       coalesce(r.expires_at, now())::timestamptz AS expires_at, coalesce(r.ahead, -1)::integer AS ahead
+  FROM /* TEMPLATE: schema */pgfence_acquire_permit_fifo(sqlc.arg(lock_key)::text, sqlc.arg(permits)::integer,
+       sqlc.arg(owner)::text, sqlc.arg(owner_token)::text, sqlc.arg(ttl_micros)::bigint,
+       sqlc.arg(place_micros)::bigint) AS r;
+
+-- name: AcquireSharedFIFO :one
+-- One attempt of a fair waiter for a shared or the exclusive lease
+-- (pgfence_acquire_shared_fifo), answered as AcquirePermitFIFO.
+SELECT coalesce(r.slot, 0)::integer AS slot, coalesce(r.fence, 0)::bigint AS fence,
+       coalesce(r.expires_at, now())::timestamptz AS expires_at, coalesce(r.ahead, -1)::integer AS ahead
+  FROM /* TEMPLATE: schema */pgfence_acquire_shared_fifo(sqlc.arg(lock_key)::text, sqlc.arg(exclusive)::boolean,
+       sqlc.arg(owner)::text, sqlc.arg(owner_token)::text, sqlc.arg(ttl_micros)::bigint,
+       sqlc.arg(place_micros)::bigint) AS r;
+
+-- name: LeavePermitQueue :exec
+-- A fair waiter of a semaphore or shared/exclusive key that gives up leaves
+-- the queue, and the exclusive waiters.
+WITH x AS (
+  DELETE FROM /* TEMPLATE: schema */pgfence_exclusive_waiters AS x
+   WHERE x.lock_key = sqlc.arg(lock_key)::text AND x.owner_token = sqlc.arg(owner_token)::text
+)
+DELETE FROM /* TEMPLATE: schema */pgfence_permit_waiters AS w
+ WHERE w.lock_key = sqlc.arg(lock_key)::text AND w.owner_token = sqlc.arg(owner_token)::text;
+
+-- name: ReleaseKeySet :many
+-- Release of a key set's mutex leases in one statement, each matched on its
+-- key and fence, each with its minimum hold (as ReleaseHeldAtLeast; 0 for
+-- none): the keys it released; a key not returned was not held any more.
+-- With notify, each released key is sent as NOTIFY pgfence_lease_released's
+-- payload, as ReleaseNotify does. The rows are locked in key order first, as
+-- pgfence_acquire_set takes them, so that a release and an acquisition of
+-- overlapping sets never deadlock.
+WITH k AS (
+  SELECT unnest(sqlc.arg(lock_keys)::text[]) AS lock_key, unnest(sqlc.arg(fences)::bigint[]) AS fence,
+         unnest(sqlc.arg(hold_micros)::bigint[]) AS hold_micros
+), locked AS (
+  SELECT r.lock_key FROM /* TEMPLATE: schema */lock_leases AS r
+   WHERE r.lock_key IN (SELECT k.lock_key FROM k)
+   ORDER BY r.lock_key
+     FOR UPDATE
+)
 UPDATE /* TEMPLATE: schema */lock_leases AS l
-   SET expires_at = GREATEST(now(), l.acquired_at + sqlc.arg(hold_micros)::bigint * interval '1 microsecond'),
+   SET expires_at = GREATEST(now(), l.acquired_at + k.hold_micros * interval '1 microsecond'),
        released_at = now()
- WHERE l.lock_key = sqlc.arg(lock_key)
-   AND l.fence = sqlc.arg(fence)
+  FROM k
+ WHERE l.lock_key = k.lock_key
+   AND l.lock_key IN (SELECT locked.lock_key FROM locked)
+   AND l.fence = k.fence
    AND l.expires_at > now()
    AND CASE WHEN sqlc.arg(durable)::boolean THEN /* TEMPLATE: schema */pgfence_commit_durably()
             ELSE set_config('synchronous_commit', 'off', true) = 'off' END
-RETURNING (SELECT count(pg_notify('pgfence_lease_released', h.owner_token))
-             FROM (SELECT w.owner_token FROM /* TEMPLATE: schema */pgfence_waiters AS w
-                    WHERE w.lock_key = l.lock_key AND w.expires_at > now()
-                    ORDER BY w.ticket LIMIT 1) AS h) >= 0 AS released;
+RETURNING CASE WHEN sqlc.arg(notify)::boolean
+               THEN (SELECT l.lock_key FROM (SELECT pg_notify('pgfence_lease_released', l.lock_key)) AS n)
+               ELSE l.lock_key END::text AS lock_key;
 
--- name: ListWaiters :many
--- The fair waiters whose place has not expired, by key and in queue order.
-SELECT lock_key, owner, ticket,
-       (row_number() OVER (PARTITION BY lock_key ORDER BY ticket) - 1)::bigint AS position,
-       (extract(epoch FROM GREATEST(expires_at - now(), interval '0')) * 1000000)::bigint AS place_micros
-  FROM /* TEMPLATE: schema */pgfence_waiters
- WHERE expires_at > now()
- ORDER BY lock_key, ticket;
+-- name: RenewKeySet :many
+-- Renewal of a key set's mutex leases in one statement, each matched on its
+-- key and fence and only while unexpired (never resurrects one): the keys
+-- renewed, with their new expiry. It commits durably. Rows are locked in
+-- key order first, as ReleaseKeySet explains.
+WITH k AS (
+  SELECT unnest(sqlc.arg(lock_keys)::text[]) AS lock_key, unnest(sqlc.arg(fences)::bigint[]) AS fence
+), locked AS (
+  SELECT r.lock_key FROM /* TEMPLATE: schema */lock_leases AS r
+   WHERE r.lock_key IN (SELECT k.lock_key FROM k)
+   ORDER BY r.lock_key
+     FOR UPDATE
+)
+UPDATE /* TEMPLATE: schema */lock_leases AS l
+   SET expires_at = now() + sqlc.arg(ttl_micros)::bigint * interval '1 microsecond'
+  FROM k
+ WHERE l.lock_key = k.lock_key
+   AND l.lock_key IN (SELECT locked.lock_key FROM locked)
+   AND l.fence = k.fence
+   AND l.expires_at > now()
+   AND /* TEMPLATE: schema */pgfence_commit_durably()
+RETURNING l.lock_key, l.expires_at;
+
+-- name: WatchPermitHolders :many
+-- The unexpired permits and shared/exclusive leases, by key and slot, at
+-- most row_limit of them, for the live page.
+SELECT p.lock_key, p.slot, p.exclusive, p.owner, p.fence,
+       (extract(epoch FROM GREATEST(p.expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros
+  FROM /* TEMPLATE: schema */pgfence_permits AS p
+ WHERE p.expires_at > now()
+ ORDER BY p.lock_key, p.slot
+ LIMIT sqlc.arg(row_limit);
+
+-- name: WatchWaiters :many
+-- The fair waiters of every kind whose place has not expired, by key and in
+-- queue order (as ListWaiters), at most row_limit of them, and the depth of
+-- each key's queue.
+SELECT q.kind, q.lock_key, q.owner,
+       (row_number() OVER (PARTITION BY q.kind = 'lease', q.lock_key ORDER BY q.ticket) - 1)::bigint AS position,
+       (count(*) OVER (PARTITION BY q.kind = 'lease', q.lock_key))::bigint AS depth,
+       (extract(epoch FROM GREATEST(q.expires_at - now(), interval '0')) * 1000000)::bigint AS place_micros
+  FROM (SELECT 'lease'::text AS kind, w.lock_key, w.owner, w.ticket, w.expires_at
+          FROM /* TEMPLATE: schema */pgfence_waiters AS w
+         WHERE w.expires_at > now()
+        UNION ALL
+        SELECT CASE WHEN s.permits > 0 THEN 'permit' WHEN w.exclusive THEN 'exclusive' ELSE 'shared' END,
+               w.lock_key, w.owner, w.ticket, w.expires_at
+          FROM /* TEMPLATE: schema */pgfence_permit_waiters AS w
+          JOIN /* TEMPLATE: schema */pgfence_semaphores AS s ON s.lock_key = w.lock_key
+         WHERE w.expires_at > now()) AS q
+ ORDER BY q.lock_key, q.kind = 'lease' DESC, q.ticket
+ LIMIT sqlc.arg(row_limit);

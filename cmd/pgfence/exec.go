@@ -61,9 +61,12 @@ get --grace too, then SIGKILL; the lease is held until they are gone. Work
 the command already sent may still land: only the fence checked at the
 resource stops it.
 
-With --wait, waiters of one key (mutex leases) run in the order they started
-waiting: each takes a place in a queue kept by the database, and gives it up
-when it stops waiting.
+With --wait, waiters of one key run in the order they started waiting, for
+every kind (a mutex lease, --permits, --shared and --exclusive): each takes a
+place in a queue kept by the database, and gives it up when it stops
+waiting. A release wakes the first waiters at once (a --shared waiter behind
+an --exclusive one waits for it; --shared waiters next to each other run
+together).
 
 --permits N takes one of N permits of KEY (at most N holders at once, each
 with its own fence; PGFENCE_SLOT is the permit's slot, 0 to N-1); --shared
@@ -247,8 +250,9 @@ func (a *app) newLeaseClient(pool *pgxpool.Pool, o execOpts) (*pglease.Client, e
 		opts = append(opts, pglease.WithRenewInterval(o.renew))
 	}
 	if o.wait > 0 {
-		// Waiters of one key are granted it in the order they came.
-		opts = append(opts, pglease.WithMaxWait(o.wait), pglease.WithFairWaiting())
+		// Waiters of one key are granted it in the order they came, woken
+		// by the database when their turn comes.
+		opts = append(opts, pglease.WithMaxWait(o.wait), pglease.WithFairWaiting(), pglease.WithWakeOnRelease())
 	}
 	return pglease.New(pool, opts...)
 }

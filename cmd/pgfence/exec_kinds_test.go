@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -171,6 +173,77 @@ func TestExecWaitIsFIFO(t *testing.T) {
 	}
 }
 
+// A semaphore of 2 permits, one held for 8 s and one for 2.5 s, while five
+// exec --permits 2 --wait start 300 ms apart: they run one after another
+// on the freed permit, in the order they started, 1 2 3 4 5.
+func TestExecPermitsWaitIsFIFO(t *testing.T) {
+	t.Parallel()
+	key := randomName("fifo-sem:")
+	log := filepath.Join(t.TempDir(), "log")
+	started := filepath.Join(t.TempDir(), "started")
+	env := []string{"STARTED=" + started}
+	long, _ := startExec(t, env, "exec", "--database-url", pgtest.URL(), "--key", key, "--permits", "2", "--", "sh", "-c", `touch "$STARTED.long"; sleep 8`)
+	holder, _ := startExec(t, env, "exec", "--database-url", pgtest.URL(), "--key", key, "--permits", "2", "--", "sh", "-c", `touch "$STARTED"; sleep 2.5`)
+	waitFor(t, "the holders", func() bool {
+		_, err := os.Stat(started)
+		_, err2 := os.Stat(started + ".long")
+		return err == nil && err2 == nil
+	})
+	var wg sync.WaitGroup
+	for i := 1; i <= 5; i++ {
+		wg.Go(func() {
+			r := pgfence(t, []string{"LOG=" + log}, "exec", "--database-url", pgtest.URL(), "--key", key, "--permits", "2", "--wait", "30s", "--",
+				"sh", "-c", `echo `+strconv.Itoa(i)+` >> "$LOG"; sleep 0.2`)
+			if r.code != 0 {
+				t.Errorf("waiter %d: %s", i, r)
+			}
+		})
+		time.Sleep(300 * time.Millisecond)
+	}
+	wg.Wait()
+	waitExit(t, holder)
+	waitExit(t, long)
+	data, _ := os.ReadFile(log)
+	if got := strings.Fields(string(data)); strings.Join(got, " ") != "1 2 3 4 5" {
+		t.Fatalf("ran in the order %v, want 1 2 3 4 5", got)
+	}
+}
+
+// An --exclusive holder for 2.5 s while exec --wait start 300 ms apart as
+// shared 1, shared 2, exclusive 3, shared 4: 1 and 2 run together, 3 after
+// both ended, 4 (though shared) only after 3.
+func TestExecSharedExclusiveWaitIsFIFO(t *testing.T) {
+	t.Parallel()
+	key := randomName("fifo-rw:")
+	log := filepath.Join(t.TempDir(), "log")
+	started := filepath.Join(t.TempDir(), "started")
+	holder, _ := startExec(t, []string{"STARTED=" + started}, "exec", "--database-url", pgtest.URL(), "--key", key, "--exclusive", "--",
+		"sh", "-c", `touch "$STARTED"; sleep 2.5`)
+	waitFor(t, "the holder", func() bool { _, err := os.Stat(started); return err == nil })
+	var wg sync.WaitGroup
+	for i, kind := range []string{"--shared", "--shared", "--exclusive", "--shared"} {
+		wg.Go(func() {
+			n := strconv.Itoa(i + 1)
+			r := pgfence(t, []string{"LOG=" + log}, "exec", "--database-url", pgtest.URL(), "--key", key, kind, "--wait", "30s", "--",
+				"sh", "-c", `echo +`+n+` >> "$LOG"; sleep 0.5; echo -`+n+` >> "$LOG"`)
+			if r.code != 0 {
+				t.Errorf("waiter %s: %s", n, r)
+			}
+		})
+		time.Sleep(300 * time.Millisecond)
+	}
+	wg.Wait()
+	waitExit(t, holder)
+	data, _ := os.ReadFile(log)
+	got := strings.Join(strings.Fields(string(data)), " ")
+	for _, want := range []string{"+1 +2 -1 -2 +3 -3 +4 -4", "+1 +2 -2 -1 +3 -3 +4 -4", "+2 +1 -1 -2 +3 -3 +4 -4", "+2 +1 -2 -1 +3 -3 +4 -4"} {
+		if got == want {
+			return
+		}
+	}
+	t.Fatalf("ran as %s, want 1 and 2 together, then 3, then 4", got)
+}
+
 // pgfence list shows the permits held per semaphore key, the shared
 // holders, and the fair waiters of a mutex key in queue order; show KEY
 // the same for one key.
@@ -188,16 +261,17 @@ func TestListShowsKinds(t *testing.T) {
 	startExec(t, nil, "exec", "--database-url", db, "--key", p+"m", "--wait", "20s", "--owner", "first", "--", "true")
 	time.Sleep(300 * time.Millisecond)
 	startExec(t, nil, "exec", "--database-url", db, "--key", p+"m", "--wait", "20s", "--owner", "second", "--", "true")
+	startExec(t, nil, "exec", "--database-url", db, "--key", p+"rw", "--exclusive", "--wait", "20s", "--owner", "writer", "--", "true")
 	var out string
-	waitFor(t, "both waiters listed", func() bool {
+	waitFor(t, "the waiters listed", func() bool {
 		out = pgfence(t, nil, "list", "--database-url", db).stdout
-		return strings.Contains(out, "second")
+		return strings.Contains(out, "second") && strings.Contains(out, "writer")
 	})
 	var lines []string
 	for _, l := range strings.Split(out, "\n") {
 		lines = append(lines, strings.Join(strings.Fields(l), " "))
 	}
-	for _, want := range []string{p + "dev permit of 2 0 ", p + "rw shared 0 ", p + "m first 0 ", p + "m second 1 "} {
+	for _, want := range []string{p + "dev permit of 2 0 ", p + "rw shared 0 ", p + "m first 0 lease ", p + "m second 1 lease ", p + "rw writer 0 exclusive "} {
 		found := false
 		for _, l := range lines {
 			found = found || strings.HasPrefix(l, want)
@@ -208,5 +282,36 @@ func TestListShowsKinds(t *testing.T) {
 	}
 	if r := pgfence(t, nil, "show", "--database-url", db, p+"dev"); r.code != 0 || !strings.Contains(r.stdout, "permit of 2") {
 		t.Errorf("show of a semaphore key: %s", r)
+	}
+
+	// list --json has the same, one entry each.
+	r := pgfence(t, nil, "list", "--json", "--database-url", db)
+	var entries []leaseJSON
+	if err := json.Unmarshal([]byte(r.stdout), &entries); err != nil {
+		t.Fatalf("list --json: %v\n%s", err, r.stdout)
+	}
+	got := map[string]bool{}
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Key, p) {
+			continue
+		}
+		desc := fmt.Sprintf("%s %s held=%v waiting=%v", strings.TrimPrefix(e.Key, p), e.Kind, e.Held, e.Waiting)
+		if e.Permits != nil {
+			desc += fmt.Sprintf(" permits=%d", *e.Permits)
+		}
+		if e.Slot != nil {
+			desc += fmt.Sprintf(" slot=%d", *e.Slot)
+		}
+		if e.Position != nil {
+			desc += fmt.Sprintf(" position=%d owner=%s", *e.Position, e.Owner)
+		}
+		got[desc] = true
+	}
+	for _, want := range []string{"dev permit held=true waiting=false permits=2 slot=0", "rw shared held=true waiting=false slot=0",
+		"m lease held=true waiting=false", "m lease held=false waiting=true position=0 owner=first",
+		"m lease held=false waiting=true position=1 owner=second", "rw exclusive held=false waiting=true position=0 owner=writer"} {
+		if !got[want] {
+			t.Errorf("list --json lacks %q; has %v", want, got)
+		}
 	}
 }

@@ -17,9 +17,14 @@ const listUsage = `Usage: pgfence list [--json] [--held]
 Lists every lease row: key, owner, fence, and its state by the database's
 clock (never this machine's): held (and the time left), released by its
 holder, or expired (its holder stopped renewing: gone, stalled or cut off).
-In text, then the held permits of semaphores and the shared/exclusive leases
-by key and slot, and the waiters: fair (--wait) waiters in queue order, and
-exclusive waiters.
+Then the held permits of semaphores and the shared/exclusive leases by key
+and slot, and the waiters: fair (--wait) waiters of every kind in queue
+order, and exclusive waiters. With --json, one array: each entry has a kind
+("lease", "permit", "shared" or "exclusive"); a permit's has its slot (and
+permits, the semaphore's number), a shared or exclusive lease's its slot; a
+fair waiter's has "waiting": true and its position in the key's queue (0
+first), with remaining_seconds the time its place lasts. --held leaves the
+waiters out.
 `
 
 const showUsage = `Usage: pgfence show [--json] KEY
@@ -30,15 +35,23 @@ release times. Exits 1 if the key has
 no lease row.
 `
 
-// leaseJSON is one lease in list --json and show --json output.
+// leaseJSON is one lease in list --json and show --json output, or in list
+// --json a permit or a fair waiter (kindsJSON).
 type leaseJSON struct {
-	Key              string     `json:"key"`
+	Key string `json:"key"`
+	// Kind is "lease" (a mutex lease), "permit" (of a semaphore of Permits
+	// permits), "shared" or "exclusive"; a waiter's is its queue's.
+	Kind             string     `json:"kind"`
 	Owner            string     `json:"owner"`
 	Fence            int64      `json:"fence"`
 	Held             bool       `json:"held"`
 	Released         bool       `json:"released"`
+	Permits          *int       `json:"permits,omitempty"`
+	Slot             *int       `json:"slot,omitempty"`
+	Waiting          bool       `json:"waiting,omitempty"`
+	Position         *int       `json:"position,omitempty"` // a waiter's place in its key's queue, 0 first
 	RemainingSeconds float64    `json:"remaining_seconds"`
-	AcquiredAt       time.Time  `json:"acquired_at"`
+	AcquiredAt       *time.Time `json:"acquired_at,omitempty"`
 	ExpiresAt        time.Time  `json:"expires_at"`
 	ReleasedAt       *time.Time `json:"released_at,omitempty"`
 	DBNow            time.Time  `json:"db_now"`
@@ -47,9 +60,10 @@ type leaseJSON struct {
 // toJSON is one lease row as the output shows it. released is when the
 // holder released it (nil: held, or ran out).
 func toJSON(key, owner string, fence int64, held bool, remainingMicros int64, acquired, expires time.Time, released *time.Time, now time.Time) leaseJSON {
-	l := leaseJSON{Key: key, Owner: owner, Fence: fence, Held: held,
+	acquired = acquired.UTC()
+	l := leaseJSON{Key: key, Kind: "lease", Owner: owner, Fence: fence, Held: held,
 		RemainingSeconds: float64(remainingMicros) / 1e6,
-		AcquiredAt:       acquired.UTC(), ExpiresAt: expires.UTC(), DBNow: now.UTC()}
+		AcquiredAt:       &acquired, ExpiresAt: expires.UTC(), DBNow: now.UTC()}
 	if released != nil && !held {
 		at := released.UTC()
 		l.Released, l.ReleasedAt = true, &at
@@ -106,9 +120,13 @@ func (a *app) cmdList(ctx context.Context, args []string) error {
 		out = append(out, toJSON(r.LockKey, r.Owner, r.Fence, r.Held, r.RemainingMicros, r.AcquiredAt, r.ExpiresAt, r.ReleasedAt, r.DbNow))
 	}
 	if asJSON {
+		k, err := a.readKinds(ctx, pool)
+		if err != nil {
+			return dbError(where, err)
+		}
 		enc := json.NewEncoder(a.stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		return enc.Encode(append(out, kindsJSON(k, heldOnly)...))
 	}
 	if len(out) == 0 {
 		fmt.Fprintln(a.stdout, noLeases(heldOnly, len(rows)))

@@ -17,7 +17,8 @@ const serveUsage = `Usage: pgfence serve [--listen 127.0.0.1:9187] [--allow-remo
 
 Serves, read-only (GET and HEAD; other methods get 405):
   /            a live page: leases (holder, fence, time left by the database
-               clock), job queues (counts by state, oldest runnable job), and
+               clock), semaphores and shared/exclusive keys (permits held,
+               holders by slot), fair waiters in queue order, job queues (counts by state, oldest runnable job), and
                stale writes refused by the fencing trigger; it updates itself
                every second without reloading
   /api/state   the same as JSON
@@ -26,6 +27,8 @@ Serves, read-only (GET and HEAD; other methods get 405):
                pgfence_lease_fence{key,owner} (at most --limit keys),
                pgfence_jobs{queue,state},
                pgfence_jobs_oldest_runnable_age_seconds{queue},
+               pgfence_permits_in_use{key,kind}, pgfence_permits{key},
+               pgfence_exclusive_waiters{key}, pgfence_queue_waiters{key,kind},
                pgfence_stale_refusals_total (absent where the database has no
                pgfence_stale_refusals sequence), pgfence_serve_database_up,
                pgfence_serve_snapshot_age_seconds
@@ -136,7 +139,7 @@ func checkServeFlags(listen string, allowRemote bool, interval, soon, healthTime
 	}
 	switch {
 	case interval < 100*time.Millisecond:
-		return fail(exitUsage, "pgfence serve: --interval %v is too short: give at least 100ms (every read runs five queries)", interval)
+		return fail(exitUsage, "pgfence serve: --interval %v is too short: give at least 100ms (every read runs eight queries)", interval)
 	case soon <= 0:
 		return fail(exitUsage, "pgfence serve: --soon must be positive, e.g. 5s")
 	case healthTimeout <= 0:

@@ -139,6 +139,48 @@ func TestServePageInBrowser(t *testing.T) {
 		waitPage(t, "the lease gone", func(row string) bool { return row == "" })
 	})
 
+	pgtest.Step(t, "a semaphore's holders and a fair waiter show", func(t *testing.T) {
+		sem, err := c.Semaphore("serve/page-sem", 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := sem.TryAcquire(ctx, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Release(ctx)
+		h, err := c.TryAcquire(ctx, "serve/page-key", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Release(ctx)
+		fc, err := pglease.New(pool, pglease.WithOwner("page-waiter"), pglease.WithFairWaiting())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fc.Close()
+		wctx, stop := context.WithCancel(ctx)
+		waited := make(chan struct{})
+		go func() { defer close(waited); fc.Acquire(wctx, "serve/page-key", time.Minute) }()
+		defer func() { stop(); <-waited }()
+		want := fmt.Sprintf("serve/page-sem|1 of 2|0: page-holder, %d#serve/page-key|lease|0|page-waiter", p.Fence())
+		eventually(t, "the page shows the permit and the waiter", func() string {
+			got, err := chromedp.Run(browser, chromedp.Evaluate[string](`(() => {
+  const p = [...document.querySelectorAll("#permits tr")].find((tr) => tr.dataset.key === "serve/page-sem");
+  const w = [...document.querySelectorAll("#waiters tr")].find((tr) => tr.dataset.key === "serve/page-key");
+  return (p ? [p.querySelector(".key").textContent, p.querySelector(".held").textContent, p.querySelector(".holders").textContent].join("|") : "") + "#" +
+    (w ? [w.querySelector(".key").textContent, w.querySelector(".kind").textContent, w.querySelector(".position").textContent, w.querySelector(".owner").textContent].join("|") : "");
+})()`))
+			if err != nil {
+				return err.Error()
+			}
+			if got != want {
+				return fmt.Sprintf("page shows %q, want %q", got, want)
+			}
+			return ""
+		})
+	})
+
 	pgtest.Step(t, "the page updated itself without reloading", func(t *testing.T) {
 		loadedAtAfter, err := chromedp.Run(browser, chromedp.Evaluate[float64](`window.pgfenceLoadedAt`))
 		if err != nil {

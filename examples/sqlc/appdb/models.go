@@ -81,6 +81,15 @@ type PgfencePermit struct {
 	ExpiresAt  pgtype.Timestamptz
 }
 
+type PgfencePermitWaiter struct {
+	LockKey    string
+	OwnerToken string
+	Owner      string
+	Exclusive  bool
+	Ticket     int64
+	ExpiresAt  pgtype.Timestamptz
+}
+
 type PgfenceSemaphore struct {
 	LockKey string
 	Permits int32

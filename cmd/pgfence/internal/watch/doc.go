@@ -37,12 +37,15 @@
 //	                                              (exclusive, 0 or 1) of a key
 //	pgfence_permits{key}                  gauge   the number of permits of a held semaphore key
 //	pgfence_exclusive_waiters{key}        gauge   exclusive waiters of a shared/exclusive key
+//	pgfence_queue_waiters{key,kind}       gauge   fair waiters in a key's queue (kind lease, permit,
+//	                                              shared or exclusive: the queue's)
 //
 // Cardinality is bounded: pgfence_lease_fence carries at most --limit
 // (default 100) keys, the first held keys in key order (a stable set from
 // one scrape to the next; compare with pgfence_leases_held to see whether
 // keys were left out), and pgfence_jobs and the oldest-runnable age at
-// most --limit queues, and the permit families at most --limit keys. A fence is exported as a float64, exact below 2^53
+// most --limit queues, the permit families at most --limit keys, and
+// pgfence_queue_waiters the keys of the first --limit waiters in key order. A fence is exported as a float64, exact below 2^53
 // (WAL timelines below 512).
 //
 // pgfence_stale_refusals_total is read from the sequence

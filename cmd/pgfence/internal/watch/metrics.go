@@ -87,6 +87,14 @@ func (m *Metrics) exposition() []byte {
 	e.family("pgfence_permits", "gauge", "Number of permits of a held semaphore key", capacity...)
 	e.family("pgfence_exclusive_waiters", "gauge", "Exclusive waiters of a shared/exclusive key: while one waits, no new shared lease is granted",
 		waiters...)
+	var depth []point
+	for _, w := range s.Waiters {
+		if w.Position == 0 { // one point per queue: its first waiter carries the depth
+			depth = append(depth, point{labels: []string{"key", w.Key, "kind", w.Kind}, value: float64(w.Depth)})
+		}
+	}
+	e.family("pgfence_queue_waiters", "gauge", "Fair waiters in a key's queue, by key and kind (lease, permit, shared, exclusive); keys of the first --limit waiters",
+		depth...)
 	if s.Stale.Present {
 		e.family("pgfence_stale_refusals_total", "counter", "Stale writes refused by the fencing trigger (sequence pgfence_stale_refusals); absent when the sequence is",
 			point{value: float64(s.Stale.Count)})

@@ -176,6 +176,20 @@ func (w *Watcher) read(ctx context.Context) (*Snapshot, error) {
 	if err != nil && !pgerr.IsUndefined(err) {
 		return nil, fmt.Errorf("read pgfence_permits: %w", err)
 	}
+	var holders []fencedb.WatchPermitHoldersRow
+	var waiters []fencedb.WatchWaitersRow
+	if err == nil {
+		// A key's holders are at most its permits (a shared key's, any
+		// number): limit rows cover the first keys, not always limit keys.
+		if holders, err = q.WatchPermitHolders(ctx, limit); err != nil {
+			return nil, fmt.Errorf("read pgfence_permits: %w", err)
+		}
+		// On a schema from before the fair queues of every kind, the read
+		// fails (the last one, again): no waiters are shown.
+		if waiters, err = q.WatchWaiters(ctx, limit); err != nil && !pgerr.IsUndefined(err) {
+			return nil, fmt.Errorf("read the fair waiters: %w", err)
+		}
+	}
 
 	s := &Snapshot{
 		Permits: []PermitKey{},
@@ -190,9 +204,19 @@ func (w *Watcher) read(ctx context.Context) (*Snapshot, error) {
 			RemainingSeconds: float64(l.RemainingMicros) / 1e6, ExpiresAt: l.ExpiresAt.UTC(),
 		})
 	}
+	byKey := map[string][]PermitHolder{}
+	for _, h := range holders {
+		byKey[h.LockKey] = append(byKey[h.LockKey], PermitHolder{Slot: int(h.Slot), Exclusive: h.Exclusive, Owner: h.Owner,
+			Fence: h.Fence, FenceText: strconv.FormatInt(h.Fence, 10), RemainingSeconds: float64(h.RemainingMicros) / 1e6})
+	}
 	for _, p := range permits {
 		s.Permits = append(s.Permits, PermitKey{Key: p.LockKey, Permits: int(p.Permits), InUse: p.InUse,
-			Exclusive: p.ExclusiveHeld, Waiters: p.Waiters})
+			Exclusive: p.ExclusiveHeld, Waiters: p.Waiters, Holders: append([]PermitHolder{}, byKey[p.LockKey]...)})
+	}
+	s.Waiters = []Waiter{}
+	for _, w := range waiters {
+		s.Waiters = append(s.Waiters, Waiter{Key: w.LockKey, Kind: w.Kind, Owner: w.Owner, Position: w.Position,
+			Depth: w.Depth, PlaceSeconds: float64(w.PlaceMicros) / 1e6})
 	}
 	return s, nil
 }
@@ -234,7 +258,34 @@ type Snapshot struct {
 	// Permits are the semaphore and shared/exclusive keys held or waited
 	// for, at most Limit of them in key order.
 	Permits []PermitKey `json:"permits"`
-	readAt  time.Time   // monotonic, for the snapshot's age
+	// Waiters are the fair waiters of every kind, by key and in queue
+	// order, at most Limit of them.
+	Waiters []Waiter  `json:"waiters"`
+	readAt  time.Time // monotonic, for the snapshot's age
+}
+
+// Waiter is one fair waiter in a snapshot.
+type Waiter struct {
+	Key string `json:"key"`
+	// Kind is the queue's: "lease" (a mutex lease), "permit", "shared" or
+	// "exclusive".
+	Kind     string `json:"kind"`
+	Owner    string `json:"owner"`
+	Position int64  `json:"position"` // 0 first
+	// Depth is the number of waiters in the key's queue.
+	Depth        int64   `json:"depth"`
+	PlaceSeconds float64 `json:"place_seconds"` // how long its place lasts without a refresh
+}
+
+// PermitHolder is one held permit, or shared or exclusive lease, of a key.
+type PermitHolder struct {
+	Slot      int    `json:"slot"`
+	Exclusive bool   `json:"exclusive"`
+	Owner     string `json:"owner"`
+	Fence     int64  `json:"fence"`
+	// FenceText is the fence in decimal, exact in JavaScript too.
+	FenceText        string  `json:"fence_text"`
+	RemainingSeconds float64 `json:"remaining_seconds"`
 }
 
 // PermitKey is one semaphore or shared/exclusive key in a snapshot.
@@ -248,6 +299,9 @@ type PermitKey struct {
 	Exclusive int64 `json:"exclusive"`
 	// Waiters counts the exclusive waiters whose place has not expired.
 	Waiters int64 `json:"exclusive_waiters"`
+	// Holders are the held permits or leases, by slot (the first of them,
+	// within Limit rows over all keys).
+	Holders []PermitHolder `json:"holders"`
 }
 
 // LeaseSummary is the lease side of a snapshot.
