@@ -265,25 +265,6 @@ func renewLeases(ctx context.Context, leases []*Lease) []error {
 // Leases are the set's leases, in key order.
 func (s *KeySet) Leases() []*Lease { return slices.Clone(s.leases) }
 
-// Keys are the set's keys, in key order.
-func (s *KeySet) Keys() []string {
-	keys := make([]string, len(s.leases))
-	for i, l := range s.leases {
-		keys[i] = l.Key()
-	}
-	return keys
-}
-
-// Lease is the set's lease on key, nil if key is not in the set.
-func (s *KeySet) Lease(key string) *Lease {
-	for _, l := range s.leases {
-		if l.Key() == key {
-			return l
-		}
-	}
-	return nil
-}
-
 // Context ends when any lease of the set ends (lost or released);
 // context.Cause is that lease's cause.
 func (s *KeySet) Context() context.Context { return s.ctx }

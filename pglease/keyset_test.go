@@ -29,10 +29,11 @@ func TestKeySetAllOrNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := set.Keys(); got[0] != a || got[1] != b {
-		t.Fatalf("keys %q", got)
+	ls := set.Leases()
+	if len(ls) != 2 || ls[0].Key() != a || ls[1].Key() != b {
+		t.Fatalf("leases %v, want a then b", ls)
 	}
-	fa, fb := set.Lease(a).Fence(), set.Lease(b).Fence()
+	fa, fb := ls[0].Fence(), ls[1].Fence()
 	if fa == fb || fa <= 0 || fb <= 0 {
 		t.Fatalf("fences %d and %d", fa, fb)
 	}
@@ -60,7 +61,7 @@ func TestKeySetAllOrNothing(t *testing.T) {
 	if err != nil {
 		t.Fatalf("{a, b, c} after the release: %v", err)
 	}
-	if set2.Lease(a).Fence() <= fa || set2.Lease(b).Fence() <= fb {
+	if leaseOn(t, set2, a).Fence() <= fa || leaseOn(t, set2, b).Fence() <= fb {
 		t.Fatal("fences did not rise")
 	}
 	set2.Release(ctx)
@@ -158,7 +159,7 @@ func TestKeySetRenewReleaseOneStatement(t *testing.T) {
 	if _, err := pool.Exec(ctx, `UPDATE lock_leases SET expires_at = now() WHERE lock_key = $1`, keys[1]); err != nil {
 		t.Fatal(err)
 	}
-	before := set.Lease(keys[0]).ExpiresAt()
+	before := leaseOn(t, set, keys[0]).ExpiresAt()
 	err = set.Renew(ctx)
 	if !errors.Is(err, pglease.ErrLeaseLost) || !strings.Contains(err.Error(), keys[1]) || strings.Contains(err.Error(), keys[0]+`"`) {
 		t.Fatalf("renewing with %s expired: %v, want ErrLeaseLost for it alone", keys[1], err)
@@ -166,7 +167,7 @@ func TestKeySetRenewReleaseOneStatement(t *testing.T) {
 	if n := rows(t, pool, `SELECT FROM lock_leases WHERE lock_key = $1 AND expires_at > now()`, keys[1]); n != 0 {
 		t.Fatalf("the expired key was resurrected")
 	}
-	if !set.Lease(keys[0]).ExpiresAt().After(before) {
+	if !leaseOn(t, set, keys[0]).ExpiresAt().After(before) {
 		t.Fatal("the other keys were not renewed")
 	}
 	other, err := newClient(t, pool).TryAcquire(ctx, keys[1], 5*time.Second)
@@ -223,4 +224,16 @@ func TestKeySetAutoRenewTogether(t *testing.T) {
 	if rows(t, pgtest.Pool(t), `SELECT FROM lock_leases WHERE lock_key = ANY($1) AND expires_at > now()`, keys) != 0 {
 		t.Fatal("held after the release")
 	}
+}
+
+// leaseOn is set's lease on key.
+func leaseOn(t *testing.T, set *pglease.KeySet, key string) *pglease.Lease {
+	t.Helper()
+	for _, l := range set.Leases() {
+		if l.Key() == key {
+			return l
+		}
+	}
+	t.Fatalf("the set holds no lease on %q", key)
+	return nil
 }

@@ -16,11 +16,10 @@ import (
 // nothing go to that row; everything else about a lease is the same for
 // every kind.
 type leaseRow struct {
-	permit    bool  // a slot in pgfence_permits
-	slot      int32 // the slot, 0..permits-1 for a semaphore
-	permits   int   // the semaphore's number of permits; 0 for shared/exclusive
-	shared    bool  // a slot of a shared/exclusive key
-	exclusive bool  // the exclusive lease of a shared/exclusive key
+	permit  bool  // a slot in pgfence_permits
+	slot    int32 // the slot, 0..permits-1 for a semaphore
+	permits int   // the semaphore's number of permits; 0 for shared/exclusive
+	shared  bool  // a slot of a shared/exclusive key
 
 	// hold is the minimum hold (HoldAtLeast): a release before the grant
 	// time plus hold leaves the lease held until then. Guarded by the
@@ -90,12 +89,9 @@ func (l *Lease) Slot() int { return int(l.row.slot) }
 // 0 for any other kind of lease.
 func (l *Lease) Permits() int { return l.row.permits }
 
-// Shared reports whether l is a shared lease of a shared/exclusive key.
+// Shared reports whether l is a shared lease of a shared/exclusive key
+// (false for its exclusive lease, as for a mutex or a permit).
 func (l *Lease) Shared() bool { return l.row.shared }
-
-// Exclusive reports whether l is the exclusive lease of a shared/exclusive
-// key.
-func (l *Lease) Exclusive() bool { return l.row.exclusive }
 
 // HoldAtLeast sets l's minimum hold: when l is released earlier than d after
 // its grant, by the database clock, the key stays held until then, and no

@@ -51,12 +51,6 @@ func (c *Client) Semaphore(key string, permits int) (*Semaphore, error) {
 	return &Semaphore{c: c, key: key, permits: permits}, nil
 }
 
-// Key is the semaphore's key.
-func (s *Semaphore) Key() string { return s.key }
-
-// Permits is the semaphore's number of permits.
-func (s *Semaphore) Permits() int { return s.permits }
-
 // TryAcquire takes a free permit for ttl, the lowest free slot, or returns
 // ErrNotAcquired at once when all permits are held.
 func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*Lease, error) {

@@ -106,7 +106,7 @@ func (c *Client) tryShared(ctx context.Context, key string, ttl time.Duration, e
 // an attempt whose answer was lost (grantSlot tombstones it): it starts a
 // new place instead.
 func (c *Client) sharedAttempt(ctx context.Context, key string, ttl time.Duration, exclusive bool, wait time.Duration, placeToken string) (*Lease, string, error) {
-	row := leaseRow{permit: true, shared: !exclusive, exclusive: exclusive}
+	row := leaseRow{permit: true, shared: !exclusive}
 	used := placeToken
 	l, err := c.grantSlotAs(ctx, key, ttl, row, placeToken, func(ctx context.Context, q *fencedb.Queries, token string) (slotGrant, error) {
 		used = token
@@ -124,7 +124,7 @@ func (c *Client) sharedAttempt(ctx context.Context, key string, ttl time.Duratio
 // acquireSharedFair is AcquireShared or AcquireExclusive with
 // WithFairWaiting.
 func (c *Client) acquireSharedFair(ctx context.Context, key string, ttl time.Duration, exclusive bool) (*Lease, error) {
-	row := leaseRow{permit: true, shared: !exclusive, exclusive: exclusive}
+	row := leaseRow{permit: true, shared: !exclusive}
 	return c.waitInQueue(ctx, key, true, func(ctx context.Context, token string) (*Lease, error) {
 		return c.grantSlotAs(ctx, key, ttl, row, token, func(ctx context.Context, q *fencedb.Queries, token string) (slotGrant, error) {
 			r, err := q.AcquireSharedFIFO(ctx, fencedb.AcquireSharedFIFOParams{
