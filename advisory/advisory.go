@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/fencesql"
 	"github.com/pgfence/pgfence/internal/pgmode"
 	"github.com/pgfence/pgfence/internal/validate"
 )
@@ -95,9 +95,9 @@ func (k Key) String() string {
 // session's pid.
 func (k Key) sql(try bool) (string, []any) {
 	if try {
-		return k.form(fencedb.AdvisoryTryXactLockInt64, fencedb.AdvisoryTryXactLockPair), k.args()
+		return k.form(fencesql.AdvisoryTryXactLockInt64, fencesql.AdvisoryTryXactLockPair), k.args()
 	}
-	return k.form(fencedb.AdvisoryXactLockInt64, fencedb.AdvisoryXactLockPair), k.args()
+	return k.form(fencesql.AdvisoryXactLockInt64, fencesql.AdvisoryXactLockPair), k.args()
 }
 
 // form picks the key's form of a statement: each advisory lock function
@@ -185,7 +185,7 @@ func lock(ctx context.Context, conn *pgconn.PgConn, key Key, try bool) (got bool
 	}
 	var b pgconn.Batch
 	b.ExecParams(q, params, nil, nil, nil)
-	b.ExecParams(fencedb.AdvisoryFunctionSavepoint, nil, nil, nil, nil)
+	b.ExecParams(fencesql.AdvisoryFunctionSavepoint, nil, nil, nil, nil)
 	res, err := conn.ExecBatch(ctx, &b).ReadAll()
 	if err != nil {
 		return false, 0, err
@@ -392,12 +392,12 @@ func (t *fnTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []str
 
 // Commit releases the savepoint: the function's writes become part of the
 // lock's transaction, which commits after the function returns.
-func (t *fnTx) Commit(ctx context.Context) error { return t.end(ctx, fencedb.AdvisoryFunctionRelease) }
+func (t *fnTx) Commit(ctx context.Context) error { return t.end(ctx, fencesql.AdvisoryFunctionRelease) }
 
 // Rollback undoes the function's writes back to the savepoint; the key stays
 // held until the function returns.
 func (t *fnTx) Rollback(ctx context.Context) error {
-	return t.end(ctx, fencedb.AdvisoryFunctionRollback)
+	return t.end(ctx, fencesql.AdvisoryFunctionRollback)
 }
 
 func (t *fnTx) end(ctx context.Context, sql string) error {

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/fencesql"
 	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
@@ -73,9 +73,9 @@ func lockSession(ctx context.Context, pool *pgxpool.Pool, key Key, try bool) (*S
 		conn.Close(cctx)
 		cancel()
 	}
-	q := key.form(fencedb.AdvisoryLockInt64, fencedb.AdvisoryLockPair)
+	q := key.form(fencesql.AdvisoryLockInt64, fencesql.AdvisoryLockPair)
 	if try {
-		q = key.form(fencedb.AdvisoryTryLockInt64, fencedb.AdvisoryTryLockPair)
+		q = key.form(fencesql.AdvisoryTryLockInt64, fencesql.AdvisoryTryLockPair)
 	}
 	args := key.args()
 	var got bool
@@ -115,7 +115,7 @@ func (s *SessionLock) Held(ctx context.Context) (bool, error) {
 	}
 	classid, objid, sub := s.key.lockTag()
 	var held bool
-	err := pgmode.Wrap(s.conn).QueryRow(ctx, fencedb.AdvisorySessionHolds, classid, objid, sub).Scan(&held)
+	err := pgmode.Wrap(s.conn).QueryRow(ctx, fencesql.AdvisorySessionHolds, classid, objid, sub).Scan(&held)
 	if err != nil {
 		return false, fmt.Errorf("advisory: checking %v: %w", s.key, err)
 	}
@@ -132,7 +132,7 @@ func (s *SessionLock) Unlock(ctx context.Context) error {
 	}
 	conn := s.conn
 	s.conn = nil
-	_, err := pgmode.Wrap(conn).Exec(ctx, s.key.form(fencedb.AdvisoryUnlockInt64, fencedb.AdvisoryUnlockPair), s.key.args()...)
+	_, err := pgmode.Wrap(conn).Exec(ctx, s.key.form(fencesql.AdvisoryUnlockInt64, fencesql.AdvisoryUnlockPair), s.key.args()...)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelGrace)
 	defer cancel()
 	conn.Close(cctx)

@@ -5,7 +5,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/fencesql"
 	"github.com/pgfence/pgfence/internal/sqltmpl"
 )
 
@@ -35,10 +35,10 @@ type source struct {
 // statement of queries/claim.sql.
 func (s *statements) sources() []source {
 	return []source{
-		{&s.claim, fencedb.ClaimJobs}, {&s.renew, fencedb.RenewJob}, {&s.complete, fencedb.CompleteJob},
-		{&s.fail, fencedb.FailJob}, {&s.release, fencedb.ReleaseJob}, {&s.rescue, fencedb.RescueJobs},
-		{&s.renewMany, fencedb.RenewJobs}, {&s.completeMany, fencedb.CompleteJobs}, {&s.readBack, fencedb.ReadBackJobs},
-		{&s.queueStats, fencedb.JobQueueStats}, {&s.sweep, fencedb.SweepFinishedJobsBatch},
+		{&s.claim, fencesql.ClaimJobs}, {&s.renew, fencesql.RenewJob}, {&s.complete, fencesql.CompleteJob},
+		{&s.fail, fencesql.FailJob}, {&s.release, fencesql.ReleaseJob}, {&s.rescue, fencesql.RescueJobs},
+		{&s.renewMany, fencesql.RenewJobs}, {&s.completeMany, fencesql.CompleteJobs}, {&s.readBack, fencesql.ReadBackJobs},
+		{&s.queueStats, fencesql.JobQueueStats}, {&s.sweep, fencesql.SweepFinishedJobsBatch},
 	}
 }
 

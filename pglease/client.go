@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/fencesql"
 	"github.com/pgfence/pgfence/internal/inschema"
 	"github.com/pgfence/pgfence/internal/notsent"
 	"github.com/pgfence/pgfence/internal/pgerr"
@@ -28,10 +29,12 @@ import (
 type Client struct {
 	pool *pgxpool.Pool
 	// direct and pooled are the same queries in the pool's own mode and
-	// through pgmode.Wrap; mode picks one per call (see queries).
-	direct, pooled *fencedb.Queries
-	mode           *pgmode.Auto
-	cfg            config
+	// through pgmode.Wrap, the public ones (fencedb) and pgfence's own
+	// (fencesql); mode picks one pair per call (see queries).
+	direct, pooled       *fencedb.Queries
+	directOwn, pooledOwn *fencesql.Queries
+	mode                 *pgmode.Auto
+	cfg                  config
 
 	// renewHook, when set by tests, replaces the renew statement (a seam to
 	// stall or fail renewals).
@@ -76,9 +79,10 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Client, error) {
 	// Through notsent, a statement that never got a connection is told from
 	// one whose answer was lost (mayHaveExecuted).
 	db := notsent.Wrap(pool)
-	c := &Client{pool: pool, direct: fencedb.New(inschema.Wrap(db, cfg.schema)),
-		pooled: fencedb.New(inschema.Wrap(pgmode.Wrap(db), cfg.schema)),
-		mode:   pgmode.NewAuto(pool), cfg: cfg, leases: map[*Lease]struct{}{}}
+	direct, pooled := inschema.Wrap(db, cfg.schema), inschema.Wrap(pgmode.Wrap(db), cfg.schema)
+	c := &Client{pool: pool, direct: fencedb.New(direct), pooled: fencedb.New(pooled),
+		directOwn: fencesql.New(direct), pooledOwn: fencesql.New(pooled),
+		mode: pgmode.NewAuto(pool), cfg: cfg, leases: map[*Lease]struct{}{}}
 	c.met = newMetrics(cfg.meterProvider, pool)
 	c.closing, c.stopClosing = context.WithCancel(context.Background())
 	if cfg.wakeOnRelease {
@@ -381,7 +385,7 @@ func (c *Client) resolveAmbiguous(ctx context.Context, key, token string, ttl ti
 	if ctx.Err() == nil {
 		rctx, cancel := context.WithTimeout(ctx, c.cfg.resolveWait)
 		defer cancel()
-		row, err := c.queries(rctx).FindByOwnerToken(rctx, fencedb.FindByOwnerTokenParams{LockKey: key, OwnerToken: token})
+		row, err := c.own(rctx).FindByOwnerToken(rctx, fencesql.FindByOwnerTokenParams{LockKey: key, OwnerToken: token})
 		if err == nil {
 			c.met.resolved(resAdopted, false, lost)
 			c.cfg.logger.Info("pglease: ambiguous acquire was granted; keeping it", "key", key, "fence", row.Fence)
@@ -450,7 +454,7 @@ const acquireLockTimeout = time.Second
 // abandon tombstones token and releases what it holds on key, if anything;
 // it reports whether a grant was released.
 func (c *Client) abandon(ctx context.Context, key, token string) (bool, error) {
-	_, err := c.queries(ctx).Abandon(ctx, fencedb.AbandonParams{LockKey: key, OwnerToken: token, Notify: c.cfg.wakeOnRelease})
+	_, err := c.own(ctx).Abandon(ctx, fencesql.AbandonParams{LockKey: key, OwnerToken: token, Notify: c.cfg.wakeOnRelease})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
@@ -532,4 +536,12 @@ func (c *Client) queries(ctx context.Context) *fencedb.Queries {
 		return c.direct
 	}
 	return c.pooled
+}
+
+// own is queries for pgfence's own statements (package fencesql).
+func (c *Client) own(ctx context.Context) *fencesql.Queries {
+	if c.mode.Direct(ctx) {
+		return c.directOwn
+	}
+	return c.pooledOwn
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/fencesql"
 	"github.com/pgfence/pgfence/internal/pgerr"
 )
 
@@ -70,14 +70,14 @@ func (c *Client) acquireFair(ctx context.Context, key string, ttl time.Duration)
 func (c *Client) leaveQueue(ctx context.Context, key, token string) {
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	c.queries(lctx).LeaveQueue(lctx, fencedb.LeaveQueueParams{LockKey: key, OwnerToken: token})
+	c.own(lctx).LeaveQueue(lctx, fencesql.LeaveQueueParams{LockKey: key, OwnerToken: token})
 }
 
 // tryFair is one attempt of a fair waiter under token: granted only when no
 // unexpired place of the key is ahead of token's.
 func (c *Client) tryFair(ctx context.Context, key, token string, ttl time.Duration) (*Lease, error) {
 	sent := time.Now()
-	row, err := c.queries(ctx).AcquireFIFO(ctx, fencedb.AcquireFIFOParams{
+	row, err := c.own(ctx).AcquireFIFO(ctx, fencesql.AcquireFIFOParams{
 		LockKey: key, Owner: c.cfg.owner, OwnerToken: token, TtlMicros: ttl.Microseconds(),
 		PlaceMicros: c.fairPlace().Microseconds()})
 	switch {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/fencesql"
 )
 
 // Shared and exclusive leases (read-write): a key of this kind has any
@@ -69,7 +69,7 @@ func (c *Client) AcquireExclusive(ctx context.Context, key string, ttl time.Dura
 	if err != nil && token != "" {
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		c.queries(lctx).LeaveExclusiveQueue(lctx, fencedb.LeaveExclusiveQueueParams{LockKey: key, OwnerToken: token})
+		c.own(lctx).LeaveExclusiveQueue(lctx, fencesql.LeaveExclusiveQueueParams{LockKey: key, OwnerToken: token})
 	}
 	return l, err
 }
@@ -100,9 +100,9 @@ func (c *Client) tryShared(ctx context.Context, key string, ttl time.Duration, e
 func (c *Client) sharedAttempt(ctx context.Context, key string, ttl time.Duration, exclusive bool, wait time.Duration, placeToken string) (*Lease, string, error) {
 	row := leaseRow{permit: true, shared: !exclusive, exclusive: exclusive}
 	used := placeToken
-	l, err := c.grantSlotAs(ctx, key, ttl, row, placeToken, func(ctx context.Context, q *fencedb.Queries, token string) (slotGrant, error) {
+	l, err := c.grantSlotAs(ctx, key, ttl, row, placeToken, func(ctx context.Context, q *fencesql.Queries, token string) (slotGrant, error) {
 		used = token
-		r, err := q.AcquireShared(ctx, fencedb.AcquireSharedParams{
+		r, err := q.AcquireShared(ctx, fencesql.AcquireSharedParams{
 			LockKey: key, Exclusive: exclusive, Owner: c.cfg.owner, OwnerToken: token,
 			TtlMicros: ttl.Microseconds(), WaitMicros: wait.Microseconds()})
 		return slotGrant(r), err

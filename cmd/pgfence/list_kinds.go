@@ -19,7 +19,7 @@ import (
 // writes nothing for what has no rows, and nothing at all on a schema from
 // before these kinds.
 func (a *app) listKinds(ctx context.Context, pool *pgxpool.Pool, w io.Writer, key string) error {
-	q := a.queries(pool)
+	q := a.own(pool)
 	permits, err := q.ListPermits(ctx)
 	if pgerr.IsUndefined(err) {
 		return nil

@@ -17,6 +17,7 @@ import (
 
 	"github.com/pgfence/pgfence/cmd/pgfence/internal/dsn"
 	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/fencesql"
 	"github.com/pgfence/pgfence/internal/inschema"
 	"github.com/pgfence/pgfence/internal/pgerr"
 	"github.com/pgfence/pgfence/internal/pgmode"
@@ -278,6 +279,11 @@ func (a *app) schemaName() string {
 // queries runs the generated statements on pool in the chosen schema.
 func (a *app) queries(pool *pgxpool.Pool) *fencedb.Queries {
 	return fencedb.New(inschema.Wrap(pgmode.Wrap(pool), a.schemaName()))
+}
+
+// own is queries for pgfence's own statements (package fencesql).
+func (a *app) own(pool *pgxpool.Pool) *fencesql.Queries {
+	return fencesql.New(inschema.Wrap(pgmode.Wrap(pool), a.schemaName()))
 }
 
 // migrationOpts passes the chosen schema to the migrations.

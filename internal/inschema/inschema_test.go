@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/fencesql"
 	"github.com/pgfence/pgfence/internal/inschema"
 	"github.com/pgfence/pgfence/internal/pgmode"
 	"github.com/pgfence/pgfence/internal/sqltmpl"
@@ -27,7 +28,7 @@ func TestNoSchemaIsIdentity(t *testing.T) {
 	if inschema.Wrap(pool, "") != fencedb.DBTX(pool) {
 		t.Fatal("Wrap(db, \"\") is not db")
 	}
-	if got, err := inschema.Expand(fencedb.EnqueueJob, ""); err != nil || got != fencedb.EnqueueJob {
+	if got, err := inschema.Expand(fencesql.CountJobsByState, ""); err != nil || got != fencesql.CountJobsByState {
 		t.Fatalf("Expand without a schema changed the text: %v", err)
 	}
 }
@@ -59,7 +60,7 @@ func TestConcurrentStatementsLandInTheSchema(t *testing.T) {
 	if err != nil || inSchema != n || inDefault != 0 {
 		t.Fatalf("rows: %d in the schema, %d in the default layout (err %v); want %d, 0", inSchema, inDefault, err, n)
 	}
-	a, err := inschema.Expand(fencedb.EnqueueJob, s)
+	a, err := inschema.Expand(fencesql.CountJobsByState, s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,12 +74,13 @@ func TestUnmigratedSchemaSaysWhatToRun(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	for name, db := range map[string]fencedb.DBTX{"extended": pgmode.Wrap(pool), "simple protocol": simple{pool}} {
-		q := fencedb.New(inschema.Wrap(db, "never_migrated"))
+		w := inschema.Wrap(db, "never_migrated")
+		q := fencesql.New(w)
 		_, err := q.CountJobsByState(ctx, "default") // Query
 		if err == nil || !strings.Contains(err.Error(), "pgfence migrate up --schema never_migrated") {
 			t.Errorf("%s, Query: error %v does not say to run pgfence migrate up --schema never_migrated", name, err)
 		}
-		_, err = q.GetJob(ctx, 1) // QueryRow
+		_, err = fencedb.New(w).GetJob(ctx, 1) // QueryRow
 		if err == nil || !strings.Contains(err.Error(), "pgfence migrate up --schema never_migrated") {
 			t.Errorf("%s, QueryRow: error %v does not say to run pgfence migrate up --schema never_migrated", name, err)
 		}
@@ -123,12 +125,12 @@ func TestBadMarkerIsRefused(t *testing.T) {
 
 // The cost a statement pays for a schema: one cached lookup of its text.
 func BenchmarkExpandCached(b *testing.B) {
-	if _, err := inschema.Expand(fencedb.EnqueueJob, "bench"); err != nil {
+	if _, err := inschema.Expand(fencesql.CountJobsByState, "bench"); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := inschema.Expand(fencedb.EnqueueJob, "bench"); err != nil {
+		if _, err := inschema.Expand(fencesql.CountJobsByState, "bench"); err != nil {
 			b.Fatal(err)
 		}
 	}
