@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/internal/fencesql"
-	"github.com/pgfence/pgfence/internal/pgmode"
+	"github.com/pgfence/pgfence/internal/pgdb"
 	"github.com/pgfence/pgfence/internal/validate"
 )
 
@@ -204,7 +204,7 @@ func lock(ctx context.Context, conn *pgconn.PgConn, key Key, try bool) (got bool
 // finish runs fn in the savepoint that lock set and commits. pid is the
 // server session's pid as the lock statement saw it: when it is not the pid
 // the connection announced at start-up, a pooler is in between, and fn's
-// statements go out in pgmode.Mode.
+// statements go out in pgdb.Mode.
 func finish(ctx context.Context, tx pgx.Tx, key Key, pid uint32, fn func(context.Context, pgx.Tx) error) error {
 	var view pgx.Tx = tx
 	if pid != tx.Conn().PgConn().PID() {
@@ -321,21 +321,21 @@ func interruptible(ctx context.Context, pgConn *pgconn.PgConn, wait func(ctx con
 }
 
 // modeTx is a transaction whose Exec, Query and QueryRow go out in
-// pgmode.Mode (unnamed statements), for a function's statements behind a
+// pgdb.Mode (unnamed statements), for a function's statements behind a
 // pooler. A mode the caller passes as its first argument still wins: pgx
 // takes the last of the leading modes.
 type modeTx struct{ pgx.Tx }
 
 func (t modeTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	return pgmode.Wrap(t.Tx).Exec(ctx, sql, args...)
+	return pgdb.Wrap(t.Tx, "").Exec(ctx, sql, args...)
 }
 
 func (t modeTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	return pgmode.Wrap(t.Tx).Query(ctx, sql, args...)
+	return pgdb.Wrap(t.Tx, "").Query(ctx, sql, args...)
 }
 
 func (t modeTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return pgmode.Wrap(t.Tx).QueryRow(ctx, sql, args...)
+	return pgdb.Wrap(t.Tx, "").QueryRow(ctx, sql, args...)
 }
 
 func (t modeTx) Begin(ctx context.Context) (pgx.Tx, error) {

@@ -8,9 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfence/pgfence/fencedb"
-	"github.com/pgfence/pgfence/internal/notsent"
+	"github.com/pgfence/pgfence/internal/pgdb"
 	"github.com/pgfence/pgfence/internal/pgerr"
-	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
 // The batched writes Runner uses. Each takes jobs of one claimer and sends one
@@ -41,7 +40,7 @@ func idsAndFences(jobs []*Job) (ids, fences []int64) {
 func (c *Claimer) renewMany(ctx context.Context, jobs []*Job, ttl time.Duration) (lost []*Job, err error) {
 	ids, fences := idsAndFences(jobs)
 	sent := time.Now()
-	rows, err := pgmode.Wrap(c.pool).Query(ctx, c.sql.renewMany, ids, fences, ttl.Microseconds())
+	rows, err := pgdb.Wrap(c.pool, "").Query(ctx, c.sql.renewMany, ids, fences, ttl.Microseconds())
 	if err != nil {
 		return nil, fmt.Errorf("claim: renew %d jobs: %w", len(jobs), err)
 	}
@@ -70,7 +69,7 @@ func (c *Claimer) completeMany(ctx context.Context, jobs []*Job) ([]error, error
 	ids, fences := idsAndFences(jobs)
 	// notsent marks a failure to take a pool connection: nothing was
 	// sent, so the outcome is known and needs no read-back (ambiguous).
-	rows, err := pgmode.Wrap(notsent.Wrap(c.pool)).Query(ctx, c.sql.completeMany, ids, fences)
+	rows, err := pgdb.Wrap(c.pool, "").Query(ctx, c.sql.completeMany, ids, fences)
 	if err != nil {
 		return nil, fmt.Errorf("claim: complete %d jobs: %w", len(jobs), err)
 	}
@@ -103,7 +102,7 @@ func (c *Claimer) completeAndClaim(ctx context.Context, done []*Job, n int, ttl 
 	b.Queue(c.sql.claim, c.claimArgs(n, ttl)...)
 	conn, err := c.pool.Acquire(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("claim: complete %d jobs and claim: %w", len(done), &notsent.Error{Err: err})
+		return nil, nil, fmt.Errorf("claim: complete %d jobs and claim: %w", len(done), &pgdb.NotSentError{Err: err})
 	}
 	defer conn.Release()
 	sent := time.Now()
@@ -150,7 +149,7 @@ func (c *Claimer) readBack(ctx context.Context, q fencedb.DBTX, jobs []*Job) (ma
 		q = c.pool
 	}
 	ids, fences := idsAndFences(jobs)
-	rows, err := pgmode.Wrap(q).Query(ctx, c.sql.readBack, ids, fences)
+	rows, err := pgdb.Wrap(q, "").Query(ctx, c.sql.readBack, ids, fences)
 	if err != nil {
 		return nil, fmt.Errorf("claim: read back %d jobs: %w", len(jobs), err)
 	}
@@ -203,5 +202,5 @@ func (c *Claimer) settleMany(ctx context.Context, jobs []*Job) ([]error, error) 
 // received and ran it. So every such error is settled by reading back,
 // which is always correct.
 func ambiguous(err error) bool {
-	return err != nil && !pgerr.FromServer(err) && !notsent.Is(err)
+	return err != nil && !pgerr.FromServer(err) && !pgdb.NotSent(err)
 }

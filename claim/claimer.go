@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/pgdb"
 	"github.com/pgfence/pgfence/internal/pgerr"
-	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
 // Claimer claims job rows from one table (and queue) and makes the fenced
@@ -105,7 +105,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Claimer, err
 	if err := cfg.table.verify(ctx, pool, cfg.schema); err != nil {
 		return nil, err
 	}
-	pipeline, err := pgmode.PipelineSafe(ctx, pool, pool.Config().ConnConfig.DefaultQueryExecMode)
+	pipeline, err := pgdb.PipelineSafe(ctx, pool, pool.Config().ConnConfig.DefaultQueryExecMode)
 	if err != nil {
 		return nil, fmt.Errorf("claim: checking for a connection pooler: %w", err)
 	}
@@ -163,7 +163,7 @@ func (c *Claimer) Claim(ctx context.Context, n int, ttl time.Duration) ([]*Job, 
 		return nil, err
 	}
 	sent := time.Now()
-	rows, err := pgmode.Wrap(c.pool).Query(ctx, c.sql.claim, c.claimArgs(n, ttl)...)
+	rows, err := pgdb.Wrap(c.pool, "").Query(ctx, c.sql.claim, c.claimArgs(n, ttl)...)
 	if err != nil {
 		return nil, c.explain("claim", err)
 	}
@@ -238,7 +238,7 @@ func (c *Claimer) Renew(ctx context.Context, j *Job) error {
 	}
 	sent := time.Now()
 	var until time.Time
-	err := pgmode.Wrap(c.pool).QueryRow(ctx, c.sql.renew, j.ID, j.Fence, j.ttl.Microseconds()).Scan(&until)
+	err := pgdb.Wrap(c.pool, "").QueryRow(ctx, c.sql.renew, j.ID, j.Fence, j.ttl.Microseconds()).Scan(&until)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return &LeaseLostError{Op: "renew", JobID: j.ID, Fence: j.Fence}
 	}
@@ -285,7 +285,7 @@ func (c *Claimer) complete(ctx context.Context, q fencedb.DBTX, j *Job) error {
 		return err
 	}
 	var ok bool
-	if err := pgmode.Wrap(q).QueryRow(ctx, c.sql.complete, j.ID, j.Fence).Scan(&ok); err != nil {
+	if err := pgdb.Wrap(q, "").QueryRow(ctx, c.sql.complete, j.ID, j.Fence).Scan(&ok); err != nil {
 		return fmt.Errorf("claim: complete job %d: %w", j.ID, err)
 	}
 	if !ok {
@@ -345,7 +345,7 @@ func (c *Claimer) Fail(ctx context.Context, j *Job, cause error) (FailResult, er
 	if c.cfg.table.LastError != "" {
 		args = append(args, msg)
 	}
-	err := pgmode.Wrap(c.pool).QueryRow(ctx, c.sql.fail, args...).Scan(&state, &runAt)
+	err := pgdb.Wrap(c.pool, "").QueryRow(ctx, c.sql.fail, args...).Scan(&state, &runAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		c.met.leaseLost(opFail)
 		return FailResult{}, &LeaseLostError{Op: "fail", JobID: j.ID, Fence: j.Fence}
@@ -379,7 +379,7 @@ func (c *Claimer) Release(ctx context.Context, j *Job) error {
 	if err := c.checkJob(j); err != nil {
 		return err
 	}
-	tag, err := pgmode.Wrap(c.pool).Exec(ctx, c.sql.release, j.ID, j.Fence)
+	tag, err := pgdb.Wrap(c.pool, "").Exec(ctx, c.sql.release, j.ID, j.Fence)
 	if err != nil {
 		return fmt.Errorf("claim: release job %d: %w", j.ID, err)
 	}
@@ -408,7 +408,7 @@ func (c *Claimer) Rescue(ctx context.Context, limit int) (RescueResult, error) {
 		return RescueResult{}, invalid("rescue limit %d is outside [1, %d]", limit, MaxBatch)
 	}
 	var r RescueResult
-	err := pgmode.Wrap(c.pool).QueryRow(ctx, c.sql.rescue, c.queueArgs(limit)...).Scan(&r.Requeued, &r.Dead)
+	err := pgdb.Wrap(c.pool, "").QueryRow(ctx, c.sql.rescue, c.queueArgs(limit)...).Scan(&r.Requeued, &r.Dead)
 	if err != nil {
 		return RescueResult{}, c.explain("rescue", err)
 	}

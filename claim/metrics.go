@@ -14,7 +14,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/pgfence/pgfence/internal/otelx"
-	"github.com/pgfence/pgfence/internal/pgmode"
+	"github.com/pgfence/pgfence/internal/pgdb"
 )
 
 // DefaultQueueStatsInterval is how often, at most, the queue-depth gauges
@@ -207,7 +207,7 @@ func (q *queueStats) read(ctx context.Context) (available, running int64, age fl
 		qctx, cancel := context.WithTimeout(ctx, queueStatsTimeout)
 		var a, r int64
 		var oldest float64
-		err := pgmode.Wrap(q.pool).QueryRow(qctx, q.sql, q.args...).Scan(&a, &r, &oldest)
+		err := pgdb.Wrap(q.pool, "").QueryRow(qctx, q.sql, q.args...).Scan(&a, &r, &oldest)
 		cancel()
 		if err != nil {
 			q.ok = false

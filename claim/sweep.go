@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/pgfence/pgfence/internal/batchwalk"
-	"github.com/pgfence/pgfence/internal/pgmode"
+	"github.com/pgfence/pgfence/internal/pgdb"
 )
 
 const (
@@ -65,7 +65,7 @@ func (c *Claimer) SweepFinished(ctx context.Context, olderThan time.Duration) (i
 	after := int64(math.MinInt64)
 	err := batchwalk.Run(ctx, func(ctx context.Context) (bool, error) {
 		var scanned, deleted int64
-		err := pgmode.Wrap(c.pool).QueryRow(ctx, c.sql.sweep, c.queueArgs(after, batch, olderThan.Microseconds())...).
+		err := pgdb.Wrap(c.pool, "").QueryRow(ctx, c.sql.sweep, c.queueArgs(after, batch, olderThan.Microseconds())...).
 			Scan(&scanned, &after, &deleted)
 		total += deleted
 		return scanned == int64(batch), err

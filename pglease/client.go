@@ -16,10 +16,8 @@ import (
 
 	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/fencesql"
-	"github.com/pgfence/pgfence/internal/inschema"
-	"github.com/pgfence/pgfence/internal/notsent"
+	"github.com/pgfence/pgfence/internal/pgdb"
 	"github.com/pgfence/pgfence/internal/pgerr"
-	"github.com/pgfence/pgfence/internal/pgmode"
 	"github.com/pgfence/pgfence/internal/validate"
 )
 
@@ -28,12 +26,12 @@ import (
 // still holds.
 type Client struct {
 	pool *pgxpool.Pool
-	// direct and pooled are the same queries in the pool's own mode and
-	// through pgmode.Wrap, the public ones (fencedb) and pgfence's own
-	// (fencesql); mode picks one pair per call (see queries).
+	// direct and pooled are the same queries in the pool's own mode and in
+	// pgdb.Mode, the public ones (fencedb) and pgfence's own (fencesql);
+	// mode picks one pair per call (see queries).
 	direct, pooled       *fencedb.Queries
 	directOwn, pooledOwn *fencesql.Queries
-	mode                 *pgmode.Auto
+	mode                 *pgdb.Auto
 	cfg                  config
 
 	// renewHook, when set by tests, replaces the renew statement (a seam to
@@ -75,14 +73,13 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 	}
-	// inschema.Wrap names WithSchema's schema in every statement (the pool itself without one).
-	// Through notsent, a statement that never got a connection is told from
-	// one whose answer was lost (mayHaveExecuted).
-	db := notsent.Wrap(pool)
-	direct, pooled := inschema.Wrap(db, cfg.schema), inschema.Wrap(pgmode.Wrap(db), cfg.schema)
+	// pgdb names WithSchema's schema in every statement and tells a
+	// statement that never got a connection from one whose answer was lost
+	// (mayHaveExecuted).
+	direct, pooled := pgdb.WrapOwnMode(pool, cfg.schema), pgdb.Wrap(pool, cfg.schema)
 	c := &Client{pool: pool, direct: fencedb.New(direct), pooled: fencedb.New(pooled),
 		directOwn: fencesql.New(direct), pooledOwn: fencesql.New(pooled),
-		mode: pgmode.NewAuto(pool), cfg: cfg, leases: map[*Lease]struct{}{}}
+		mode: pgdb.NewAuto(pool), cfg: cfg, leases: map[*Lease]struct{}{}}
 	c.met = newMetrics(cfg.meterProvider, pool)
 	c.closing, c.stopClosing = context.WithCancel(context.Background())
 	if cfg.wakeOnRelease {
@@ -509,7 +506,7 @@ func mayHaveExecuted(err error) bool {
 	if pgerr.FromServer(err) {
 		return false // the server answered: the statement failed as a whole
 	}
-	if notsent.Is(err) {
+	if pgdb.NotSent(err) {
 		return false // no connection was taken: nothing was sent
 	}
 	return !pgconn.SafeToRetry(err)
@@ -530,7 +527,7 @@ func isTransient(err error) bool {
 
 // queries are the client's statements in the cheapest mode that is safe on
 // its pool: named prepared statements on a direct connection, unnamed ones
-// behind a transaction pooler (pgmode.Auto checks once per client).
+// behind a transaction pooler (pgdb.Auto checks once per client).
 func (c *Client) queries(ctx context.Context) *fencedb.Queries {
 	if c.mode.Direct(ctx) {
 		return c.direct

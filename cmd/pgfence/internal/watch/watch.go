@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/internal/fencesql"
-	"github.com/pgfence/pgfence/internal/inschema"
+	"github.com/pgfence/pgfence/internal/pgdb"
 	"github.com/pgfence/pgfence/internal/pgerr"
 )
 
@@ -141,7 +141,7 @@ func (w *Watcher) read(ctx context.Context) (*Snapshot, error) {
 		return nil, err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	q := fencesql.New(inschema.Wrap(tx, w.opts.Schema))
+	q := fencesql.New(pgdb.Wrap(tx, w.opts.Schema))
 	limit := int32(w.opts.Limit)
 
 	sum, err := q.WatchLeaseSummary(ctx, w.opts.Soon.Microseconds())
