@@ -40,7 +40,7 @@ func idsAndFences(jobs []*Job) (ids, fences []int64) {
 func (c *Claimer) renewMany(ctx context.Context, jobs []*Job, ttl time.Duration) (lost []*Job, err error) {
 	ids, fences := idsAndFences(jobs)
 	sent := time.Now()
-	rows, err := pgdb.Wrap(c.pool, "").Query(ctx, c.sql.renewMany, ids, fences, ttl.Microseconds())
+	rows, err := c.db.Query(ctx, c.sql.renewMany, ids, fences, ttl.Microseconds())
 	if err != nil {
 		return nil, fmt.Errorf("claim: renew %d jobs: %w", len(jobs), err)
 	}
@@ -67,9 +67,9 @@ func (c *Claimer) renewMany(ctx context.Context, jobs []*Job, ttl time.Duration)
 // statement may or may not have committed (see settleMany).
 func (c *Claimer) completeMany(ctx context.Context, jobs []*Job) ([]error, error) {
 	ids, fences := idsAndFences(jobs)
-	// notsent marks a failure to take a pool connection: nothing was
+	// c.db marks a failure to take a pool connection: nothing was
 	// sent, so the outcome is known and needs no read-back (ambiguous).
-	rows, err := pgdb.Wrap(c.pool, "").Query(ctx, c.sql.completeMany, ids, fences)
+	rows, err := c.db.Query(ctx, c.sql.completeMany, ids, fences)
 	if err != nil {
 		return nil, fmt.Errorf("claim: complete %d jobs: %w", len(jobs), err)
 	}
@@ -146,7 +146,7 @@ func (c *Claimer) completeAndClaim(ctx context.Context, done []*Job, n int, ttl 
 // closed; Claimer.complete passes the caller's transaction instead.
 func (c *Claimer) readBack(ctx context.Context, q fencedb.DBTX, jobs []*Job) (map[attemptKey]string, error) {
 	if q == nil {
-		q = c.pool
+		q = c.db
 	}
 	ids, fences := idsAndFences(jobs)
 	rows, err := pgdb.Wrap(q, "").Query(ctx, c.sql.readBack, ids, fences)
@@ -196,7 +196,7 @@ func (c *Claimer) settleMany(ctx context.Context, jobs []*Job) ([]error, error) 
 
 // ambiguous reports whether err leaves a write's outcome unknown: any error
 // but the server's own answer and a statement never sent (no connection
-// could be taken from the pool: notsent). pgconn.SafeToRetry is no guide
+// could be taken from the pool: pgdb.NotSent). pgconn.SafeToRetry is no guide
 // here: a COMMIT whose answer was cut off comes back from pgx as a "conn
 // closed" error that claims to be safe to retry, although the server
 // received and ran it. So every such error is settled by reading back,

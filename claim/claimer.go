@@ -21,6 +21,7 @@ import (
 // writes on them. It is safe for concurrent use and holds no goroutines.
 type Claimer struct {
 	pool *pgxpool.Pool
+	db   fencedb.DBTX // pool through pgdb.Wrap, built once
 	cfg  config
 	sql  statements
 	// pipeline: completions may ride in a claim's pipeline (a pgx.Batch,
@@ -113,7 +114,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Claimer, err
 	if err != nil {
 		return nil, err
 	}
-	c := &Claimer{pool: pool, cfg: cfg, sql: stmts, pipeline: pipeline}
+	c := &Claimer{pool: pool, db: pgdb.Wrap(pool, ""), cfg: cfg, sql: stmts, pipeline: pipeline}
 	c.met = newMetrics(c)
 	return c, nil
 }
@@ -163,7 +164,7 @@ func (c *Claimer) Claim(ctx context.Context, n int, ttl time.Duration) ([]*Job, 
 		return nil, err
 	}
 	sent := time.Now()
-	rows, err := pgdb.Wrap(c.pool, "").Query(ctx, c.sql.claim, c.claimArgs(n, ttl)...)
+	rows, err := c.db.Query(ctx, c.sql.claim, c.claimArgs(n, ttl)...)
 	if err != nil {
 		return nil, c.explain("claim", err)
 	}
@@ -238,7 +239,7 @@ func (c *Claimer) Renew(ctx context.Context, j *Job) error {
 	}
 	sent := time.Now()
 	var until time.Time
-	err := pgdb.Wrap(c.pool, "").QueryRow(ctx, c.sql.renew, j.ID, j.Fence, j.ttl.Microseconds()).Scan(&until)
+	err := c.db.QueryRow(ctx, c.sql.renew, j.ID, j.Fence, j.ttl.Microseconds()).Scan(&until)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return &LeaseLostError{Op: "renew", JobID: j.ID, Fence: j.Fence}
 	}
@@ -255,7 +256,7 @@ func (c *Claimer) Renew(ctx context.Context, j *Job) error {
 // (the row is read back after the wait when the statement changed nothing). ErrLeaseLost means another worker has or had the job since: this
 // attempt's result does not count.
 func (c *Claimer) Complete(ctx context.Context, j *Job) error {
-	err := c.complete(ctx, c.pool, j)
+	err := c.complete(ctx, c.db, j)
 	if err == nil {
 		c.met.completed(j)
 	}
@@ -345,7 +346,7 @@ func (c *Claimer) Fail(ctx context.Context, j *Job, cause error) (FailResult, er
 	if c.cfg.table.LastError != "" {
 		args = append(args, msg)
 	}
-	err := pgdb.Wrap(c.pool, "").QueryRow(ctx, c.sql.fail, args...).Scan(&state, &runAt)
+	err := c.db.QueryRow(ctx, c.sql.fail, args...).Scan(&state, &runAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		c.met.leaseLost(opFail)
 		return FailResult{}, &LeaseLostError{Op: "fail", JobID: j.ID, Fence: j.Fence}
@@ -379,7 +380,7 @@ func (c *Claimer) Release(ctx context.Context, j *Job) error {
 	if err := c.checkJob(j); err != nil {
 		return err
 	}
-	tag, err := pgdb.Wrap(c.pool, "").Exec(ctx, c.sql.release, j.ID, j.Fence)
+	tag, err := c.db.Exec(ctx, c.sql.release, j.ID, j.Fence)
 	if err != nil {
 		return fmt.Errorf("claim: release job %d: %w", j.ID, err)
 	}
@@ -408,7 +409,7 @@ func (c *Claimer) Rescue(ctx context.Context, limit int) (RescueResult, error) {
 		return RescueResult{}, invalid("rescue limit %d is outside [1, %d]", limit, MaxBatch)
 	}
 	var r RescueResult
-	err := pgdb.Wrap(c.pool, "").QueryRow(ctx, c.sql.rescue, c.queueArgs(limit)...).Scan(&r.Requeued, &r.Dead)
+	err := c.db.QueryRow(ctx, c.sql.rescue, c.queueArgs(limit)...).Scan(&r.Requeued, &r.Dead)
 	if err != nil {
 		return RescueResult{}, c.explain("rescue", err)
 	}

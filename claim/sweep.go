@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/pgfence/pgfence/internal/batchwalk"
-	"github.com/pgfence/pgfence/internal/pgdb"
 )
 
 const (
@@ -65,7 +64,7 @@ func (c *Claimer) SweepFinished(ctx context.Context, olderThan time.Duration) (i
 	after := int64(math.MinInt64)
 	err := batchwalk.Run(ctx, func(ctx context.Context) (bool, error) {
 		var scanned, deleted int64
-		err := pgdb.Wrap(c.pool, "").QueryRow(ctx, c.sql.sweep, c.queueArgs(after, batch, olderThan.Microseconds())...).
+		err := c.db.QueryRow(ctx, c.sql.sweep, c.queueArgs(after, batch, olderThan.Microseconds())...).
 			Scan(&scanned, &after, &deleted)
 		total += deleted
 		return scanned == int64(batch), err

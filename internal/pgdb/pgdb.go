@@ -26,32 +26,30 @@ func Wrap(db DBTX, schema string) DBTX { return wrap(db, schema, true) }
 // for a pool that reaches PostgreSQL directly (see Auto).
 func WrapOwnMode(db DBTX, schema string) DBTX { return wrap(db, schema, false) }
 
+// wrap is small enough to be inlined, so that a wrapper built per call (on
+// a db passed per call) stays on the caller's stack and costs no allocation.
 func wrap(db DBTX, schema string, mode bool) DBTX {
 	switch d := db.(type) {
 	case nil:
 		return nil
-	case *wrapped:
+	case wrapped:
 		return d
 	}
-	w := &wrapped{db: db, mode: mode}
-	w.pool, _ = db.(*pgxpool.Pool)
-	if schema != "" {
-		w.cache = cacheFor(schema)
-	}
-	return w
+	pool, _ := db.(*pgxpool.Pool)
+	return wrapped{db: db, pool: pool, schema: schema, mode: mode}
 }
 
 // wrapped is the whole stack in one value, so a statement pays one
-// indirection and at most one allocation for its arguments (withMode) and
-// one for its row.
+// indirection, one allocation for its arguments (withMode) and, on a pool or
+// with a schema, one for its row or rows.
 type wrapped struct {
-	db    DBTX
-	pool  *pgxpool.Pool // db as a pool, else nil
-	cache *cache        // the schema's expansions, nil without a schema
-	mode  bool          // prepend Mode
+	db     DBTX
+	pool   *pgxpool.Pool // db as a pool, else nil
+	schema string        // "" for none
+	mode   bool          // prepend Mode
 }
 
-func (w *wrapped) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+func (w wrapped) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	sql, err := w.expand(sql)
 	if err != nil {
 		return pgconn.CommandTag{}, err
@@ -71,7 +69,7 @@ func (w *wrapped) Exec(ctx context.Context, sql string, args ...any) (pgconn.Com
 	return tag, w.hint(err)
 }
 
-func (w *wrapped) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+func (w wrapped) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	sql, err := w.expand(sql)
 	if err != nil {
 		return nil, err
@@ -79,10 +77,10 @@ func (w *wrapped) Query(ctx context.Context, sql string, args ...any) (pgx.Rows,
 	args = w.withMode(args)
 	if w.pool == nil {
 		r, err := w.db.Query(ctx, sql, args...)
-		if err != nil || w.cache == nil {
+		if err != nil || w.schema == "" {
 			return r, w.hint(err)
 		}
-		return &rows{Rows: r, schema: w.cache.names.Schema}, nil
+		return &rows{Rows: r, schema: w.schema}, nil
 	}
 	c, err := w.acquire(ctx)
 	if err != nil {
@@ -93,14 +91,10 @@ func (w *wrapped) Query(ctx context.Context, sql string, args ...any) (pgx.Rows,
 		c.Release()
 		return nil, w.hint(err)
 	}
-	out := &rows{Rows: r, c: c}
-	if w.cache != nil {
-		out.schema = w.cache.names.Schema
-	}
-	return out, nil
+	return &rows{Rows: r, c: c, schema: w.schema}, nil
 }
 
-func (w *wrapped) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+func (w wrapped) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	sql, err := w.expand(sql)
 	if err != nil {
 		return errRow{err}
@@ -108,49 +102,40 @@ func (w *wrapped) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	args = w.withMode(args)
 	if w.pool == nil {
 		r := w.db.QueryRow(ctx, sql, args...)
-		if w.cache == nil {
+		if w.schema == "" {
 			return r
 		}
-		return &row{row: r, schema: w.cache.names.Schema}
+		return &row{row: r, schema: w.schema}
 	}
 	c, err := w.acquire(ctx)
 	if err != nil {
 		return errRow{err}
 	}
-	out := &row{row: c.QueryRow(ctx, sql, args...), c: c}
-	if w.cache != nil {
-		out.schema = w.cache.names.Schema
-	}
-	return out
+	return &row{row: c.QueryRow(ctx, sql, args...), c: c, schema: w.schema}
 }
 
-func (w *wrapped) expand(sql string) (string, error) {
-	if w.cache == nil {
-		return sql, nil
-	}
-	return w.cache.get(sql)
+func (w wrapped) expand(sql string) (string, error) {
+	return Expand(sql, w.schema)
 }
 
-func (w *wrapped) hint(err error) error {
-	if w.cache == nil {
-		return err
-	}
-	return Hint(err, w.cache.names.Schema)
+func (w wrapped) hint(err error) error {
+	return Hint(err, w.schema)
 }
 
 // withMode puts Mode first. pgx reads leading QueryExecMode arguments as
 // options and drops them before encoding the rest; with no other argument
-// it uses the simple protocol, which is safe too.
-func (w *wrapped) withMode(args []any) []any {
-	if !w.mode {
-		return args
-	}
+// it uses the simple protocol, which is safe too. It copies args even
+// without Mode, so that args never escapes: a caller's variadic arguments
+// then stay on its stack, and a statement costs this one allocation.
+func (w wrapped) withMode(args []any) []any {
 	out := make([]any, 0, len(args)+1)
-	out = append(out, Mode)
+	if w.mode {
+		out = append(out, Mode)
+	}
 	return append(out, args...)
 }
 
-func (w *wrapped) acquire(ctx context.Context) (*pgxpool.Conn, error) {
+func (w wrapped) acquire(ctx context.Context) (*pgxpool.Conn, error) {
 	c, err := w.pool.Acquire(ctx)
 	if err != nil {
 		return nil, &NotSentError{Err: err}

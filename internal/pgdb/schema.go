@@ -16,7 +16,7 @@ func Expand(sql, schema string) (string, error) {
 	if schema == "" {
 		return sql, nil
 	}
-	return cacheFor(schema).get(sql)
+	return expand(sql, schema)
 }
 
 // Hint returns err as a *MissingError when it says that an object of
@@ -43,36 +43,26 @@ func (e *MissingError) Error() string {
 
 func (e *MissingError) Unwrap() error { return e.Err }
 
-// cache holds one schema's expanded statements: sql text → expanded text.
-// The statements are pgfence's own constants, a bounded set, so it never
-// evicts.
-type cache struct {
-	names sqltmpl.Names
-	m     sync.Map // string → string
-}
+// expansions holds the expanded statements: (schema, sql text) → expanded
+// text, one lookup per statement. The statements are pgfence's own
+// constants, a bounded set, so it never evicts.
+var expansions sync.Map
 
-var caches sync.Map // schema → *cache
+type expansion struct{ schema, sql string }
 
-func cacheFor(schema string) *cache {
-	if c, ok := caches.Load(schema); ok {
-		return c.(*cache)
-	}
-	c, _ := caches.LoadOrStore(schema, &cache{names: sqltmpl.Names{Schema: schema}})
-	return c.(*cache)
-}
-
-func (c *cache) get(sql string) (string, error) {
-	if s, ok := c.m.Load(sql); ok {
+func expand(sql, schema string) (string, error) {
+	k := expansion{schema, sql}
+	if s, ok := expansions.Load(k); ok {
 		return s.(string), nil
 	}
 	t, err := sqltmpl.Parse(sql)
 	if err != nil {
 		return "", err
 	}
-	s, err := t.Expand(c.names)
+	s, err := t.Expand(sqltmpl.Names{Schema: schema})
 	if err != nil {
 		return "", err
 	}
-	c.m.Store(sql, s)
+	expansions.Store(k, s)
 	return s, nil
 }

@@ -43,7 +43,7 @@ func TestConcurrentStatementsLandInTheSchema(t *testing.T) {
 	s := pgtest.Schema(t)
 	q := fencedb.New(pgdb.Wrap(pool, s))
 	const n = 32
-	queue := "inschema-" + s
+	queue := "pgdb-schema-" + s
 	var wg sync.WaitGroup
 	for range n {
 		wg.Add(1)
