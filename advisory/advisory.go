@@ -90,7 +90,7 @@ func (k Key) String() string {
 	return fmt.Sprintf("advisory key %d", k.id)
 }
 
-// sql is the lock statement (queries/advisory.sql). Besides whether the key
+// sql is the lock statement (queries/internal/advisory.sql). Besides whether the key
 // was granted (always true for the waiting form), it returns the server
 // session's pid.
 func (k Key) sql(try bool) (string, []any) {
@@ -101,7 +101,7 @@ func (k Key) sql(try bool) (string, []any) {
 }
 
 // form picks the key's form of a statement: each advisory lock function
-// takes a bigint or two integers, so queries/advisory.sql writes each
+// takes a bigint or two integers, so queries/internal/advisory.sql writes each
 // statement twice, *Int64 and *Pair.
 func (k Key) form(int64Form, pairForm string) string {
 	if k.pair {

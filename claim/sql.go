@@ -10,8 +10,8 @@ import (
 )
 
 // statements are claim's SQL for one table. Their one source is
-// queries/claim.sql, written against pgfence_jobs and checked by sqlc, which
-// generates its text as the fencedb constants; internal/sqltmpl fills in
+// queries/internal/claim.sql, written against pgfence_jobs and checked by sqlc, which
+// generates its text as the fencesql constants; internal/sqltmpl fills in
 // the table's own names (every identifier quoted by pgx.Identifier.Sanitize)
 // and drops the parts on optional columns it lacks. Values are always bound.
 type statements struct {
@@ -31,8 +31,8 @@ type source struct {
 	sql string
 }
 
-// sources lists every statement of s with its text in fencedb, one per
-// statement of queries/claim.sql.
+// sources lists every statement of s with its text in fencesql, one per
+// statement of queries/internal/claim.sql.
 func (s *statements) sources() []source {
 	return []source{
 		{&s.claim, fencesql.ClaimJobs}, {&s.renew, fencesql.RenewJob}, {&s.complete, fencesql.CompleteJob},
@@ -68,7 +68,7 @@ func expand(sql string, names sqltmpl.Names) (string, error) {
 	return tmpl.Expand(names)
 }
 
-// names maps the names queries/claim.sql is written with (pgfence_jobs and
+// names maps the names queries/internal/claim.sql is written with (pgfence_jobs and
 // DefaultTable's columns) to t's.
 func (t Table) names() sqltmpl.Names {
 	cols := map[string]string{}

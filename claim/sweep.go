@@ -47,7 +47,7 @@ func WithSweepBatch(n int) Option {
 // its row changes during the sweep. Rows inserted behind the walk wait for
 // the next sweep. When ctx ends between or during batches it returns the
 // rows deleted so far with ctx's error. Each batch is one statement,
-// SweepFinishedJobsBatch in queries/claim.sql, which says how it reads and deletes
+// SweepFinishedJobsBatch in queries/internal/claim.sql, which says how it reads and deletes
 // and why it commits asynchronously.
 func (c *Claimer) SweepFinished(ctx context.Context, olderThan time.Duration) (int64, error) {
 	if olderThan < 0 {
