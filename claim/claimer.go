@@ -21,7 +21,7 @@ import (
 // writes on them. It is safe for concurrent use and holds no goroutines.
 type Claimer struct {
 	pool *pgxpool.Pool
-	db   fencedb.DBTX // pool through pgdb.Wrap, built once
+	db   pgdb.DB // pool through pgdb.Wrap, built once
 	cfg  config
 	sql  statements
 	// pipeline: completions may ride in a claim's pipeline (a pgx.Batch,

@@ -13,8 +13,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/otelx"
+	"github.com/pgfence/pgfence/internal/pgdb"
 )
 
 // DefaultQueueStatsInterval is how often, at most, the queue-depth gauges
@@ -158,7 +158,7 @@ func (m *metrics) batchCompleted(j *Job, err error) {
 
 // queueStats caches the queue-depth query's answer for every.
 type queueStats struct {
-	db     fencedb.DBTX // the claimer's
+	db     pgdb.DB // the claimer's
 	sql    string
 	args   []any
 	every  time.Duration

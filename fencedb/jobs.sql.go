@@ -47,11 +47,12 @@ type EnqueueJobRow struct {
 // Typed statements on the ready-made pgfence_jobs table.
 // Package claim claims, renews, completes and sweeps the jobs (on
 // pgfence_jobs or a table of your own); these put jobs in and read one back.
-// Inserts one job in state available and returns its id; it notifies
-// listeners on the channel with the queue as payload (pass ” for none; the
-// notification is delivered when the transaction commits, so run it in the
-// transaction that makes the job's data visible). run_at is now() + delay by
-// the database clock. It never deduplicates: each call inserts a job.
+// Inserts one job in state available and returns its id. Unless
+// notify_channel is empty, it notifies that channel with the queue as
+// payload; the notification is delivered when the transaction commits, so
+// run it in the transaction that makes the job's data visible. run_at is
+// now() + delay by the database clock. It never deduplicates: each call
+// inserts a job.
 func (q *Queries) EnqueueJob(ctx context.Context, arg EnqueueJobParams) (EnqueueJobRow, error) {
 	row := q.db.QueryRow(ctx, enqueueJob,
 		arg.NotifyChannel,
@@ -91,8 +92,8 @@ type EnqueueJobsParams struct {
 }
 
 // Inserts one job per element of kinds, in one statement, available now,
-// and notifies the channel once (” for none); it returns how many it
-// inserted. The other arrays must be as long as kinds: a shorter one leaves
+// and notifies notify_channel once (unless it is empty); it returns how
+// many it inserted. The other arrays must be as long as kinds: a shorter one leaves
 // NULLs that the NOT NULL columns refuse, and then nothing is inserted.
 func (q *Queries) EnqueueJobs(ctx context.Context, arg EnqueueJobsParams) (int64, error) {
 	result, err := q.db.Exec(ctx, enqueueJobs,

@@ -64,7 +64,8 @@ type AcquireRow struct {
 // pgfence_draw_fence() is inlined into this statement, no function call. A
 // fence is drawn on every call, granted or not; gaps are harmless. The key is
 // not checked here (the table has no CHECK constraints, which PostgreSQL
-// would re-plan in every statement): pglease refuses keys outside 1-512 bytes before they are sent.
+// would re-plan in every statement): pass a key of 1-512 bytes, as pglease
+// does (it refuses others before they are sent).
 func (q *Queries) Acquire(ctx context.Context, arg AcquireParams) (AcquireRow, error) {
 	row := q.db.QueryRow(ctx, acquire,
 		arg.LockKey,

@@ -3,11 +3,12 @@
 -- pgfence_jobs or a table of your own); these put jobs in and read one back.
 
 -- name: EnqueueJob :one
--- Inserts one job in state available and returns its id; it notifies
--- listeners on the channel with the queue as payload (pass '' for none; the
--- notification is delivered when the transaction commits, so run it in the
--- transaction that makes the job's data visible). run_at is now() + delay by
--- the database clock. It never deduplicates: each call inserts a job.
+-- Inserts one job in state available and returns its id. Unless
+-- notify_channel is empty, it notifies that channel with the queue as
+-- payload; the notification is delivered when the transaction commits, so
+-- run it in the transaction that makes the job's data visible. run_at is
+-- now() + delay by the database clock. It never deduplicates: each call
+-- inserts a job.
 WITH ins AS (
   INSERT INTO /* TEMPLATE: schema */pgfence_jobs (queue, kind, payload, priority, run_at, max_attempts)
   VALUES (sqlc.arg(queue)::text, sqlc.arg(kind)::text, sqlc.arg(payload)::jsonb,
@@ -23,8 +24,8 @@ SELECT ins.id,
 
 -- name: EnqueueJobs :execrows
 -- Inserts one job per element of kinds, in one statement, available now,
--- and notifies the channel once ('' for none); it returns how many it
--- inserted. The other arrays must be as long as kinds: a shorter one leaves
+-- and notifies notify_channel once (unless it is empty); it returns how
+-- many it inserted. The other arrays must be as long as kinds: a shorter one leaves
 -- NULLs that the NOT NULL columns refuse, and then nothing is inserted.
 WITH ins AS (
   INSERT INTO /* TEMPLATE: schema */pgfence_jobs (queue, kind, payload, priority, max_attempts)

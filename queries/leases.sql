@@ -21,7 +21,8 @@
 -- pgfence_draw_fence() is inlined into this statement, no function call. A
 -- fence is drawn on every call, granted or not; gaps are harmless. The key is
 -- not checked here (the table has no CHECK constraints, which PostgreSQL
--- would re-plan in every statement): pglease refuses keys outside 1-512 bytes before they are sent.
+-- would re-plan in every statement): pass a key of 1-512 bytes, as pglease
+-- does (it refuses others before they are sent).
 INSERT INTO /* TEMPLATE: schema */lock_leases AS l (lock_key, owner, owner_token, fence, acquired_at, expires_at)
 SELECT sqlc.arg(lock_key)::text, sqlc.arg(owner)::text, sqlc.arg(owner_token)::text,
        /* TEMPLATE: schema */pgfence_draw_fence(), now(),

@@ -2,6 +2,7 @@ package pgdb
 
 import (
 	"context"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -18,116 +19,119 @@ type DBTX = fencedb.DBTX
 // it (none for "", the connection's search_path then finds the objects) and,
 // when db is a *pgxpool.Pool, failing with a *NotSentError when no
 // connection could be taken. schema must have passed validate.Identifier; it
-// is quoted, never trusted. A nil db stays nil, so callers' nil checks keep
-// working; a db Wrap returned is returned as it is.
-func Wrap(db DBTX, schema string) DBTX { return wrap(db, schema, true) }
+// is quoted, never trusted. db must not be nil; a DB passed back in (as a
+// DBTX) is returned as it is.
+func Wrap(db DBTX, schema string) DB { return wrap(db, schema, true) }
 
 // WrapOwnMode is Wrap with every statement in db's own default exec mode:
 // for a pool that reaches PostgreSQL directly (see Auto).
-func WrapOwnMode(db DBTX, schema string) DBTX { return wrap(db, schema, false) }
+func WrapOwnMode(db DBTX, schema string) DB { return wrap(db, schema, false) }
 
-// wrap is small enough to be inlined, so that a wrapper built per call (on
-// a db passed per call) stays on the caller's stack and costs no allocation.
-func wrap(db DBTX, schema string, mode bool) DBTX {
-	switch d := db.(type) {
-	case nil:
-		return nil
-	case wrapped:
+// wrap is small enough to be inlined, and DB is a value whose methods let
+// their arguments not escape: a DB built per call (on a db passed per call),
+// or stored as a DB and called directly, then costs no allocation of its
+// own, and the caller's variadic arguments stay on its stack.
+func wrap(db DBTX, schema string, mode bool) DB {
+	if d, ok := db.(DB); ok {
 		return d
 	}
 	pool, _ := db.(*pgxpool.Pool)
-	return wrapped{db: db, pool: pool, schema: schema, mode: mode}
+	return DB{db: db, pool: pool, schema: schema, mode: mode}
 }
 
-// wrapped is the whole stack in one value, so a statement pays one
-// indirection, one allocation for its arguments (withMode) and, on a pool or
-// with a schema, one for its row or rows.
-type wrapped struct {
+// DB is the whole stack in one value, so a statement pays one indirection
+// and one allocation, for its arguments (withMode); its row or rows, on a
+// pool or with a schema, come from slabs. Store it as a DB, not as a DBTX,
+// where it is called directly: a call through an interface makes the
+// caller's arguments escape, one allocation more.
+type DB struct {
 	db     DBTX
 	pool   *pgxpool.Pool // db as a pool, else nil
 	schema string        // "" for none
 	mode   bool          // prepend Mode
 }
 
-func (w wrapped) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+func (w DB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	sql, err := w.expand(sql)
 	if err != nil {
 		return pgconn.CommandTag{}, err
 	}
-	args = w.withMode(args)
+	sent := w.withMode(args)
 	var tag pgconn.CommandTag
 	if w.pool != nil {
 		c, err := w.acquire(ctx)
 		if err != nil {
 			return pgconn.CommandTag{}, err
 		}
-		tag, err = c.Exec(ctx, sql, args...)
+		tag, err = c.Exec(ctx, sql, sent...)
 		c.Release()
 		return tag, w.hint(err)
 	}
-	tag, err = w.db.Exec(ctx, sql, args...)
+	tag, err = w.db.Exec(ctx, sql, sent...)
 	return tag, w.hint(err)
 }
 
-func (w wrapped) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+func (w DB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	sql, err := w.expand(sql)
 	if err != nil {
 		return nil, err
 	}
-	args = w.withMode(args)
+	sent := w.withMode(args)
 	if w.pool == nil {
-		r, err := w.db.Query(ctx, sql, args...)
+		r, err := w.db.Query(ctx, sql, sent...)
 		if err != nil || w.schema == "" {
 			return r, w.hint(err)
 		}
-		return &rows{Rows: r, schema: w.schema}, nil
+		return w.rows(r, nil), nil
 	}
 	c, err := w.acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
-	r, err := c.Query(ctx, sql, args...)
+	r, err := c.Query(ctx, sql, sent...)
 	if err != nil {
 		c.Release()
 		return nil, w.hint(err)
 	}
-	return &rows{Rows: r, c: c, schema: w.schema}, nil
+	return w.rows(r, c), nil
 }
 
-func (w wrapped) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+func (w DB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	sql, err := w.expand(sql)
 	if err != nil {
 		return errRow{err}
 	}
-	args = w.withMode(args)
+	sent := w.withMode(args)
 	if w.pool == nil {
-		r := w.db.QueryRow(ctx, sql, args...)
+		r := w.db.QueryRow(ctx, sql, sent...)
 		if w.schema == "" {
 			return r
 		}
-		return &row{row: r, schema: w.schema}
+		return w.row(r, nil)
 	}
 	c, err := w.acquire(ctx)
 	if err != nil {
 		return errRow{err}
 	}
-	return &row{row: c.QueryRow(ctx, sql, args...), c: c, schema: w.schema}
+	return w.row(c.QueryRow(ctx, sql, sent...), c)
 }
 
-func (w wrapped) expand(sql string) (string, error) {
+func (w DB) expand(sql string) (string, error) {
 	return Expand(sql, w.schema)
 }
 
-func (w wrapped) hint(err error) error {
+func (w DB) hint(err error) error {
 	return Hint(err, w.schema)
 }
 
 // withMode puts Mode first. pgx reads leading QueryExecMode arguments as
 // options and drops them before encoding the rest; with no other argument
 // it uses the simple protocol, which is safe too. It copies args even
-// without Mode, so that args never escapes: a caller's variadic arguments
-// then stay on its stack, and a statement costs this one allocation.
-func (w wrapped) withMode(args []any) []any {
+// without Mode, so that args never escapes (callers keep the copy in a
+// variable of its own: assigned back to args, it would make args escape): a
+// caller's variadic arguments then stay on its stack, and a statement costs
+// this one allocation.
+func (w DB) withMode(args []any) []any {
 	out := make([]any, 0, len(args)+1)
 	if w.mode {
 		out = append(out, Mode)
@@ -135,12 +139,24 @@ func (w wrapped) withMode(args []any) []any {
 	return append(out, args...)
 }
 
-func (w wrapped) acquire(ctx context.Context) (*pgxpool.Conn, error) {
+func (w DB) acquire(ctx context.Context) (*pgxpool.Conn, error) {
 	c, err := w.pool.Acquire(ctx)
 	if err != nil {
 		return nil, &NotSentError{Err: err}
 	}
 	return c, nil
+}
+
+func (w DB) row(r pgx.Row, c *pgxpool.Conn) *row {
+	out := rowSlabs.take()
+	*out = row{row: r, c: c, schema: w.schema}
+	return out
+}
+
+func (w DB) rows(r pgx.Rows, c *pgxpool.Conn) *rows {
+	out := rowsSlabs.take()
+	*out = rows{Rows: r, c: c, schema: w.schema}
+	return out
 }
 
 // row gives the pool's connection back after Scan, as pgxpool's own row
@@ -190,3 +206,34 @@ func (r *rows) Close() {
 }
 
 func (r *rows) Err() error { return Hint(r.Rows.Err(), r.schema) }
+
+// slabs hands out values of T cut from arrays of slabSize, as pgxpool does
+// for its own rows: a statement's row costs no allocation of its own (one
+// per slabSize statements), and no value is ever handed out twice, so a
+// caller that holds on to one never sees it reused.
+type slabs[T any] struct{ p sync.Pool } // of *slab[T] with values left
+
+const slabSize = 64
+
+type slab[T any] struct {
+	next  int
+	items [slabSize]T
+}
+
+var (
+	rowSlabs  slabs[row]
+	rowsSlabs slabs[rows]
+)
+
+func (s *slabs[T]) take() *T {
+	b, _ := s.p.Get().(*slab[T])
+	if b == nil {
+		b = new(slab[T])
+	}
+	v := &b.items[b.next]
+	b.next++
+	if b.next < slabSize {
+		s.p.Put(b)
+	}
+	return v
+}
