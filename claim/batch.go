@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/pgdb"
 	"github.com/pgfence/pgfence/internal/pgerr"
 )
@@ -141,15 +140,12 @@ func (c *Claimer) completeAndClaim(ctx context.Context, done []*Job, n int, ttl 
 // readBack reports, for each job (by id + fence), the state of its row if
 // the row still carries the job's fence (absent when it does not: another
 // claim has the job since). It waits for any transaction still holding one of the rows, so the
-// states it returns are final. On the pool (q nil) it runs on whichever
+// states it returns are final. On the pool (q the claimer's db) it runs on whichever
 // connection is free: never the one whose answer was lost, which pgx has
 // closed; Claimer.complete passes the caller's transaction instead.
-func (c *Claimer) readBack(ctx context.Context, q fencedb.DBTX, jobs []*Job) (map[attemptKey]string, error) {
-	if q == nil {
-		q = c.db
-	}
+func (c *Claimer) readBack(ctx context.Context, q pgdb.DB, jobs []*Job) (map[attemptKey]string, error) {
 	ids, fences := idsAndFences(jobs)
-	rows, err := pgdb.Wrap(q, "").Query(ctx, c.sql.readBack, ids, fences)
+	rows, err := q.Query(ctx, c.sql.readBack, ids, fences)
 	if err != nil {
 		return nil, fmt.Errorf("claim: read back %d jobs: %w", len(jobs), err)
 	}
@@ -182,7 +178,7 @@ func (c *Claimer) settleMany(ctx context.Context, jobs []*Job) ([]error, error) 
 	if len(rest) == 0 {
 		return res, nil
 	}
-	states, err := c.readBack(ctx, nil, rest)
+	states, err := c.readBack(ctx, c.db, rest)
 	if err != nil {
 		return nil, err
 	}

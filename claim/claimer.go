@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/pgdb"
 	"github.com/pgfence/pgfence/internal/pgerr"
 )
@@ -272,7 +271,7 @@ func (c *Claimer) CompleteTx(ctx context.Context, tx pgx.Tx, j *Job) error {
 	if tx == nil {
 		return invalid("nil transaction")
 	}
-	err := c.complete(ctx, tx, j)
+	err := c.complete(ctx, pgdb.Wrap(tx, ""), j)
 	if err == nil {
 		// Counted when the statement accepts: whether the caller's
 		// transaction commits is not known here.
@@ -281,12 +280,12 @@ func (c *Claimer) CompleteTx(ctx context.Context, tx pgx.Tx, j *Job) error {
 	return err
 }
 
-func (c *Claimer) complete(ctx context.Context, q fencedb.DBTX, j *Job) error {
+func (c *Claimer) complete(ctx context.Context, q pgdb.DB, j *Job) error {
 	if err := c.checkJob(j); err != nil {
 		return err
 	}
 	var ok bool
-	if err := pgdb.Wrap(q, "").QueryRow(ctx, c.sql.complete, j.ID, j.Fence).Scan(&ok); err != nil {
+	if err := q.QueryRow(ctx, c.sql.complete, j.ID, j.Fence).Scan(&ok); err != nil {
 		return fmt.Errorf("claim: complete job %d: %w", j.ID, err)
 	}
 	if !ok {
