@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgfence/pgfence/fencedb"
-	"github.com/pgfence/pgfence/internal/pgmode"
+	"github.com/pgfence/pgfence/internal/fencesql"
+	"github.com/pgfence/pgfence/internal/pgdb"
 	"github.com/pgfence/pgfence/internal/validate"
 )
 
@@ -90,18 +90,18 @@ func (k Key) String() string {
 	return fmt.Sprintf("advisory key %d", k.id)
 }
 
-// sql is the lock statement (queries/advisory.sql). Besides whether the key
+// sql is the lock statement (queries/internal/advisory.sql). Besides whether the key
 // was granted (always true for the waiting form), it returns the server
 // session's pid.
 func (k Key) sql(try bool) (string, []any) {
 	if try {
-		return k.form(fencedb.AdvisoryTryXactLockInt64, fencedb.AdvisoryTryXactLockPair), k.args()
+		return k.form(fencesql.AdvisoryTryXactLockInt64, fencesql.AdvisoryTryXactLockPair), k.args()
 	}
-	return k.form(fencedb.AdvisoryXactLockInt64, fencedb.AdvisoryXactLockPair), k.args()
+	return k.form(fencesql.AdvisoryXactLockInt64, fencesql.AdvisoryXactLockPair), k.args()
 }
 
 // form picks the key's form of a statement: each advisory lock function
-// takes a bigint or two integers, so queries/advisory.sql writes each
+// takes a bigint or two integers, so queries/internal/advisory.sql writes each
 // statement twice, *Int64 and *Pair.
 func (k Key) form(int64Form, pairForm string) string {
 	if k.pair {
@@ -185,7 +185,7 @@ func lock(ctx context.Context, conn *pgconn.PgConn, key Key, try bool) (got bool
 	}
 	var b pgconn.Batch
 	b.ExecParams(q, params, nil, nil, nil)
-	b.ExecParams(fencedb.AdvisoryFunctionSavepoint, nil, nil, nil, nil)
+	b.ExecParams(fencesql.AdvisoryFunctionSavepoint, nil, nil, nil, nil)
 	res, err := conn.ExecBatch(ctx, &b).ReadAll()
 	if err != nil {
 		return false, 0, err
@@ -204,7 +204,7 @@ func lock(ctx context.Context, conn *pgconn.PgConn, key Key, try bool) (got bool
 // finish runs fn in the savepoint that lock set and commits. pid is the
 // server session's pid as the lock statement saw it: when it is not the pid
 // the connection announced at start-up, a pooler is in between, and fn's
-// statements go out in pgmode.Mode.
+// statements go out in pgdb.Mode.
 func finish(ctx context.Context, tx pgx.Tx, key Key, pid uint32, fn func(context.Context, pgx.Tx) error) error {
 	var view pgx.Tx = tx
 	if pid != tx.Conn().PgConn().PID() {
@@ -321,21 +321,21 @@ func interruptible(ctx context.Context, pgConn *pgconn.PgConn, wait func(ctx con
 }
 
 // modeTx is a transaction whose Exec, Query and QueryRow go out in
-// pgmode.Mode (unnamed statements), for a function's statements behind a
+// pgdb.Mode (unnamed statements), for a function's statements behind a
 // pooler. A mode the caller passes as its first argument still wins: pgx
 // takes the last of the leading modes.
 type modeTx struct{ pgx.Tx }
 
 func (t modeTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	return pgmode.Wrap(t.Tx).Exec(ctx, sql, args...)
+	return pgdb.Wrap(t.Tx, "").Exec(ctx, sql, args...)
 }
 
 func (t modeTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	return pgmode.Wrap(t.Tx).Query(ctx, sql, args...)
+	return pgdb.Wrap(t.Tx, "").Query(ctx, sql, args...)
 }
 
 func (t modeTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return pgmode.Wrap(t.Tx).QueryRow(ctx, sql, args...)
+	return pgdb.Wrap(t.Tx, "").QueryRow(ctx, sql, args...)
 }
 
 func (t modeTx) Begin(ctx context.Context) (pgx.Tx, error) {
@@ -392,12 +392,12 @@ func (t *fnTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []str
 
 // Commit releases the savepoint: the function's writes become part of the
 // lock's transaction, which commits after the function returns.
-func (t *fnTx) Commit(ctx context.Context) error { return t.end(ctx, fencedb.AdvisoryFunctionRelease) }
+func (t *fnTx) Commit(ctx context.Context) error { return t.end(ctx, fencesql.AdvisoryFunctionRelease) }
 
 // Rollback undoes the function's writes back to the savepoint; the key stays
 // held until the function returns.
 func (t *fnTx) Rollback(ctx context.Context) error {
-	return t.end(ctx, fencedb.AdvisoryFunctionRollback)
+	return t.end(ctx, fencesql.AdvisoryFunctionRollback)
 }
 
 func (t *fnTx) end(ctx context.Context, sql string) error {

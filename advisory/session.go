@@ -8,8 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgfence/pgfence/fencedb"
-	"github.com/pgfence/pgfence/internal/pgmode"
+	"github.com/pgfence/pgfence/internal/fencesql"
+	"github.com/pgfence/pgfence/internal/pgdb"
 )
 
 // SessionLock is a session-level advisory lock (pg_advisory_lock), held on a
@@ -73,17 +73,17 @@ func lockSession(ctx context.Context, pool *pgxpool.Pool, key Key, try bool) (*S
 		conn.Close(cctx)
 		cancel()
 	}
-	q := key.form(fencedb.AdvisoryLockInt64, fencedb.AdvisoryLockPair)
+	q := key.form(fencesql.AdvisoryLockInt64, fencesql.AdvisoryLockPair)
 	if try {
-		q = key.form(fencedb.AdvisoryTryLockInt64, fencedb.AdvisoryTryLockPair)
+		q = key.form(fencesql.AdvisoryTryLockInt64, fencesql.AdvisoryTryLockPair)
 	}
 	args := key.args()
 	var got bool
 	interrupted, err := interruptible(ctx, conn.PgConn(), func(waitCtx context.Context) error {
 		if try {
-			return pgmode.Wrap(conn).QueryRow(waitCtx, q, args...).Scan(&got)
+			return pgdb.Wrap(conn, "").QueryRow(waitCtx, q, args...).Scan(&got)
 		}
-		_, err := pgmode.Wrap(conn).Exec(waitCtx, q, args...)
+		_, err := pgdb.Wrap(conn, "").Exec(waitCtx, q, args...)
 		got = true
 		return err
 	})
@@ -115,7 +115,7 @@ func (s *SessionLock) Held(ctx context.Context) (bool, error) {
 	}
 	classid, objid, sub := s.key.lockTag()
 	var held bool
-	err := pgmode.Wrap(s.conn).QueryRow(ctx, fencedb.AdvisorySessionHolds, classid, objid, sub).Scan(&held)
+	err := pgdb.Wrap(s.conn, "").QueryRow(ctx, fencesql.AdvisorySessionHolds, classid, objid, sub).Scan(&held)
 	if err != nil {
 		return false, fmt.Errorf("advisory: checking %v: %w", s.key, err)
 	}
@@ -132,7 +132,7 @@ func (s *SessionLock) Unlock(ctx context.Context) error {
 	}
 	conn := s.conn
 	s.conn = nil
-	_, err := pgmode.Wrap(conn).Exec(ctx, s.key.form(fencedb.AdvisoryUnlockInt64, fencedb.AdvisoryUnlockPair), s.key.args()...)
+	_, err := pgdb.Wrap(conn, "").Exec(ctx, s.key.form(fencesql.AdvisoryUnlockInt64, fencesql.AdvisoryUnlockPair), s.key.args()...)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelGrace)
 	defer cancel()
 	conn.Close(cctx)

@@ -7,10 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgfence/pgfence/fencedb"
-	"github.com/pgfence/pgfence/internal/notsent"
+	"github.com/pgfence/pgfence/internal/pgdb"
 	"github.com/pgfence/pgfence/internal/pgerr"
-	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
 // The batched writes Runner uses. Each takes jobs of one claimer and sends one
@@ -41,7 +39,7 @@ func idsAndFences(jobs []*Job) (ids, fences []int64) {
 func (c *Claimer) renewMany(ctx context.Context, jobs []*Job, ttl time.Duration) (lost []*Job, err error) {
 	ids, fences := idsAndFences(jobs)
 	sent := time.Now()
-	rows, err := pgmode.Wrap(c.pool).Query(ctx, c.sql.renewMany, ids, fences, ttl.Microseconds())
+	rows, err := c.db.Query(ctx, c.sql.renewMany, ids, fences, ttl.Microseconds())
 	if err != nil {
 		return nil, fmt.Errorf("claim: renew %d jobs: %w", len(jobs), err)
 	}
@@ -68,9 +66,9 @@ func (c *Claimer) renewMany(ctx context.Context, jobs []*Job, ttl time.Duration)
 // statement may or may not have committed (see settleMany).
 func (c *Claimer) completeMany(ctx context.Context, jobs []*Job) ([]error, error) {
 	ids, fences := idsAndFences(jobs)
-	// notsent marks a failure to take a pool connection: nothing was
+	// c.db marks a failure to take a pool connection: nothing was
 	// sent, so the outcome is known and needs no read-back (ambiguous).
-	rows, err := pgmode.Wrap(notsent.Wrap(c.pool)).Query(ctx, c.sql.completeMany, ids, fences)
+	rows, err := c.db.Query(ctx, c.sql.completeMany, ids, fences)
 	if err != nil {
 		return nil, fmt.Errorf("claim: complete %d jobs: %w", len(jobs), err)
 	}
@@ -103,7 +101,7 @@ func (c *Claimer) completeAndClaim(ctx context.Context, done []*Job, n int, ttl 
 	b.Queue(c.sql.claim, c.claimArgs(n, ttl)...)
 	conn, err := c.pool.Acquire(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("claim: complete %d jobs and claim: %w", len(done), &notsent.Error{Err: err})
+		return nil, nil, fmt.Errorf("claim: complete %d jobs and claim: %w", len(done), &pgdb.NotSentError{Err: err})
 	}
 	defer conn.Release()
 	sent := time.Now()
@@ -142,15 +140,12 @@ func (c *Claimer) completeAndClaim(ctx context.Context, done []*Job, n int, ttl 
 // readBack reports, for each job (by id + fence), the state of its row if
 // the row still carries the job's fence (absent when it does not: another
 // claim has the job since). It waits for any transaction still holding one of the rows, so the
-// states it returns are final. On the pool (q nil) it runs on whichever
+// states it returns are final. On the pool (q the claimer's db) it runs on whichever
 // connection is free: never the one whose answer was lost, which pgx has
 // closed; Claimer.complete passes the caller's transaction instead.
-func (c *Claimer) readBack(ctx context.Context, q fencedb.DBTX, jobs []*Job) (map[attemptKey]string, error) {
-	if q == nil {
-		q = c.pool
-	}
+func (c *Claimer) readBack(ctx context.Context, q pgdb.DB, jobs []*Job) (map[attemptKey]string, error) {
 	ids, fences := idsAndFences(jobs)
-	rows, err := pgmode.Wrap(q).Query(ctx, c.sql.readBack, ids, fences)
+	rows, err := q.Query(ctx, c.sql.readBack, ids, fences)
 	if err != nil {
 		return nil, fmt.Errorf("claim: read back %d jobs: %w", len(jobs), err)
 	}
@@ -183,7 +178,7 @@ func (c *Claimer) settleMany(ctx context.Context, jobs []*Job) ([]error, error) 
 	if len(rest) == 0 {
 		return res, nil
 	}
-	states, err := c.readBack(ctx, nil, rest)
+	states, err := c.readBack(ctx, c.db, rest)
 	if err != nil {
 		return nil, err
 	}
@@ -197,11 +192,11 @@ func (c *Claimer) settleMany(ctx context.Context, jobs []*Job) ([]error, error) 
 
 // ambiguous reports whether err leaves a write's outcome unknown: any error
 // but the server's own answer and a statement never sent (no connection
-// could be taken from the pool: notsent). pgconn.SafeToRetry is no guide
+// could be taken from the pool: pgdb.NotSent). pgconn.SafeToRetry is no guide
 // here: a COMMIT whose answer was cut off comes back from pgx as a "conn
 // closed" error that claims to be safe to retry, although the server
 // received and ran it. So every such error is settled by reading back,
 // which is always correct.
 func ambiguous(err error) bool {
-	return err != nil && !pgerr.FromServer(err) && !notsent.Is(err)
+	return err != nil && !pgerr.FromServer(err) && !pgdb.NotSent(err)
 }

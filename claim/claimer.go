@@ -12,15 +12,15 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/pgdb"
 	"github.com/pgfence/pgfence/internal/pgerr"
-	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
 // Claimer claims job rows from one table (and queue) and makes the fenced
 // writes on them. It is safe for concurrent use and holds no goroutines.
 type Claimer struct {
 	pool *pgxpool.Pool
+	db   pgdb.DB // pool through pgdb.Wrap, built once
 	cfg  config
 	sql  statements
 	// pipeline: completions may ride in a claim's pipeline (a pgx.Batch,
@@ -100,7 +100,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Claimer, err
 	if err := cfg.table.verify(ctx, pool, cfg.schema); err != nil {
 		return nil, err
 	}
-	pipeline, err := pgmode.PipelineSafe(ctx, pool, pool.Config().ConnConfig.DefaultQueryExecMode)
+	pipeline, err := pgdb.PipelineSafe(ctx, pool, pool.Config().ConnConfig.DefaultQueryExecMode)
 	if err != nil {
 		return nil, fmt.Errorf("claim: checking for a connection pooler: %w", err)
 	}
@@ -108,7 +108,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Claimer, err
 	if err != nil {
 		return nil, err
 	}
-	c := &Claimer{pool: pool, cfg: cfg, sql: stmts, pipeline: pipeline}
+	c := &Claimer{pool: pool, db: pgdb.Wrap(pool, ""), cfg: cfg, sql: stmts, pipeline: pipeline}
 	c.met = newMetrics(c)
 	return c, nil
 }
@@ -158,7 +158,7 @@ func (c *Claimer) Claim(ctx context.Context, n int, ttl time.Duration) ([]*Job, 
 		return nil, err
 	}
 	sent := time.Now()
-	rows, err := pgmode.Wrap(c.pool).Query(ctx, c.sql.claim, c.claimArgs(n, ttl)...)
+	rows, err := c.db.Query(ctx, c.sql.claim, c.claimArgs(n, ttl)...)
 	if err != nil {
 		return nil, c.explain("claim", err)
 	}
@@ -233,7 +233,7 @@ func (c *Claimer) Renew(ctx context.Context, j *Job) error {
 	}
 	sent := time.Now()
 	var until time.Time
-	err := pgmode.Wrap(c.pool).QueryRow(ctx, c.sql.renew, j.ID, j.Fence, j.ttl.Microseconds()).Scan(&until)
+	err := c.db.QueryRow(ctx, c.sql.renew, j.ID, j.Fence, j.ttl.Microseconds()).Scan(&until)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return &LeaseLostError{Op: "renew", JobID: j.ID, Fence: j.Fence}
 	}
@@ -250,7 +250,7 @@ func (c *Claimer) Renew(ctx context.Context, j *Job) error {
 // (the row is read back after the wait when the statement changed nothing). ErrLeaseLost means another worker has or had the job since: this
 // attempt's result does not count.
 func (c *Claimer) Complete(ctx context.Context, j *Job) error {
-	err := c.complete(ctx, c.pool, j)
+	err := c.complete(ctx, c.db, j)
 	if err == nil {
 		c.met.completed(j)
 	}
@@ -266,7 +266,7 @@ func (c *Claimer) CompleteTx(ctx context.Context, tx pgx.Tx, j *Job) error {
 	if tx == nil {
 		return invalid("nil transaction")
 	}
-	err := c.complete(ctx, tx, j)
+	err := c.complete(ctx, pgdb.Wrap(tx, ""), j)
 	if err == nil {
 		// Counted when the statement accepts: whether the caller's
 		// transaction commits is not known here.
@@ -275,12 +275,12 @@ func (c *Claimer) CompleteTx(ctx context.Context, tx pgx.Tx, j *Job) error {
 	return err
 }
 
-func (c *Claimer) complete(ctx context.Context, q fencedb.DBTX, j *Job) error {
+func (c *Claimer) complete(ctx context.Context, q pgdb.DB, j *Job) error {
 	if err := c.checkJob(j); err != nil {
 		return err
 	}
 	var ok bool
-	if err := pgmode.Wrap(q).QueryRow(ctx, c.sql.complete, j.ID, j.Fence).Scan(&ok); err != nil {
+	if err := q.QueryRow(ctx, c.sql.complete, j.ID, j.Fence).Scan(&ok); err != nil {
 		return fmt.Errorf("claim: complete job %d: %w", j.ID, err)
 	}
 	if !ok {
@@ -340,7 +340,7 @@ func (c *Claimer) Fail(ctx context.Context, j *Job, cause error) (FailResult, er
 	if c.cfg.table.LastError != "" {
 		args = append(args, msg)
 	}
-	err := pgmode.Wrap(c.pool).QueryRow(ctx, c.sql.fail, args...).Scan(&state, &runAt)
+	err := c.db.QueryRow(ctx, c.sql.fail, args...).Scan(&state, &runAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		c.met.leaseLost(opFail)
 		return FailResult{}, &LeaseLostError{Op: "fail", JobID: j.ID, Fence: j.Fence}
@@ -374,7 +374,7 @@ func (c *Claimer) Release(ctx context.Context, j *Job) error {
 	if err := c.checkJob(j); err != nil {
 		return err
 	}
-	tag, err := pgmode.Wrap(c.pool).Exec(ctx, c.sql.release, j.ID, j.Fence)
+	tag, err := c.db.Exec(ctx, c.sql.release, j.ID, j.Fence)
 	if err != nil {
 		return fmt.Errorf("claim: release job %d: %w", j.ID, err)
 	}
@@ -403,7 +403,7 @@ func (c *Claimer) Rescue(ctx context.Context, limit int) (RescueResult, error) {
 		return RescueResult{}, invalid("rescue limit %d is outside [1, %d]", limit, maxBatch)
 	}
 	var r RescueResult
-	err := pgmode.Wrap(c.pool).QueryRow(ctx, c.sql.rescue, c.queueArgs(limit)...).Scan(&r.Requeued, &r.Dead)
+	err := c.db.QueryRow(ctx, c.sql.rescue, c.queueArgs(limit)...).Scan(&r.Requeued, &r.Dead)
 	if err != nil {
 		return RescueResult{}, c.explain("rescue", err)
 	}

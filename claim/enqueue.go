@@ -7,8 +7,7 @@ import (
 	"time"
 
 	"github.com/pgfence/pgfence/fencedb"
-	"github.com/pgfence/pgfence/internal/inschema"
-	"github.com/pgfence/pgfence/internal/pgmode"
+	"github.com/pgfence/pgfence/internal/pgdb"
 )
 
 // NewJob describes a job to put in the ready-made pgfence_jobs table.
@@ -65,7 +64,7 @@ func Enqueue(ctx context.Context, q fencedb.DBTX, j NewJob) (int64, error) {
 			return 0, err
 		}
 	}
-	row, err := fencedb.New(inschema.Wrap(pgmode.Wrap(q), j.Schema)).EnqueueJob(ctx, fencedb.EnqueueJobParams{
+	row, err := fencedb.New(pgdb.Wrap(q, j.Schema)).EnqueueJob(ctx, fencedb.EnqueueJobParams{
 		NotifyChannel: j.Notify, Queue: j.Queue, Kind: j.Kind, Payload: j.Payload,
 		Priority: j.Priority, DelayMicros: j.Delay.Microseconds(), MaxAttempts: j.MaxAttempts,
 	})

@@ -14,7 +14,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/pgfence/pgfence/internal/otelx"
-	"github.com/pgfence/pgfence/internal/pgmode"
+	"github.com/pgfence/pgfence/internal/pgdb"
 )
 
 // defaultQueueStatsInterval is how often, at most, the queue-depth gauges
@@ -96,7 +96,7 @@ func newMetrics(c *Claimer) *metrics {
 	if every <= 0 {
 		every = defaultQueueStatsInterval
 	}
-	qs := &queueStats{pool: c.pool, sql: c.sql.queueStats, args: c.queueArgs(), every: every, logger: c.cfg.logger}
+	qs := &queueStats{db: c.db, sql: c.sql.queueStats, args: c.queueArgs(), every: every, logger: c.cfg.logger}
 	key := queueKey{pool: c.pool, table: c.cfg.table.ident(), queue: c.Queue()}
 	stopQueue := otelx.Shared(m, key, func() metric.Registration { return qs.register(m, q) })
 	stopPool := otelx.PoolStats(m, c.pool)
@@ -158,7 +158,7 @@ func (m *metrics) batchCompleted(j *Job, err error) {
 
 // queueStats caches the queue-depth query's answer for every.
 type queueStats struct {
-	pool   *pgxpool.Pool
+	db     pgdb.DB // the claimer's
 	sql    string
 	args   []any
 	every  time.Duration
@@ -207,7 +207,7 @@ func (q *queueStats) read(ctx context.Context) (available, running int64, age fl
 		qctx, cancel := context.WithTimeout(ctx, queueStatsTimeout)
 		var a, r int64
 		var oldest float64
-		err := pgmode.Wrap(q.pool).QueryRow(qctx, q.sql, q.args...).Scan(&a, &r, &oldest)
+		err := q.db.QueryRow(qctx, q.sql, q.args...).Scan(&a, &r, &oldest)
 		cancel()
 		if err != nil {
 			q.ok = false

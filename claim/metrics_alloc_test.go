@@ -7,6 +7,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/pgfence/pgfence/internal/pgdb"
 )
 
 // With a no-op provider, or the global one while the application has set
@@ -21,7 +23,7 @@ func TestMetricsNoAllocsWithoutProvider(t *testing.T) {
 	for name, mp := range map[string]metric.MeterProvider{"noop": noop.NewMeterProvider(), "global": nil} {
 		cfg := defaultConfig()
 		cfg.meterProvider = mp
-		m := newMetrics(&Claimer{pool: pool, cfg: cfg})
+		m := newMetrics(&Claimer{pool: pool, db: pgdb.Wrap(pool, ""), cfg: cfg})
 		j, k := &Job{}, &Job{}
 		allocs := testing.AllocsPerRun(100, func() {
 			j.counted.Store(false)

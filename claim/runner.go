@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfence/pgfence/internal/listen"
+	"github.com/pgfence/pgfence/internal/pgdb"
 )
 
 // Handler does one job. Its context ends when the job's lease is lost
@@ -685,7 +686,7 @@ func (rn *Runner) callTx(ctx context.Context, j *Job) error {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rn.cfg.writeTimeout)
 	defer cancel()
 	// Not CompleteTx: the completion is counted once the commit is known.
-	if err := rn.c.complete(wctx, tx, j); err != nil {
+	if err := rn.c.complete(wctx, pgdb.Wrap(tx, ""), j); err != nil {
 		return &completedInTx{outcome: Completed, err: err}
 	}
 	err = tx.Commit(wctx)
@@ -705,7 +706,7 @@ func (rn *Runner) settleTx(j *Job, commitErr error) error {
 	rn.c.cfg.logger.Warn("claim: commit answer lost; reading the job back", "job", j.ID, "fence", j.Fence, "err", commitErr)
 	ctx, cancel := context.WithTimeout(context.Background(), rn.cfg.writeTimeout)
 	defer cancel()
-	states, err := rn.c.readBack(ctx, nil, []*Job{j})
+	states, err := rn.c.readBack(ctx, rn.c.db, []*Job{j})
 	switch {
 	case err != nil:
 		return &completedInTx{outcome: WriteError, err: fmt.Errorf("%w; reading the job back: %w", commitErr, err)}

@@ -5,13 +5,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/fencesql"
 	"github.com/pgfence/pgfence/internal/sqltmpl"
 )
 
 // statements are claim's SQL for one table. Their one source is
-// queries/claim.sql, written against pgfence_jobs and checked by sqlc, which
-// generates its text as the fencedb constants; internal/sqltmpl fills in
+// queries/internal/claim.sql, written against pgfence_jobs and checked by sqlc, which
+// generates its text as the fencesql constants; internal/sqltmpl fills in
 // the table's own names (every identifier quoted by pgx.Identifier.Sanitize)
 // and drops the parts on optional columns it lacks. Values are always bound.
 type statements struct {
@@ -31,14 +31,14 @@ type source struct {
 	sql string
 }
 
-// sources lists every statement of s with its text in fencedb, one per
-// statement of queries/claim.sql.
+// sources lists every statement of s with its text in fencesql, one per
+// statement of queries/internal/claim.sql.
 func (s *statements) sources() []source {
 	return []source{
-		{&s.claim, fencedb.ClaimJobs}, {&s.renew, fencedb.RenewJob}, {&s.complete, fencedb.CompleteJob},
-		{&s.fail, fencedb.FailJob}, {&s.release, fencedb.ReleaseJob}, {&s.rescue, fencedb.RescueJobs},
-		{&s.renewMany, fencedb.RenewJobs}, {&s.completeMany, fencedb.CompleteJobs}, {&s.readBack, fencedb.ReadBackJobs},
-		{&s.queueStats, fencedb.JobQueueStats}, {&s.sweep, fencedb.SweepFinishedJobsBatch},
+		{&s.claim, fencesql.ClaimJobs}, {&s.renew, fencesql.RenewJob}, {&s.complete, fencesql.CompleteJob},
+		{&s.fail, fencesql.FailJob}, {&s.release, fencesql.ReleaseJob}, {&s.rescue, fencesql.RescueJobs},
+		{&s.renewMany, fencesql.RenewJobs}, {&s.completeMany, fencesql.CompleteJobs}, {&s.readBack, fencesql.ReadBackJobs},
+		{&s.queueStats, fencesql.JobQueueStats}, {&s.sweep, fencesql.SweepFinishedJobsBatch},
 	}
 }
 
@@ -68,8 +68,8 @@ func expand(sql string, names sqltmpl.Names) (string, error) {
 	return tmpl.Expand(names)
 }
 
-// names maps the names queries/claim.sql is written with (pgfence_jobs and
-// defaultTable's columns) to t's.
+// names maps the names queries/internal/claim.sql is written with
+// (pgfence_jobs and defaultTable's columns) to t's.
 func (t Table) names() sqltmpl.Names {
 	cols := map[string]string{}
 	def := defaultTable().columns()

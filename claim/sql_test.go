@@ -12,14 +12,14 @@ import (
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
 
-// Every statement claim sends is one of queries/claim.sql, and for the
+// Every statement claim sends is one of queries/internal/claim.sql, and for the
 // ready-made table it is the text sqlc checked against the schema: the
 // expansion for DefaultTable differs from it only by its markers and by
-// quoting the default names. (sqlc diff, in CI, keeps the fencedb constants
+// quoting the default names. (sqlc diff, in CI, keeps the fencesql constants
 // equal to the file.)
 func TestStatementsAreTheCheckedSQL(t *testing.T) {
 	t.Parallel()
-	file, err := os.ReadFile("../queries/claim.sql")
+	file, err := os.ReadFile("../queries/internal/claim.sql")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestStatementsAreTheCheckedSQL(t *testing.T) {
 	slices.Sort(inFile)
 	slices.Sort(used)
 	if !slices.Equal(inFile, used) {
-		t.Errorf("queries/claim.sql has %v; claim uses %v", inFile, used)
+		t.Errorf("queries/internal/claim.sql has %v; claim uses %v", inFile, used)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/pgfence/pgfence/internal/batchwalk"
-	"github.com/pgfence/pgfence/internal/pgmode"
 )
 
 const (
@@ -48,7 +47,7 @@ func WithSweepBatch(n int) Option {
 // its row changes during the sweep. Rows inserted behind the walk wait for
 // the next sweep. When ctx ends between or during batches it returns the
 // rows deleted so far with ctx's error. Each batch is one statement,
-// SweepFinishedJobsBatch in queries/claim.sql, which says how it reads and deletes
+// SweepFinishedJobsBatch in queries/internal/claim.sql, which says how it reads and deletes
 // and why it commits asynchronously.
 func (c *Claimer) SweepFinished(ctx context.Context, olderThan time.Duration) (int64, error) {
 	if olderThan < 0 {
@@ -65,7 +64,7 @@ func (c *Claimer) SweepFinished(ctx context.Context, olderThan time.Duration) (i
 	after := int64(math.MinInt64)
 	err := batchwalk.Run(ctx, func(ctx context.Context) (bool, error) {
 		var scanned, deleted int64
-		err := pgmode.Wrap(c.pool).QueryRow(ctx, c.sql.sweep, c.queueArgs(after, batch, olderThan.Microseconds())...).
+		err := c.db.QueryRow(ctx, c.sql.sweep, c.queueArgs(after, batch, olderThan.Microseconds())...).
 			Scan(&scanned, &after, &deleted)
 		total += deleted
 		return scanned == int64(batch), err

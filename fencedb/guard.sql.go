@@ -9,8 +9,7 @@ import (
 	"context"
 )
 
-const BeginSubmitPayout = `-- name: BeginSubmitPayout :one
-
+const beginSubmitPayout = `-- name: BeginSubmitPayout :one
 UPDATE /* TEMPLATE: schema */payout_intents AS p
    SET state = 'SUBMITTING',
        attempts = p.attempts + 1,
@@ -30,15 +29,16 @@ type BeginSubmitPayoutParams struct {
 	OwnFenceSource bool
 }
 
-// Every transition sets the transaction's fence, bound to the transaction,
-// for a fencing trigger on payout_intents, and checks it against the ceiling
-// of pgfence's source unless own_fence_source is true (its
-// zero value, false, keeps the check).
 // PENDING or SUBMITTING -> SUBMITTING, before calling the provider. Re-entering
 // SUBMITTING is a retry (after a crash, by a newer holder or by the same one):
 // the provider sees the same idempotency key again.
+// It sets the transaction's fence for a fencing trigger on payout_intents,
+// checked against the ceiling of pgfence's source unless own_fence_source is
+// true (its zero value, false, keeps the check). No row (pgx.ErrNoRows) when
+// the payout is missing, in another state, or carries a newer fence (a stale
+// holder): nothing is written then.
 func (q *Queries) BeginSubmitPayout(ctx context.Context, arg BeginSubmitPayoutParams) (PayoutIntent, error) {
-	row := q.db.QueryRow(ctx, BeginSubmitPayout, arg.Fence, arg.PayoutID, arg.OwnFenceSource)
+	row := q.db.QueryRow(ctx, beginSubmitPayout, arg.Fence, arg.PayoutID, arg.OwnFenceSource)
 	var i PayoutIntent
 	err := row.Scan(
 		&i.PayoutID,
@@ -57,7 +57,7 @@ func (q *Queries) BeginSubmitPayout(ctx context.Context, arg BeginSubmitPayoutPa
 	return i, err
 }
 
-const CreatePayout = `-- name: CreatePayout :one
+const createPayout = `-- name: CreatePayout :one
 INSERT INTO /* TEMPLATE: schema */payout_intents (payout_id, amount_cents, currency, idempotency_key)
 VALUES ($1, $2, $3, $4)
 ON CONFLICT (payout_id) DO NOTHING
@@ -71,10 +71,11 @@ type CreatePayoutParams struct {
 	IdempotencyKey string
 }
 
-// Records the intent. The idempotency key is derived once by the caller from
-// the payout id and never changes. No row means the payout exists already.
+// Records the intent in state PENDING. The idempotency key is derived once
+// by the caller from the payout id and never changes. No row
+// (pgx.ErrNoRows) means the payout exists already; it is left unchanged.
 func (q *Queries) CreatePayout(ctx context.Context, arg CreatePayoutParams) (PayoutIntent, error) {
-	row := q.db.QueryRow(ctx, CreatePayout,
+	row := q.db.QueryRow(ctx, createPayout,
 		arg.PayoutID,
 		arg.AmountCents,
 		arg.Currency,
@@ -98,12 +99,14 @@ func (q *Queries) CreatePayout(ctx context.Context, arg CreatePayoutParams) (Pay
 	return i, err
 }
 
-const GetPayout = `-- name: GetPayout :one
+const getPayout = `-- name: GetPayout :one
 SELECT payout_id, amount_cents, currency, state, idempotency_key, provider_ref, failure_reason, attempts, last_fence, created_at, updated_at, submitting_since FROM /* TEMPLATE: schema */payout_intents WHERE payout_id = $1
 `
 
+// One payout intent as stored now; no row (pgx.ErrNoRows) when there is
+// none with this id. It takes no lock and writes nothing.
 func (q *Queries) GetPayout(ctx context.Context, payoutID string) (PayoutIntent, error) {
-	row := q.db.QueryRow(ctx, GetPayout, payoutID)
+	row := q.db.QueryRow(ctx, getPayout, payoutID)
 	var i PayoutIntent
 	err := row.Scan(
 		&i.PayoutID,
@@ -122,7 +125,7 @@ func (q *Queries) GetPayout(ctx context.Context, payoutID string) (PayoutIntent,
 	return i, err
 }
 
-const MarkPayoutFailed = `-- name: MarkPayoutFailed :one
+const markPayoutFailed = `-- name: MarkPayoutFailed :one
 UPDATE /* TEMPLATE: schema */payout_intents AS p
    SET state = 'FAILED',
        failure_reason = $1::text,
@@ -144,8 +147,13 @@ type MarkPayoutFailedParams struct {
 
 // PENDING or SUBMITTING -> FAILED: the provider refused it, or reconciliation
 // found it never arrived and it is given up.
+// It sets the transaction's fence for a fencing trigger on payout_intents,
+// checked against the ceiling of pgfence's source unless own_fence_source is
+// true (its zero value, false, keeps the check). No row (pgx.ErrNoRows) when
+// the payout is missing, in another state, or carries a newer fence (a stale
+// holder): nothing is written then.
 func (q *Queries) MarkPayoutFailed(ctx context.Context, arg MarkPayoutFailedParams) (PayoutIntent, error) {
-	row := q.db.QueryRow(ctx, MarkPayoutFailed,
+	row := q.db.QueryRow(ctx, markPayoutFailed,
 		arg.Reason,
 		arg.Fence,
 		arg.PayoutID,
@@ -169,7 +177,7 @@ func (q *Queries) MarkPayoutFailed(ctx context.Context, arg MarkPayoutFailedPara
 	return i, err
 }
 
-const MarkPayoutSubmitted = `-- name: MarkPayoutSubmitted :one
+const markPayoutSubmitted = `-- name: MarkPayoutSubmitted :one
 UPDATE /* TEMPLATE: schema */payout_intents AS p
    SET state = 'SUBMITTED',
        provider_ref = $1::text,
@@ -190,8 +198,13 @@ type MarkPayoutSubmittedParams struct {
 }
 
 // SUBMITTING -> SUBMITTED, with what the provider answered.
+// It sets the transaction's fence for a fencing trigger on payout_intents,
+// checked against the ceiling of pgfence's source unless own_fence_source is
+// true (its zero value, false, keeps the check). No row (pgx.ErrNoRows) when
+// the payout is missing, in another state, or carries a newer fence (a stale
+// holder): nothing is written then.
 func (q *Queries) MarkPayoutSubmitted(ctx context.Context, arg MarkPayoutSubmittedParams) (PayoutIntent, error) {
-	row := q.db.QueryRow(ctx, MarkPayoutSubmitted,
+	row := q.db.QueryRow(ctx, markPayoutSubmitted,
 		arg.ProviderRef,
 		arg.Fence,
 		arg.PayoutID,
@@ -215,7 +228,7 @@ func (q *Queries) MarkPayoutSubmitted(ctx context.Context, arg MarkPayoutSubmitt
 	return i, err
 }
 
-const StuckPayouts = `-- name: StuckPayouts :many
+const stuckPayouts = `-- name: StuckPayouts :many
 SELECT payout_id, amount_cents, currency, state, idempotency_key, provider_ref, failure_reason, attempts, last_fence, created_at, updated_at, submitting_since FROM /* TEMPLATE: schema */payout_intents
  WHERE state = 'SUBMITTING'
    AND submitting_since <= now() - $1::bigint * interval '1 microsecond'
@@ -230,9 +243,10 @@ type StuckPayoutsParams struct {
 
 // Reconciliation: rows in SUBMITTING whose latest attempt began at least
 // older_than ago by the database clock, oldest first. Ask the provider about
-// each by its idempotency key, then record the answer.
+// each by its idempotency key, then record the answer. At most max_rows
+// rows; it takes no lock and writes nothing.
 func (q *Queries) StuckPayouts(ctx context.Context, arg StuckPayoutsParams) ([]PayoutIntent, error) {
-	rows, err := q.db.Query(ctx, StuckPayouts, arg.OlderThanMicros, arg.MaxRows)
+	rows, err := q.db.Query(ctx, stuckPayouts, arg.OlderThanMicros, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}

@@ -13,58 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-const CountJobsByState = `-- name: CountJobsByState :many
-SELECT state, count(*)::bigint AS n
-  FROM /* TEMPLATE: schema */pgfence_jobs
- WHERE queue = $1
- GROUP BY state
- ORDER BY state
-`
-
-type CountJobsByStateRow struct {
-	State string
-	N     int64
-}
-
-// How many jobs a queue holds in each state.
-func (q *Queries) CountJobsByState(ctx context.Context, queue string) ([]CountJobsByStateRow, error) {
-	rows, err := q.db.Query(ctx, CountJobsByState, queue)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []CountJobsByStateRow{}
-	for rows.Next() {
-		var i CountJobsByStateRow
-		if err := rows.Scan(&i.State, &i.N); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const DeleteFinishedJobs = `-- name: DeleteFinishedJobs :execrows
-DELETE FROM /* TEMPLATE: schema */pgfence_jobs
- WHERE state IN ('completed', 'dead')
-   AND finished_at < now() - $1::bigint * interval '1 microsecond'
-`
-
-// Deletes completed and dead jobs that finished longer ago than the grace
-// period. Safe at any time: fences come from pgfence_next_fence(), never
-// from the row.
-func (q *Queries) DeleteFinishedJobs(ctx context.Context, graceMicros int64) (int64, error) {
-	result, err := q.db.Exec(ctx, DeleteFinishedJobs, graceMicros)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
-}
-
-const EnqueueJob = `-- name: EnqueueJob :one
+const enqueueJob = `-- name: EnqueueJob :one
 
 WITH ins AS (
   INSERT INTO /* TEMPLATE: schema */pgfence_jobs (queue, kind, payload, priority, run_at, max_attempts)
@@ -96,14 +45,16 @@ type EnqueueJobRow struct {
 }
 
 // Typed statements on the ready-made pgfence_jobs table.
-// The statements package claim sends (claim, renew, complete, fail, release,
-// rescue, sweep, ...) are in claim.sql, templated for a table of the user's
-// own; these are the ones that only make sense for pgfence_jobs.
-// Inserts one job and notifies listeners on the channel (pass ” for none;
-// the notification is delivered when the transaction commits). run_at is
-// now() + delay by the database clock.
+// Package claim claims, renews, completes and sweeps the jobs (on
+// pgfence_jobs or a table of your own); these put jobs in and read one back.
+// Inserts one job in state available and returns its id. Unless
+// notify_channel is empty, it notifies that channel with the queue as
+// payload; the notification is delivered when the transaction commits, so
+// run it in the transaction that makes the job's data visible. run_at is
+// now() + delay by the database clock. It never deduplicates: each call
+// inserts a job.
 func (q *Queries) EnqueueJob(ctx context.Context, arg EnqueueJobParams) (EnqueueJobRow, error) {
-	row := q.db.QueryRow(ctx, EnqueueJob,
+	row := q.db.QueryRow(ctx, enqueueJob,
 		arg.NotifyChannel,
 		arg.Queue,
 		arg.Kind,
@@ -117,7 +68,7 @@ func (q *Queries) EnqueueJob(ctx context.Context, arg EnqueueJobParams) (Enqueue
 	return i, err
 }
 
-const EnqueueJobs = `-- name: EnqueueJobs :execrows
+const enqueueJobs = `-- name: EnqueueJobs :execrows
 WITH ins AS (
   INSERT INTO /* TEMPLATE: schema */pgfence_jobs (queue, kind, payload, priority, max_attempts)
   SELECT $1::text, ($2::text[])[i], ($3::jsonb[])[i],
@@ -140,10 +91,12 @@ type EnqueueJobsParams struct {
 	NotifyChannel string
 }
 
-// Inserts one job per element of the arrays (all of one length), in one
-// statement, and notifies the channel once (” for none).
+// Inserts one job per element of kinds, in one statement, available now,
+// and notifies notify_channel once (unless it is empty); it returns how
+// many it inserted. The other arrays must be as long as kinds: a shorter one leaves
+// NULLs that the NOT NULL columns refuse, and then nothing is inserted.
 func (q *Queries) EnqueueJobs(ctx context.Context, arg EnqueueJobsParams) (int64, error) {
-	result, err := q.db.Exec(ctx, EnqueueJobs,
+	result, err := q.db.Exec(ctx, enqueueJobs,
 		arg.Queue,
 		arg.Kinds,
 		arg.Payloads,
@@ -157,7 +110,7 @@ func (q *Queries) EnqueueJobs(ctx context.Context, arg EnqueueJobsParams) (int64
 	return result.RowsAffected(), nil
 }
 
-const GetJob = `-- name: GetJob :one
+const getJob = `-- name: GetJob :one
 SELECT id, queue, kind, payload, state, priority, run_at, attempt, max_attempts,
        fence, owner, expires_at, last_error, created_at, finished_at,
        (state = 'running' AND expires_at > now())::boolean AS lease_valid
@@ -184,9 +137,11 @@ type GetJobRow struct {
 	LeaseValid  bool
 }
 
-// One job as the database sees it now.
+// One job as the database sees it now; lease_valid is true while it is
+// running under an unexpired claim. No row (pgx.ErrNoRows) when there is no
+// job with this id. It takes no lock and writes nothing.
 func (q *Queries) GetJob(ctx context.Context, id int64) (GetJobRow, error) {
-	row := q.db.QueryRow(ctx, GetJob, id)
+	row := q.db.QueryRow(ctx, getJob, id)
 	var i GetJobRow
 	err := row.Scan(
 		&i.ID,

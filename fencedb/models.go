@@ -5,21 +5,10 @@
 package fencedb
 
 import (
-	"encoding/json"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
 )
-
-type LockLease struct {
-	LockKey    string
-	Owner      string
-	OwnerToken string
-	Fence      int64
-	AcquiredAt time.Time
-	ExpiresAt  time.Time
-	ReleasedAt *time.Time
-}
 
 type PayoutIntent struct {
 	PayoutID        string
@@ -34,66 +23,4 @@ type PayoutIntent struct {
 	CreatedAt       time.Time
 	UpdatedAt       time.Time
 	SubmittingSince *time.Time
-}
-
-type PgfenceAbandonedToken struct {
-	OwnerToken  string
-	AbandonedAt time.Time
-}
-
-type PgfenceExclusiveWaiter struct {
-	LockKey    string
-	OwnerToken string
-	ExpiresAt  time.Time
-}
-
-type PgfenceJob struct {
-	ID          int64
-	Queue       string
-	Kind        string
-	Payload     json.RawMessage
-	State       string
-	Priority    int32
-	RunAt       time.Time
-	Attempt     int32
-	MaxAttempts int32
-	Fence       pgtype.Int8
-	Owner       pgtype.Text
-	ExpiresAt   *time.Time
-	LastError   pgtype.Text
-	CreatedAt   time.Time
-	FinishedAt  *time.Time
-}
-
-type PgfencePermit struct {
-	LockKey    string
-	Slot       int32
-	Exclusive  bool
-	Owner      string
-	OwnerToken string
-	Fence      int64
-	AcquiredAt time.Time
-	ExpiresAt  time.Time
-}
-
-type PgfencePermitWaiter struct {
-	LockKey    string
-	OwnerToken string
-	Owner      string
-	Exclusive  bool
-	Ticket     int64
-	ExpiresAt  time.Time
-}
-
-type PgfenceSemaphore struct {
-	LockKey string
-	Permits int32
-}
-
-type PgfenceWaiter struct {
-	LockKey    string
-	OwnerToken string
-	Owner      string
-	Ticket     int64
-	ExpiresAt  time.Time
 }

@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/pgfence/pgfence/fencedb"
-	"github.com/pgfence/pgfence/internal/pgmode"
+	"github.com/pgfence/pgfence/internal/pgdb"
 )
 
 var (
@@ -69,7 +69,7 @@ func (c *Counter) Take(ctx context.Context, q fencedb.DBTX, key any, n int64) (r
 	}
 	var left *int64
 	var exists bool
-	if err := pgmode.Wrap(q).QueryRow(ctx, c.take, key, n).Scan(&left, &exists); err != nil {
+	if err := pgdb.Wrap(q, "").QueryRow(ctx, c.take, key, n).Scan(&left, &exists); err != nil {
 		return 0, fmt.Errorf("lockless: take from %s: %w", c.spec.Table.ident(), err)
 	}
 	switch {

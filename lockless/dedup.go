@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfence/pgfence/fencedb"
-	"github.com/pgfence/pgfence/internal/pgmode"
+	"github.com/pgfence/pgfence/internal/pgdb"
 )
 
 // InsertOnceSpec describes a deduplicated insert.
@@ -111,7 +111,7 @@ func (i *InsertOnce) Insert(ctx context.Context, q fencedb.DBTX, values []any, d
 		var one int
 		dest = []any{&one}
 	}
-	err = pgmode.Wrap(q).QueryRow(ctx, i.insert, values...).Scan(dest...)
+	err = pgdb.Wrap(q, "").QueryRow(ctx, i.insert, values...).Scan(dest...)
 	if err == nil {
 		return true, nil
 	}
@@ -125,7 +125,7 @@ func (i *InsertOnce) Insert(ctx context.Context, q fencedb.DBTX, values []any, d
 	for k, p := range i.keyPos {
 		key[k] = values[p]
 	}
-	if err := pgmode.Wrap(q).QueryRow(ctx, i.read, key...).Scan(dest...); err != nil {
+	if err := pgdb.Wrap(q, "").QueryRow(ctx, i.read, key...).Scan(dest...); err != nil {
 		return false, fmt.Errorf("lockless: reading the existing row of %s: %w", i.spec.Table.ident(), err)
 	}
 	return false, nil

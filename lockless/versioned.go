@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfence/pgfence/fencedb"
-	"github.com/pgfence/pgfence/internal/pgmode"
+	"github.com/pgfence/pgfence/internal/pgdb"
 )
 
 // ErrConflict: an optimistic update found the row at another version than
@@ -114,7 +114,7 @@ func (v *Versioned) Update(ctx context.Context, q fencedb.DBTX, key any, readVer
 	assign = append(assign, fmt.Sprintf("%s = %s + 1", ver, ver))
 	sql := fmt.Sprintf("UPDATE %s SET %s WHERE %s = $1 AND %s = $2 RETURNING %s::bigint",
 		v.spec.Table.ident(), strings.Join(assign, ", "), quote(v.spec.Key), ver, ver)
-	err = pgmode.Wrap(q).QueryRow(ctx, sql, args...).Scan(&newVersion)
+	err = pgdb.Wrap(q, "").QueryRow(ctx, sql, args...).Scan(&newVersion)
 	if err == nil {
 		return newVersion, nil
 	}
@@ -123,7 +123,7 @@ func (v *Versioned) Update(ctx context.Context, q fencedb.DBTX, key any, readVer
 	}
 	ce := &ConflictError{Table: v.spec.Table.ident(), Key: key, Expected: readVersion, Current: -1}
 	// Only to explain the refusal; the decision was the UPDATE's.
-	if err := pgmode.Wrap(q).QueryRow(ctx, v.get, key).Scan(&ce.Current); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	if err := pgdb.Wrap(q, "").QueryRow(ctx, v.get, key).Scan(&ce.Current); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return 0, fmt.Errorf("lockless: update %s: version conflict, and reading the current version failed: %w", v.spec.Table.ident(), err)
 	}
 	return 0, ce

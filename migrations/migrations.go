@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/pgfence/pgfence/internal/pgmode"
+	"github.com/pgfence/pgfence/internal/pgdb"
 )
 
 // Table is the table in which golang-migrate records pgfence's schema version.
@@ -275,7 +275,7 @@ func (t *tracked) add(ctx context.Context, c *pgx.Conn) error {
 }
 
 func (t *tracked) admit(ctx context.Context, c *pgx.Conn) error {
-	behind, err := pgmode.BehindPooler(ctx, c)
+	behind, err := pgdb.BehindPooler(ctx, c)
 	if err != nil {
 		return err
 	}

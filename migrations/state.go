@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgfence/pgfence/internal/pgmode"
+	"github.com/pgfence/pgfence/internal/pgdb"
 )
 
 // State is what one schema of a database holds of pgfence's schema.
@@ -88,7 +88,7 @@ func Inspect(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (State, er
 	st := State{Schema: o.schema}
 	if st.Schema == "" {
 		var s *string
-		if err := pool.QueryRow(ctx, "SELECT current_schema()", pgmode.Mode).Scan(&s); err != nil {
+		if err := pool.QueryRow(ctx, "SELECT current_schema()", pgdb.Mode).Scan(&s); err != nil {
 			return st, fmt.Errorf("pgfence migrations: inspect: %w", err)
 		}
 		if s == nil {
@@ -101,7 +101,7 @@ func Inspect(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (State, er
 		return st, err
 	}
 	var exists bool
-	err = pool.QueryRow(ctx, inspectSQL, pgmode.Mode, st.Schema, names, Table).Scan(&exists, &st.Present, &st.Recorded)
+	err = pool.QueryRow(ctx, inspectSQL, pgdb.Mode, st.Schema, names, Table).Scan(&exists, &st.Present, &st.Recorded)
 	if err != nil {
 		return st, fmt.Errorf("pgfence migrations: inspect: %w", err)
 	}
@@ -116,7 +116,7 @@ func Inspect(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (State, er
 	if st.Recorded {
 		// golang-migrate keeps one row; none after Force(-1).
 		err := pool.QueryRow(ctx, "SELECT version, dirty FROM "+pgx.Identifier{st.Schema, Table}.Sanitize()+" LIMIT 1",
-			pgmode.Mode).Scan(&st.Version, &st.Dirty)
+			pgdb.Mode).Scan(&st.Version, &st.Dirty)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return st, fmt.Errorf("pgfence migrations: read the version: %w", err)
 		}

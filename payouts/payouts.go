@@ -13,8 +13,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/pgfence/pgfence/fencedb"
-	"github.com/pgfence/pgfence/internal/inschema"
-	"github.com/pgfence/pgfence/internal/pgmode"
+	"github.com/pgfence/pgfence/internal/pgdb"
 	"github.com/pgfence/pgfence/internal/validate"
 	"github.com/pgfence/pgfence/pgguard"
 )
@@ -140,7 +139,7 @@ func WithSchema(schema string) Option {
 
 // queries runs the generated statements on db in the configured schema.
 func (c *config) queries(db fencedb.DBTX) *fencedb.Queries {
-	return fencedb.New(inschema.Wrap(pgmode.Wrap(db), c.schema))
+	return fencedb.New(pgdb.Wrap(db, c.schema))
 }
 
 // WithStaleHook sets a function called, synchronously and after counting,
@@ -221,7 +220,7 @@ func New(ctx context.Context, db fencedb.DBTX, opts ...Option) (*Intents, error)
 	}
 	g, err := pgguard.NewGuard(ctx, db, pgguard.Table{Schema: cfg.schema, Name: tableName, KeyColumn: "payout_id"}, gopts...)
 	if err != nil {
-		return nil, fmt.Errorf("payouts: %w", inschema.Hint(err, cfg.schema))
+		return nil, fmt.Errorf("payouts: %w", pgdb.Hint(err, cfg.schema))
 	}
 	return &Intents{guard: g, cfg: cfg}, nil
 }

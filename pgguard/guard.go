@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfence/pgfence/fencedb"
-	"github.com/pgfence/pgfence/internal/pgmode"
+	"github.com/pgfence/pgfence/internal/pgdb"
 )
 
 // Guard guards writes to one of the caller's tables: a write carries the
@@ -285,7 +285,7 @@ func (g *Guard) Update(ctx context.Context, db fencedb.DBTX, key any, fence int6
 	fmt.Fprintf(&b.sb, "UPDATE %s AS %s SET %s FROM %s WHERE %s.%s = %s AND %s.%s <= %s::bigint AND %s",
 		g.t.quoted(), alias, strings.Join(assigns, ", "), g.setFence(pFence),
 		alias, g.qKey, pKey, alias, g.qFence, pFence, cond)
-	tag, err := pgmode.Wrap(db).Exec(ctx, b.sb.String(), b.args...)
+	tag, err := pgdb.Wrap(db, "").Exec(ctx, b.sb.String(), b.args...)
 	if err != nil {
 		return g.wrap(ctx, "update", key, err)
 	}
@@ -338,7 +338,7 @@ func (g *Guard) Check(ctx context.Context, db fencedb.DBTX, key any, fence int64
 	var current int64
 	var top *int64
 	var ok, isDone bool
-	err = pgmode.Wrap(db).QueryRow(ctx, b.sb.String(), b.args...).Scan(&current, &ok, &isDone, &top)
+	err = pgdb.Wrap(db, "").QueryRow(ctx, b.sb.String(), b.args...).Scan(&current, &ok, &isDone, &top)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("%w: %s has no row with %s = %q", ErrNoRow, g.t.display, g.key, keyText(key))
@@ -408,7 +408,7 @@ func (g *Guard) ClaimFirst(ctx context.Context, db fencedb.DBTX, key any, fence 
 		g.t.quoted(), alias, g.qFence, pFence, g.setFence(pFence),
 		alias, g.qKey, pKey, alias, g.qFence, pFence, strings.Join(ret, ", "))
 	var raised int64
-	err = pgmode.Wrap(db).QueryRow(ctx, b.sb.String(), b.args...).Scan(append([]any{&raised}, dest...)...)
+	err = pgdb.Wrap(db, "").QueryRow(ctx, b.sb.String(), b.args...).Scan(append([]any{&raised}, dest...)...)
 	if err == nil {
 		return nil
 	}

@@ -9,8 +9,7 @@ import (
 
 	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/catalog"
-	"github.com/pgfence/pgfence/internal/inschema"
-	"github.com/pgfence/pgfence/internal/pgmode"
+	"github.com/pgfence/pgfence/internal/pgdb"
 )
 
 // Enforcement is how a table's fencing trigger treats an UPDATE or DELETE
@@ -77,8 +76,8 @@ func SetFence(ctx context.Context, tx pgx.Tx, fence int64, opts ...Option) error
 }
 
 func setFence(ctx context.Context, tx pgx.Tx, fence int64, o *options) error {
-	if _, err := pgmode.Wrap(tx).Exec(ctx, "SELECT "+o.setFenceCall("$1"), fence); err != nil {
-		return fmt.Errorf("pgguard: setting the transaction's fence: %w", inschema.Hint(Classify(err), o.schema))
+	if _, err := pgdb.Wrap(tx, "").Exec(ctx, "SELECT "+o.setFenceCall("$1"), fence); err != nil {
+		return fmt.Errorf("pgguard: setting the transaction's fence: %w", pgdb.Hint(Classify(err), o.schema))
 	}
 	return nil
 }
@@ -128,7 +127,7 @@ func AddFenceColumn(ctx context.Context, db fencedb.DBTX, t Table) error {
 	}
 	sql := fmt.Sprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS %s bigint NOT NULL DEFAULT 0",
 		r.quoted(), pgx.Identifier{t.fenceColumn()}.Sanitize())
-	if _, err := pgmode.Wrap(db).Exec(ctx, sql); err != nil {
+	if _, err := pgdb.Wrap(db, "").Exec(ctx, sql); err != nil {
 		return fmt.Errorf("pgguard: adding the fence column to %s: %w", r.quoted(), err)
 	}
 	return nil
@@ -208,8 +207,8 @@ func InstallTrigger(ctx context.Context, db fencedb.DBTX, t Table, mode Enforcem
 	for _, tbl := range append([]string{r.quoted()}, children...) {
 		sql.WriteString(triggerSQL(tbl, t.fenceColumn(), mode, o.fn))
 	}
-	if _, err := pgmode.Wrap(db).Exec(ctx, sql.String()); err != nil {
-		return fmt.Errorf("pgguard: installing the fencing trigger on %s (did pgfence's migrations run?): %w", r.quoted(), inschema.Hint(err, o.schema))
+	if _, err := pgdb.Wrap(db, "").Exec(ctx, sql.String()); err != nil {
+		return fmt.Errorf("pgguard: installing the fencing trigger on %s (did pgfence's migrations run?): %w", r.quoted(), pgdb.Hint(err, o.schema))
 	}
 	return nil
 }
@@ -251,7 +250,7 @@ func RemoveTrigger(ctx context.Context, db fencedb.DBTX, t Table) error {
 	for _, tbl := range append([]string{r.quoted()}, children...) {
 		fmt.Fprintf(&sql, "DROP TRIGGER IF EXISTS %s ON %s;\n", triggerName, tbl)
 	}
-	if _, err := pgmode.Wrap(db).Exec(ctx, sql.String()); err != nil {
+	if _, err := pgdb.Wrap(db, "").Exec(ctx, sql.String()); err != nil {
 		return fmt.Errorf("pgguard: removing the fencing trigger from %s: %w", r.quoted(), err)
 	}
 	return nil

@@ -15,10 +15,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/fencedb"
-	"github.com/pgfence/pgfence/internal/inschema"
-	"github.com/pgfence/pgfence/internal/notsent"
+	"github.com/pgfence/pgfence/internal/fencesql"
+	"github.com/pgfence/pgfence/internal/pgdb"
 	"github.com/pgfence/pgfence/internal/pgerr"
-	"github.com/pgfence/pgfence/internal/pgmode"
 	"github.com/pgfence/pgfence/internal/validate"
 )
 
@@ -27,11 +26,13 @@ import (
 // still holds.
 type Client struct {
 	pool *pgxpool.Pool
-	// direct and pooled are the same queries in the pool's own mode and
-	// through pgmode.Wrap; mode picks one per call (see queries).
-	direct, pooled *fencedb.Queries
-	mode           *pgmode.Auto
-	cfg            config
+	// direct and pooled are the same queries in the pool's own mode and in
+	// pgdb.Mode, the public ones (fencedb) and pgfence's own (fencesql);
+	// mode picks one pair per call (see queries).
+	direct, pooled       *fencedb.Queries
+	directOwn, pooledOwn *fencesql.Queries
+	mode                 *pgdb.Auto
+	cfg                  config
 
 	// renewHook, when set by tests, replaces the renew statement (a seam to
 	// stall or fail renewals).
@@ -72,13 +73,13 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 	}
-	// inschema.Wrap names WithSchema's schema in every statement (the pool itself without one).
-	// Through notsent, a statement that never got a connection is told from
-	// one whose answer was lost (mayHaveExecuted).
-	db := notsent.Wrap(pool)
-	c := &Client{pool: pool, direct: fencedb.New(inschema.Wrap(db, cfg.schema)),
-		pooled: fencedb.New(inschema.Wrap(pgmode.Wrap(db), cfg.schema)),
-		mode:   pgmode.NewAuto(pool), cfg: cfg, leases: map[*Lease]struct{}{}}
+	// pgdb names WithSchema's schema in every statement and tells a
+	// statement that never got a connection from one whose answer was lost
+	// (mayHaveExecuted).
+	direct, pooled := pgdb.WrapOwnMode(pool, cfg.schema), pgdb.Wrap(pool, cfg.schema)
+	c := &Client{pool: pool, direct: fencedb.New(direct), pooled: fencedb.New(pooled),
+		directOwn: fencesql.New(direct), pooledOwn: fencesql.New(pooled),
+		mode: pgdb.NewAuto(pool), cfg: cfg, leases: map[*Lease]struct{}{}}
 	c.met = newMetrics(cfg.meterProvider, pool)
 	c.closing, c.stopClosing = context.WithCancel(context.Background())
 	if cfg.wakeOnRelease {
@@ -396,7 +397,7 @@ func (c *Client) resolveAmbiguous(ctx context.Context, key, token string, ttl ti
 	if ctx.Err() == nil {
 		rctx, cancel := context.WithTimeout(ctx, c.cfg.resolveWait)
 		defer cancel()
-		row, err := c.queries(rctx).FindByOwnerToken(rctx, fencedb.FindByOwnerTokenParams{LockKey: key, OwnerToken: token})
+		row, err := c.own(rctx).FindByOwnerToken(rctx, fencesql.FindByOwnerTokenParams{LockKey: key, OwnerToken: token})
 		if err == nil {
 			c.met.resolved(resAdopted, false, lost)
 			c.cfg.logger.Info("pglease: ambiguous acquire was granted; keeping it", "key", key, "fence", row.Fence)
@@ -465,7 +466,7 @@ const acquireLockTimeout = time.Second
 // abandon tombstones token and releases what it holds on key, if anything;
 // it reports whether a grant was released.
 func (c *Client) abandon(ctx context.Context, key, token string) (bool, error) {
-	_, err := c.queries(ctx).Abandon(ctx, fencedb.AbandonParams{LockKey: key, OwnerToken: token, Notify: c.cfg.wakeOnRelease})
+	_, err := c.own(ctx).Abandon(ctx, fencesql.AbandonParams{LockKey: key, OwnerToken: token, Notify: c.cfg.wakeOnRelease})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
@@ -520,7 +521,7 @@ func mayHaveExecuted(err error) bool {
 	if pgerr.FromServer(err) {
 		return false // the server answered: the statement failed as a whole
 	}
-	if notsent.Is(err) {
+	if pgdb.NotSent(err) {
 		return false // no connection was taken: nothing was sent
 	}
 	return !pgconn.SafeToRetry(err)
@@ -541,10 +542,18 @@ func isTransient(err error) bool {
 
 // queries are the client's statements in the cheapest mode that is safe on
 // its pool: named prepared statements on a direct connection, unnamed ones
-// behind a transaction pooler (pgmode.Auto checks once per client).
+// behind a transaction pooler (pgdb.Auto checks once per client).
 func (c *Client) queries(ctx context.Context) *fencedb.Queries {
 	if c.mode.Direct(ctx) {
 		return c.direct
 	}
 	return c.pooled
+}
+
+// own is queries for pgfence's own statements (package fencesql).
+func (c *Client) own(ctx context.Context) *fencesql.Queries {
+	if c.mode.Direct(ctx) {
+		return c.directOwn
+	}
+	return c.pooledOwn
 }

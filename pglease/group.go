@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/fencesql"
 	"github.com/pgfence/pgfence/internal/pgerr"
 )
 
@@ -224,13 +225,13 @@ func (c *Client) nextBatch() (*acqBatch, context.Context) {
 // sendBatch runs one batch and answers its callers.
 func (c *Client) sendBatch(ctx context.Context, b *acqBatch) {
 	n := len(b.reqs)
-	p := fencedb.AcquireBatchParams{Owner: c.cfg.owner,
+	p := fencesql.AcquireBatchParams{Owner: c.cfg.owner,
 		LockKeys: make([]string, n), OwnerTokens: make([]string, n), TtlsMicros: make([]int64, n)}
 	for i, r := range b.reqs {
 		p.LockKeys[i], p.OwnerTokens[i], p.TtlsMicros[i] = r.key, r.token, r.ttl.Microseconds()
 	}
 	sent := time.Now()
-	var rows []fencedb.AcquireBatchRow
+	var rows []fencesql.AcquireBatchRow
 	var err error
 	if n == 1 {
 		// Alone after all: the plain statement, cheaper to plan.
@@ -238,15 +239,15 @@ func (c *Client) sendBatch(ctx context.Context, b *acqBatch) {
 		row, err = c.queries(ctx).Acquire(ctx, fencedb.AcquireParams{
 			LockKey: p.LockKeys[0], Owner: c.cfg.owner, OwnerToken: p.OwnerTokens[0], TtlMicros: p.TtlsMicros[0]})
 		if err == nil {
-			rows = []fencedb.AcquireBatchRow{{OwnerToken: p.OwnerTokens[0], Fence: row.Fence, ExpiresAt: row.ExpiresAt}}
+			rows = []fencesql.AcquireBatchRow{{OwnerToken: p.OwnerTokens[0], Fence: row.Fence, ExpiresAt: row.ExpiresAt}}
 		} else if isNoRows(err) || pgerr.IsLockNotAvailable(err) {
 			err = nil // refused, as tryAcquire counts a lock timeout
 		}
 	} else {
 		c.group.batched.Add(int64(n))
-		rows, err = c.queries(ctx).AcquireBatch(ctx, p)
+		rows, err = c.own(ctx).AcquireBatch(ctx, p)
 	}
-	granted := make(map[string]fencedb.AcquireBatchRow, len(rows))
+	granted := make(map[string]fencesql.AcquireBatchRow, len(rows))
 	for _, row := range rows {
 		granted[row.OwnerToken] = row
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/pgfence/pgfence/pglease"
 )
 
-// batchMarker is in the AcquireBatch statement only (queries/leases.sql).
+// batchMarker is in the AcquireBatch statement only (queries/internal/leases.sql).
 const batchMarker = "ROWS FROM (unnest("
 
 // batchResult is what one caller of a batch got.

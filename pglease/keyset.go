@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/fencesql"
 	"github.com/pgfence/pgfence/internal/pgerr"
 )
 
@@ -94,7 +94,7 @@ func (c *Client) checkSet(keys []string, ttl time.Duration) ([]string, error) {
 func (c *Client) trySet(ctx context.Context, keys []string, ttl time.Duration) (*KeySet, error) {
 	token := newToken()
 	sent := time.Now()
-	rows, err := c.queries(ctx).AcquireKeySet(ctx, fencedb.AcquireKeySetParams{
+	rows, err := c.own(ctx).AcquireKeySet(ctx, fencesql.AcquireKeySetParams{
 		LockKeys: keys, Owner: c.cfg.owner, OwnerToken: token, TtlMicros: ttl.Microseconds()})
 	var pe *pgconn.PgError
 	switch {
@@ -123,16 +123,16 @@ func (c *Client) resolveSet(ctx context.Context, keys []string, token string, tt
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.resolveWait)
 	defer cancel()
 	if ctx.Err() == nil {
-		var rows []fencedb.AcquireKeySetRow
+		var rows []fencesql.AcquireKeySetRow
 		for _, k := range keys {
-			r, err := c.queries(rctx).FindByOwnerToken(rctx, fencedb.FindByOwnerTokenParams{LockKey: k, OwnerToken: token})
+			r, err := c.own(rctx).FindByOwnerToken(rctx, fencesql.FindByOwnerTokenParams{LockKey: k, OwnerToken: token})
 			if errors.Is(err, pgx.ErrNoRows) {
 				break
 			}
 			if err != nil {
 				return nil, &AmbiguousError{Key: strings.Join(keys, ","), TTL: ttl, Err: cause, ResolveErr: err}
 			}
-			rows = append(rows, fencedb.AcquireKeySetRow{LockKey: k, Fence: r.Fence, ExpiresAt: r.ExpiresAt})
+			rows = append(rows, fencesql.AcquireKeySetRow{LockKey: k, Fence: r.Fence, ExpiresAt: r.ExpiresAt})
 		}
 		if len(rows) == len(keys) {
 			return c.startSet(token, rows, ttl, sent)
@@ -148,8 +148,8 @@ func (c *Client) resolveSet(ctx context.Context, keys []string, token string, tt
 }
 
 // startSet turns a granted set's rows into leases and the set.
-func (c *Client) startSet(token string, rows []fencedb.AcquireKeySetRow, ttl time.Duration, sent time.Time) (*KeySet, error) {
-	slices.SortFunc(rows, func(a, b fencedb.AcquireKeySetRow) int { return strings.Compare(a.LockKey, b.LockKey) })
+func (c *Client) startSet(token string, rows []fencesql.AcquireKeySetRow, ttl time.Duration, sent time.Time) (*KeySet, error) {
+	slices.SortFunc(rows, func(a, b fencesql.AcquireKeySetRow) int { return strings.Compare(a.LockKey, b.LockKey) })
 	s := &KeySet{}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	for i, r := range rows {
@@ -245,7 +245,7 @@ func renewLeases(ctx context.Context, leases []*Lease) []error {
 	}
 	sent := time.Now()
 	keys, fences, _ := setPart{leases: leases}.rows()
-	rows, err := c.queries(ctx).RenewKeySet(ctx, fencedb.RenewKeySetParams{
+	rows, err := c.own(ctx).RenewKeySet(ctx, fencesql.RenewKeySetParams{
 		LockKeys: keys, Fences: fences, TtlMicros: leases[0].ttl.Microseconds()})
 	renewed := make(map[string]time.Time, len(rows))
 	for _, r := range rows {
@@ -302,7 +302,7 @@ func (s *KeySet) Release(ctx context.Context) error {
 	}
 	c := held.leases[0].c
 	keys, fences, holds := held.rows()
-	released, err := c.queries(ctx).ReleaseKeySet(ctx, fencedb.ReleaseKeySetParams{
+	released, err := c.own(ctx).ReleaseKeySet(ctx, fencesql.ReleaseKeySetParams{
 		LockKeys: keys, Fences: fences, HoldMicros: holds, Durable: c.cfg.durableRelease, Notify: c.cfg.wakeOnRelease})
 	for _, l := range held.leases {
 		held.errs = append(held.errs, l.releasedRow(ctx, slices.Contains(released, l.key), err))

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/fencesql"
 	"github.com/pgfence/pgfence/internal/keepalive"
 )
 
@@ -408,7 +409,7 @@ func (l *Lease) releasedRow(ctx context.Context, released bool, err error) error
 func (c *Client) release(ctx context.Context, key string, fence int64) (released bool, err error) {
 	durable := c.cfg.durableRelease
 	if c.cfg.wakeOnRelease {
-		released, err = c.queries(ctx).ReleaseNotify(ctx, fencedb.ReleaseNotifyParams{LockKey: key, Fence: fence, Durable: durable})
+		released, err = c.own(ctx).ReleaseNotify(ctx, fencesql.ReleaseNotifyParams{LockKey: key, Fence: fence, Durable: durable})
 	} else {
 		released, err = c.queries(ctx).Release(ctx, fencedb.ReleaseParams{LockKey: key, Fence: fence, Durable: durable})
 	}

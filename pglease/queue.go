@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/fencesql"
 	"github.com/pgfence/pgfence/internal/pgerr"
 )
 
@@ -84,12 +84,12 @@ func (c *Client) waitInQueue(ctx context.Context, key string, permit bool, attem
 func (c *Client) leaveQueue(ctx context.Context, key, token string, permit bool) {
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	q := c.queries(lctx)
+	q := c.own(lctx)
 	if permit {
-		q.LeavePermitQueue(lctx, fencedb.LeavePermitQueueParams{LockKey: key, OwnerToken: token})
+		q.LeavePermitQueue(lctx, fencesql.LeavePermitQueueParams{LockKey: key, OwnerToken: token})
 		return
 	}
-	q.LeaveQueue(lctx, fencedb.LeaveQueueParams{LockKey: key, OwnerToken: token})
+	q.LeaveQueue(lctx, fencesql.LeaveQueueParams{LockKey: key, OwnerToken: token})
 }
 
 // queuedGrant turns a fair waiter's attempt at a slot into grantSlotAs's
@@ -115,7 +115,7 @@ var errAbandonedPlace = errors.New("pglease: the waiter's place was given up; qu
 // unexpired place of the key is ahead of token's.
 func (c *Client) tryFair(ctx context.Context, key, token string, ttl time.Duration) (*Lease, error) {
 	sent := time.Now()
-	row, err := c.queries(ctx).AcquireFIFO(ctx, fencedb.AcquireFIFOParams{
+	row, err := c.own(ctx).AcquireFIFO(ctx, fencesql.AcquireFIFOParams{
 		LockKey: key, Owner: c.cfg.owner, OwnerToken: token, TtlMicros: ttl.Microseconds(),
 		PlaceMicros: c.fairPlace().Microseconds()})
 	switch {

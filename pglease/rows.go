@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/fencesql"
 )
 
 // leaseRow says which row holds a lease: a mutex lease's row in lock_leases
@@ -29,11 +30,10 @@ type leaseRow struct {
 
 // renewRow extends l's row by its TTL (the Renew statement of its kind).
 func (l *Lease) renewRow(ctx context.Context) (time.Time, error) {
-	q := l.c.queries(ctx)
 	if l.row.permit {
-		return q.RenewPermit(ctx, fencedb.RenewPermitParams{LockKey: l.key, Slot: l.row.slot, Fence: l.fence, TtlMicros: l.ttl.Microseconds()})
+		return l.c.own(ctx).RenewPermit(ctx, fencesql.RenewPermitParams{LockKey: l.key, Slot: l.row.slot, Fence: l.fence, TtlMicros: l.ttl.Microseconds()})
 	}
-	return q.Renew(ctx, fencedb.RenewParams{LockKey: l.key, Fence: l.fence, TtlMicros: l.ttl.Microseconds()})
+	return l.c.queries(ctx).Renew(ctx, fencedb.RenewParams{LockKey: l.key, Fence: l.fence, TtlMicros: l.ttl.Microseconds()})
 }
 
 // releaseRow expires l's row now, or at its grant time plus the minimum
@@ -42,14 +42,14 @@ func (l *Lease) releaseRow(ctx context.Context) (released bool, err error) {
 	l.mu.Lock()
 	hold := l.row.hold
 	l.mu.Unlock()
-	c, q, durable := l.c, l.c.queries(ctx), l.c.cfg.durableRelease
+	c, q, durable := l.c, l.c.own(ctx), l.c.cfg.durableRelease
 	switch {
 	case l.row.permit:
-		released, err = q.ReleasePermit(ctx, fencedb.ReleasePermitParams{
+		released, err = q.ReleasePermit(ctx, fencesql.ReleasePermitParams{
 			LockKey: l.key, Slot: l.row.slot, Fence: l.fence, HoldMicros: hold.Microseconds(), Durable: durable,
 			Notify: c.cfg.wakeOnRelease})
 	case hold > 0:
-		released, err = q.ReleaseHeldAtLeast(ctx, fencedb.ReleaseHeldAtLeastParams{
+		released, err = q.ReleaseHeldAtLeast(ctx, fencesql.ReleaseHeldAtLeastParams{
 			LockKey: l.key, Fence: l.fence, HoldMicros: hold.Microseconds(), Durable: durable})
 	default:
 		return c.release(ctx, l.key, l.fence)
@@ -64,7 +64,7 @@ func (l *Lease) releaseRow(ctx context.Context) (released bool, err error) {
 // lease's Abandon, or a slot's), tombstoning the token.
 func (c *Client) abandonRow(ctx context.Context, key, token string, row leaseRow) error {
 	if row.permit {
-		_, err := c.queries(ctx).AbandonPermit(ctx, fencedb.AbandonPermitParams{LockKey: key, OwnerToken: token})
+		_, err := c.own(ctx).AbandonPermit(ctx, fencesql.AbandonPermitParams{LockKey: key, OwnerToken: token})
 		return err
 	}
 	_, err := c.abandon(ctx, key, token)
@@ -74,7 +74,7 @@ func (c *Client) abandonRow(ctx context.Context, key, token string, row leaseRow
 // currentFence is the fence l's row carries now, held or not.
 func (l *Lease) currentFence(ctx context.Context) (int64, error) {
 	if l.row.permit {
-		return l.c.queries(ctx).PermitFence(ctx, fencedb.PermitFenceParams{LockKey: l.key, Slot: l.row.slot})
+		return l.c.own(ctx).PermitFence(ctx, fencesql.PermitFenceParams{LockKey: l.key, Slot: l.row.slot})
 	}
 	return l.c.queries(ctx).LeaseFence(ctx, l.key)
 }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/fencesql"
 	"github.com/pgfence/pgfence/internal/pgerr"
 )
 
@@ -80,8 +80,8 @@ func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration) (*Lease, err
 // tryFair is one attempt of a fair waiter under token.
 func (s *Semaphore) tryFair(ctx context.Context, ttl time.Duration, token string) (*Lease, error) {
 	row := leaseRow{permit: true, permits: s.permits}
-	return s.c.grantSlotAs(ctx, s.key, ttl, row, token, func(ctx context.Context, q *fencedb.Queries, token string) (slotGrant, error) {
-		r, err := q.AcquirePermitFIFO(ctx, fencedb.AcquirePermitFIFOParams{
+	return s.c.grantSlotAs(ctx, s.key, ttl, row, token, func(ctx context.Context, q *fencesql.Queries, token string) (slotGrant, error) {
+		r, err := q.AcquirePermitFIFO(ctx, fencesql.AcquirePermitFIFOParams{
 			LockKey: s.key, Permits: int32(s.permits), Owner: s.c.cfg.owner, OwnerToken: token,
 			TtlMicros: ttl.Microseconds(), PlaceMicros: s.c.fairPlace().Microseconds()})
 		return queuedGrant(s.key, slotGrant{Slot: r.Slot, Fence: r.Fence, ExpiresAt: r.ExpiresAt}, r.Ahead, err)
@@ -116,8 +116,8 @@ func (s *Semaphore) TryDo(ctx context.Context, ttl time.Duration, fn func(ctx co
 
 func (s *Semaphore) try(ctx context.Context, ttl time.Duration) (*Lease, error) {
 	row := leaseRow{permit: true, permits: s.permits}
-	return s.c.grantSlot(ctx, s.key, ttl, row, func(ctx context.Context, q *fencedb.Queries, token string) (slotGrant, error) {
-		r, err := q.AcquirePermit(ctx, fencedb.AcquirePermitParams{
+	return s.c.grantSlot(ctx, s.key, ttl, row, func(ctx context.Context, q *fencesql.Queries, token string) (slotGrant, error) {
+		r, err := q.AcquirePermit(ctx, fencesql.AcquirePermitParams{
 			LockKey: s.key, Permits: int32(s.permits), Owner: s.c.cfg.owner, OwnerToken: token, TtlMicros: ttl.Microseconds()})
 		return slotGrant(r), err
 	})
@@ -137,19 +137,19 @@ type slotGrant struct {
 // for a mutex: no row is ErrNotAcquired, a lost answer is settled by the
 // owner token.
 func (c *Client) grantSlot(ctx context.Context, key string, ttl time.Duration, row leaseRow,
-	send func(context.Context, *fencedb.Queries, string) (slotGrant, error)) (*Lease, error) {
+	send func(context.Context, *fencesql.Queries, string) (slotGrant, error)) (*Lease, error) {
 	return c.grantSlotAs(ctx, key, ttl, row, "", send)
 }
 
 // grantSlotAs is grantSlot under the owner token token, or a new one when
 // token is "".
 func (c *Client) grantSlotAs(ctx context.Context, key string, ttl time.Duration, row leaseRow, token string,
-	send func(context.Context, *fencedb.Queries, string) (slotGrant, error)) (*Lease, error) {
+	send func(context.Context, *fencesql.Queries, string) (slotGrant, error)) (*Lease, error) {
 	if token == "" {
 		token = newToken()
 	}
 	sent := time.Now()
-	g, err := send(ctx, c.queries(ctx), token)
+	g, err := send(ctx, c.own(ctx), token)
 	switch {
 	case err == nil:
 		row.slot = g.Slot
@@ -180,9 +180,9 @@ func (c *Client) grantSlotAs(ctx context.Context, key string, ttl time.Duration,
 func (c *Client) resolveSlot(ctx context.Context, key, token string, ttl time.Duration, sent time.Time, row leaseRow, cause error) (*Lease, error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.resolveWait)
 	defer cancel()
-	q := c.queries(rctx)
+	q := c.own(rctx)
 	if ctx.Err() == nil {
-		r, err := q.FindPermitByOwnerToken(rctx, fencedb.FindPermitByOwnerTokenParams{LockKey: key, OwnerToken: token})
+		r, err := q.FindPermitByOwnerToken(rctx, fencesql.FindPermitByOwnerTokenParams{LockKey: key, OwnerToken: token})
 		if err == nil {
 			row.slot = r.Slot
 			return c.startRow(key, token, r.Fence, r.ExpiresAt, ttl, sent, row)
@@ -191,7 +191,7 @@ func (c *Client) resolveSlot(ctx context.Context, key, token string, ttl time.Du
 			return nil, &AmbiguousError{Key: key, TTL: ttl, Err: cause, ResolveErr: err}
 		}
 	}
-	if _, err := q.AbandonPermit(rctx, fencedb.AbandonPermitParams{LockKey: key, OwnerToken: token}); err != nil {
+	if _, err := q.AbandonPermit(rctx, fencesql.AbandonPermitParams{LockKey: key, OwnerToken: token}); err != nil {
 		return nil, &AmbiguousError{Key: key, TTL: ttl, Err: cause, ResolveErr: err}
 	}
 	return nil, fmt.Errorf("pglease: acquiring %q: no answer from the server, and the permit was not kept: %w", key, cause)

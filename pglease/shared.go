@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/fencesql"
 )
 
 // Shared and exclusive leases (read-write): a key of this kind has any
@@ -77,7 +77,7 @@ func (c *Client) AcquireExclusive(ctx context.Context, key string, ttl time.Dura
 	if err != nil && token != "" {
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		c.queries(lctx).LeaveExclusiveQueue(lctx, fencedb.LeaveExclusiveQueueParams{LockKey: key, OwnerToken: token})
+		c.own(lctx).LeaveExclusiveQueue(lctx, fencesql.LeaveExclusiveQueueParams{LockKey: key, OwnerToken: token})
 	}
 	return l, err
 }
@@ -108,9 +108,9 @@ func (c *Client) tryShared(ctx context.Context, key string, ttl time.Duration, e
 func (c *Client) sharedAttempt(ctx context.Context, key string, ttl time.Duration, exclusive bool, wait time.Duration, placeToken string) (*Lease, string, error) {
 	row := leaseRow{permit: true, shared: !exclusive}
 	used := placeToken
-	l, err := c.grantSlotAs(ctx, key, ttl, row, placeToken, func(ctx context.Context, q *fencedb.Queries, token string) (slotGrant, error) {
+	l, err := c.grantSlotAs(ctx, key, ttl, row, placeToken, func(ctx context.Context, q *fencesql.Queries, token string) (slotGrant, error) {
 		used = token
-		r, err := q.AcquireShared(ctx, fencedb.AcquireSharedParams{
+		r, err := q.AcquireShared(ctx, fencesql.AcquireSharedParams{
 			LockKey: key, Exclusive: exclusive, Owner: c.cfg.owner, OwnerToken: token,
 			TtlMicros: ttl.Microseconds(), WaitMicros: wait.Microseconds()})
 		return slotGrant(r), err
@@ -126,8 +126,8 @@ func (c *Client) sharedAttempt(ctx context.Context, key string, ttl time.Duratio
 func (c *Client) acquireSharedFair(ctx context.Context, key string, ttl time.Duration, exclusive bool) (*Lease, error) {
 	row := leaseRow{permit: true, shared: !exclusive}
 	return c.waitInQueue(ctx, key, true, func(ctx context.Context, token string) (*Lease, error) {
-		return c.grantSlotAs(ctx, key, ttl, row, token, func(ctx context.Context, q *fencedb.Queries, token string) (slotGrant, error) {
-			r, err := q.AcquireSharedFIFO(ctx, fencedb.AcquireSharedFIFOParams{
+		return c.grantSlotAs(ctx, key, ttl, row, token, func(ctx context.Context, q *fencesql.Queries, token string) (slotGrant, error) {
+			r, err := q.AcquireSharedFIFO(ctx, fencesql.AcquireSharedFIFOParams{
 				LockKey: key, Exclusive: exclusive, Owner: c.cfg.owner, OwnerToken: token,
 				TtlMicros: ttl.Microseconds(), PlaceMicros: c.fairPlace().Microseconds()})
 			return queuedGrant(key, slotGrant{Slot: r.Slot, Fence: r.Fence, ExpiresAt: r.ExpiresAt}, r.Ahead, err)

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/batchwalk"
+	"github.com/pgfence/pgfence/internal/fencesql"
 )
 
 const (
@@ -73,7 +73,7 @@ func (c *Client) sweepLeases(ctx context.Context, olderThan time.Duration) (int6
 	var total int64
 	after := ""
 	err := batchwalk.Run(ctx, func(ctx context.Context) (bool, error) {
-		r, err := c.queries(ctx).SweepExpiredBatch(ctx, fencedb.SweepExpiredBatchParams{
+		r, err := c.own(ctx).SweepExpiredBatch(ctx, fencesql.SweepExpiredBatchParams{
 			AfterKey: after, BatchSize: int32(c.cfg.sweepBatch), GraceMicros: olderThan.Microseconds(),
 		})
 		if err != nil {
@@ -89,7 +89,7 @@ func (c *Client) sweepLeases(ctx context.Context, olderThan time.Duration) (int6
 func (c *Client) sweepTombstones(ctx context.Context) error {
 	after := ""
 	return batchwalk.Run(ctx, func(ctx context.Context) (bool, error) {
-		r, err := c.queries(ctx).SweepAbandonedTokensBatch(ctx, fencedb.SweepAbandonedTokensBatchParams{
+		r, err := c.own(ctx).SweepAbandonedTokensBatch(ctx, fencesql.SweepAbandonedTokensBatchParams{
 			AfterToken: after, BatchSize: int32(c.cfg.sweepBatch), RetentionMicros: abandonedTokenRetention.Microseconds(),
 		})
 		if err != nil {

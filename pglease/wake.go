@@ -9,7 +9,7 @@ import (
 )
 
 // wakeChannel is the channel on which Release and ReleaseByOwnerToken send
-// NOTIFY with the released key as payload (queries/leases.sql).
+// NOTIFY with the released key as payload (queries/internal/leases.sql).
 const wakeChannel = "pgfence_lease_released"
 
 // waker keeps one listener (internal/listen) for a client made with

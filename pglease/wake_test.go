@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/fencesql"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -82,9 +83,9 @@ func TestReleaseNotifies(t *testing.T) {
 		}
 	})
 
-	q := fencedb.New(pool)
+	q := fencesql.New(pool)
 	pgtest.Step(t, "a stale fence matches no row and notifies nothing", func(t *testing.T) {
-		if _, err := q.ReleaseNotify(ctx, fencedb.ReleaseNotifyParams{LockKey: key, Fence: -1}); err == nil {
+		if _, err := q.ReleaseNotify(ctx, fencesql.ReleaseNotifyParams{LockKey: key, Fence: -1}); err == nil {
 			t.Fatal("Release with a stale fence found a row")
 		}
 		if p, ok := next(100 * time.Millisecond); ok {
@@ -96,10 +97,10 @@ func TestReleaseNotifies(t *testing.T) {
 		// A token of its own: Abandon tombstones it for good, and the test
 		// may run again on the same database.
 		token := "tok-" + key
-		if _, err := q.Acquire(ctx, fencedb.AcquireParams{LockKey: key, Owner: "t", OwnerToken: token, TtlMicros: 5e6}); err != nil {
+		if _, err := fencedb.New(pool).Acquire(ctx, fencedb.AcquireParams{LockKey: key, Owner: "t", OwnerToken: token, TtlMicros: 5e6}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := q.Abandon(ctx, fencedb.AbandonParams{LockKey: key, OwnerToken: token, Notify: true}); err != nil {
+		if _, err := q.Abandon(ctx, fencesql.AbandonParams{LockKey: key, OwnerToken: token, Notify: true}); err != nil {
 			t.Fatal(err)
 		}
 		if p, ok := next(2 * time.Second); !ok || p != key {

@@ -1,12 +1,14 @@
 -- Typed statements on the ready-made pgfence_jobs table.
--- The statements package claim sends (claim, renew, complete, fail, release,
--- rescue, sweep, ...) are in claim.sql, templated for a table of the user's
--- own; these are the ones that only make sense for pgfence_jobs.
+-- Package claim claims, renews, completes and sweeps the jobs (on
+-- pgfence_jobs or a table of your own); these put jobs in and read one back.
 
 -- name: EnqueueJob :one
--- Inserts one job and notifies listeners on the channel (pass '' for none;
--- the notification is delivered when the transaction commits). run_at is
--- now() + delay by the database clock.
+-- Inserts one job in state available and returns its id. Unless
+-- notify_channel is empty, it notifies that channel with the queue as
+-- payload; the notification is delivered when the transaction commits, so
+-- run it in the transaction that makes the job's data visible. run_at is
+-- now() + delay by the database clock. It never deduplicates: each call
+-- inserts a job.
 WITH ins AS (
   INSERT INTO /* TEMPLATE: schema */pgfence_jobs (queue, kind, payload, priority, run_at, max_attempts)
   VALUES (sqlc.arg(queue)::text, sqlc.arg(kind)::text, sqlc.arg(payload)::jsonb,
@@ -21,8 +23,10 @@ SELECT ins.id,
   FROM ins;
 
 -- name: EnqueueJobs :execrows
--- Inserts one job per element of the arrays (all of one length), in one
--- statement, and notifies the channel once ('' for none).
+-- Inserts one job per element of kinds, in one statement, available now,
+-- and notifies notify_channel once (unless it is empty); it returns how
+-- many it inserted. The other arrays must be as long as kinds: a shorter one leaves
+-- NULLs that the NOT NULL columns refuse, and then nothing is inserted.
 WITH ins AS (
   INSERT INTO /* TEMPLATE: schema */pgfence_jobs (queue, kind, payload, priority, max_attempts)
   SELECT sqlc.arg(queue)::text, (sqlc.arg(kinds)::text[])[i], (sqlc.arg(payloads)::jsonb[])[i],
@@ -36,25 +40,11 @@ WITH ins AS (
 SELECT 1 FROM ins, n;
 
 -- name: GetJob :one
--- One job as the database sees it now.
+-- One job as the database sees it now; lease_valid is true while it is
+-- running under an unexpired claim. No row (pgx.ErrNoRows) when there is no
+-- job with this id. It takes no lock and writes nothing.
 SELECT id, queue, kind, payload, state, priority, run_at, attempt, max_attempts,
        fence, owner, expires_at, last_error, created_at, finished_at,
        (state = 'running' AND expires_at > now())::boolean AS lease_valid
   FROM /* TEMPLATE: schema */pgfence_jobs
  WHERE id = sqlc.arg(id);
-
--- name: CountJobsByState :many
--- How many jobs a queue holds in each state.
-SELECT state, count(*)::bigint AS n
-  FROM /* TEMPLATE: schema */pgfence_jobs
- WHERE queue = sqlc.arg(queue)
- GROUP BY state
- ORDER BY state;
-
--- name: DeleteFinishedJobs :execrows
--- Deletes completed and dead jobs that finished longer ago than the grace
--- period. Safe at any time: fences come from pgfence_next_fence(), never
--- from the row.
-DELETE FROM /* TEMPLATE: schema */pgfence_jobs
- WHERE state IN ('completed', 'dead')
-   AND finished_at < now() - sqlc.arg(grace_micros)::bigint * interval '1 microsecond';

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/fencesql"
 	"github.com/pgfence/pgfence/internal/pgerr"
 )
 
@@ -18,15 +18,15 @@ import (
 // the fair waiters of every kind in queue order, and the exclusive waiters
 // per key.
 type kindRows struct {
-	permits   []fencedb.ListPermitsRow
-	waiters   []fencedb.ListWaitersRow
-	exclusive []fencedb.ListExclusiveWaitersRow
+	permits   []fencesql.ListPermitsRow
+	waiters   []fencesql.ListWaitersRow
+	exclusive []fencesql.ListExclusiveWaitersRow
 }
 
 // readKinds reads them; none at all on a schema from before these kinds.
 func (a *app) readKinds(ctx context.Context, pool *pgxpool.Pool) (kindRows, error) {
 	var k kindRows
-	q := a.queries(pool)
+	q := a.own(pool)
 	var err error
 	k.permits, err = q.ListPermits(ctx)
 	if pgerr.IsUndefined(err) {

@@ -17,9 +17,9 @@ import (
 
 	"github.com/pgfence/pgfence/cmd/pgfence/internal/dsn"
 	"github.com/pgfence/pgfence/fencedb"
-	"github.com/pgfence/pgfence/internal/inschema"
+	"github.com/pgfence/pgfence/internal/fencesql"
+	"github.com/pgfence/pgfence/internal/pgdb"
 	"github.com/pgfence/pgfence/internal/pgerr"
-	"github.com/pgfence/pgfence/internal/pgmode"
 	"github.com/pgfence/pgfence/internal/validate"
 	"github.com/pgfence/pgfence/migrations"
 )
@@ -277,7 +277,12 @@ func (a *app) schemaName() string {
 
 // queries runs the generated statements on pool in the chosen schema.
 func (a *app) queries(pool *pgxpool.Pool) *fencedb.Queries {
-	return fencedb.New(inschema.Wrap(pgmode.Wrap(pool), a.schemaName()))
+	return fencedb.New(pgdb.Wrap(pool, a.schemaName()))
+}
+
+// own is queries for pgfence's own statements (package fencesql).
+func (a *app) own(pool *pgxpool.Pool) *fencesql.Queries {
+	return fencesql.New(pgdb.Wrap(pool, a.schemaName()))
 }
 
 // migrationOpts passes the chosen schema to the migrations.
@@ -335,7 +340,7 @@ const migrateHint = "pgfence's schema is missing from this database: run `pgfenc
 
 // dbError turns a database error into an exitError with a hint.
 func dbError(where string, err error) error {
-	var missing *inschema.MissingError
+	var missing *pgdb.MissingError
 	switch {
 	case errors.Is(err, migrations.ErrBehindPooler), errors.Is(err, migrations.ErrNoSuchSchema):
 		return fail(exitDBError, "pgfence: database %s: %v", where, err)

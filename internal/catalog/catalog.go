@@ -9,7 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfence/pgfence/fencedb"
-	"github.com/pgfence/pgfence/internal/pgmode"
+	"github.com/pgfence/pgfence/internal/fencesql"
+	"github.com/pgfence/pgfence/internal/pgdb"
 )
 
 // ErrNotFound: no relation of that name exists (in that schema, or in any
@@ -54,7 +55,7 @@ func (r *Relation) Column(name string) (Column, bool) {
 // reads the name as SQL would (an unqualified name through the
 // search_path), and returns ErrNotFound when there is none.
 func Resolve(ctx context.Context, db fencedb.DBTX, name pgx.Identifier) (*Relation, error) {
-	rows, err := pgmode.Wrap(db).Query(ctx, fencedb.CatalogResolve, name.Sanitize())
+	rows, err := pgdb.Wrap(db, "").Query(ctx, fencesql.CatalogResolve, name.Sanitize())
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +118,7 @@ func (ix Index) UniqueOn(cols ...string) bool {
 // UniqueIndexes lists r's unique indexes (primary keys and unique
 // constraints included), by name.
 func UniqueIndexes(ctx context.Context, db fencedb.DBTX, r *Relation) ([]Index, error) {
-	rows, err := pgmode.Wrap(db).Query(ctx, fencedb.CatalogUniqueIndexes, r.OID)
+	rows, err := pgdb.Wrap(db, "").Query(ctx, fencesql.CatalogUniqueIndexes, r.OID)
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +135,7 @@ func UniqueIndexes(ctx context.Context, db fencedb.DBTX, r *Relation) ([]Index, 
 // them), while an INHERITS child shares nothing with its parent but rows
 // that UPDATE and DELETE on the parent reach.
 func Inheritors(ctx context.Context, db fencedb.DBTX, r *Relation) ([]string, error) {
-	rows, err := pgmode.Wrap(db).Query(ctx, fencedb.CatalogInheritors, r.OID)
+	rows, err := pgdb.Wrap(db, "").Query(ctx, fencesql.CatalogInheritors, r.OID)
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +146,7 @@ func Inheritors(ctx context.Context, db fencedb.DBTX, r *Relation) ([]string, er
 // with; ok is false when r has no trigger of that name.
 func TriggerArgs(ctx context.Context, db fencedb.DBTX, r *Relation, name string) (args []string, ok bool, err error) {
 	var raw []byte
-	err = pgmode.Wrap(db).QueryRow(ctx, fencedb.CatalogTriggerArgs, r.OID, name).Scan(&raw)
+	err = pgdb.Wrap(db, "").QueryRow(ctx, fencesql.CatalogTriggerArgs, r.OID, name).Scan(&raw)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, nil
 	}
@@ -162,6 +163,6 @@ func TriggerArgs(ctx context.Context, db fencedb.DBTX, r *Relation, name string)
 // names a function, through the search_path when unqualified.
 func FunctionExists(ctx context.Context, db fencedb.DBTX, signature string) (bool, error) {
 	var ok bool
-	err := pgmode.Wrap(db).QueryRow(ctx, fencedb.CatalogFunctionExists, signature).Scan(&ok)
+	err := pgdb.Wrap(db, "").QueryRow(ctx, fencesql.CatalogFunctionExists, signature).Scan(&ok)
 	return ok, err
 }

@@ -251,7 +251,7 @@ func TestFunctionExists(t *testing.T) {
 
 // Behind PgBouncer in transaction pooling mode, with pgx's default exec
 // mode (named prepared statements), many readers at once: every statement
-// goes through pgmode, so none depends on a server session's state.
+// goes through pgdb.Wrap, so none depends on a server session's state.
 func TestBehindPgBouncer(t *testing.T) {
 	bounced := pgtest.BouncerPool(t, func(c *pgxpool.Config) { c.MaxConns = 8 })
 	schema(t, pgtest.Pool(t), "cat_bouncer", "CREATE TABLE t (id int PRIMARY KEY, v text); CREATE TABLE c () INHERITS (t)")

@@ -1,5 +1,5 @@
 // Package watch is the engine of `pgfence serve`: it reads pgfence's tables
-// at a fixed interval (queries/serve.sql, one read-only REPEATABLE READ
+// at a fixed interval (queries/internal/serve.sql, one read-only REPEATABLE READ
 // transaction per read) and serves the latest read as a live page, as JSON
 // and as Prometheus metrics. Requests never reach the database, except
 // /healthz, which pings it: the load on the database is one read per

@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgfence/pgfence/fencedb"
-	"github.com/pgfence/pgfence/internal/inschema"
+	"github.com/pgfence/pgfence/internal/fencesql"
+	"github.com/pgfence/pgfence/internal/pgdb"
 	"github.com/pgfence/pgfence/internal/pgerr"
 )
 
@@ -141,7 +141,7 @@ func (w *Watcher) read(ctx context.Context) (*Snapshot, error) {
 		return nil, err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	q := fencedb.New(inschema.Wrap(tx, w.opts.Schema))
+	q := fencesql.New(pgdb.Wrap(tx, w.opts.Schema))
 	limit := int32(w.opts.Limit)
 
 	sum, err := q.WatchLeaseSummary(ctx, w.opts.Soon.Microseconds())
@@ -176,8 +176,8 @@ func (w *Watcher) read(ctx context.Context) (*Snapshot, error) {
 	if err != nil && !pgerr.IsUndefined(err) {
 		return nil, fmt.Errorf("read pgfence_permits: %w", err)
 	}
-	var holders []fencedb.WatchPermitHoldersRow
-	var waiters []fencedb.WatchWaitersRow
+	var holders []fencesql.WatchPermitHoldersRow
+	var waiters []fencesql.WatchWaitersRow
 	if err == nil {
 		// A key's holders are at most its permits (a shared key's, any
 		// number): limit rows cover the first keys, not always limit keys.
@@ -223,7 +223,7 @@ func (w *Watcher) read(ctx context.Context) (*Snapshot, error) {
 
 // queues folds the per-(queue, state) counts and the per-queue oldest
 // runnable age into one row per queue, in queue order, at most limit rows.
-func queues(counts []fencedb.WatchJobCountsRow, oldest []fencedb.WatchOldestRunnableRow, limit int) []Queue {
+func queues(counts []fencesql.WatchJobCountsRow, oldest []fencesql.WatchOldestRunnableRow, limit int) []Queue {
 	out := []Queue{}
 	index := map[string]int{}
 	for _, c := range counts {

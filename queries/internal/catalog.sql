@@ -1,5 +1,5 @@
 -- Statements of internal/catalog: what pgfence reads about a caller's own
--- tables from pg_catalog. Sent as the generated constants, through pgmode.
+-- tables from pg_catalog. Sent as the generated constants, through pgdb.Wrap.
 
 -- name: CatalogResolve :many
 -- The relation name (quoted, possibly schema-qualified name) denotes, one

@@ -1,4 +1,4 @@
-package pgmode_test
+package pgdb_test
 
 import (
 	"testing"

@@ -1,4 +1,4 @@
-package inschema_test
+package pgdb_test
 
 import (
 	"context"
@@ -13,21 +13,20 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgfence/pgfence/fencedb"
-	"github.com/pgfence/pgfence/internal/inschema"
-	"github.com/pgfence/pgfence/internal/pgmode"
+	"github.com/pgfence/pgfence/internal/fencesql"
+	"github.com/pgfence/pgfence/internal/pgdb"
 	"github.com/pgfence/pgfence/internal/sqltmpl"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
-
-// Without a schema, Wrap is the identity: no cost, the text as sqlc wrote it.
+// Without a schema, the text is as sqlc wrote it; wrapping a wrapped db
+// returns it (no second layer).
 func TestNoSchemaIsIdentity(t *testing.T) {
 	pool := pgtest.Pool(t)
-	if inschema.Wrap(pool, "") != fencedb.DBTX(pool) {
-		t.Fatal("Wrap(db, \"\") is not db")
+	if w := pgdb.Wrap(pool, ""); pgdb.Wrap(w, "") != w || pgdb.WrapOwnMode(w, "") != w {
+		t.Fatal("wrapping a wrapped db added a layer")
 	}
-	if got, err := inschema.Expand(fencedb.EnqueueJob, ""); err != nil || got != fencedb.EnqueueJob {
+	if got, err := pgdb.Expand(fencesql.CountJobsByState, ""); err != nil || got != fencesql.CountJobsByState {
 		t.Fatalf("Expand without a schema changed the text: %v", err)
 	}
 }
@@ -39,9 +38,9 @@ func TestConcurrentStatementsLandInTheSchema(t *testing.T) {
 	defer cancel()
 	pool := pgtest.Pool(t)
 	s := pgtest.Schema(t)
-	q := fencedb.New(inschema.Wrap(pgmode.Wrap(pool), s))
+	q := fencedb.New(pgdb.Wrap(pool, s))
 	const n = 32
-	queue := "inschema-" + s
+	queue := "pgdb-schema-" + s
 	var wg sync.WaitGroup
 	for range n {
 		wg.Add(1)
@@ -59,7 +58,7 @@ func TestConcurrentStatementsLandInTheSchema(t *testing.T) {
 	if err != nil || inSchema != n || inDefault != 0 {
 		t.Fatalf("rows: %d in the schema, %d in the default layout (err %v); want %d, 0", inSchema, inDefault, err, n)
 	}
-	a, err := inschema.Expand(fencedb.EnqueueJob, s)
+	a, err := pgdb.Expand(fencesql.CountJobsByState, s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,13 +71,14 @@ func TestConcurrentStatementsLandInTheSchema(t *testing.T) {
 func TestUnmigratedSchemaSaysWhatToRun(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
-	for name, db := range map[string]fencedb.DBTX{"extended": pgmode.Wrap(pool), "simple protocol": simple{pool}} {
-		q := fencedb.New(inschema.Wrap(db, "never_migrated"))
+	for name, w := range map[string]fencedb.DBTX{"extended": pgdb.Wrap(pool, "never_migrated"),
+		"simple protocol": pgdb.WrapOwnMode(simple{pool}, "never_migrated")} {
+		q := fencesql.New(w)
 		_, err := q.CountJobsByState(ctx, "default") // Query
 		if err == nil || !strings.Contains(err.Error(), "pgfence migrate up --schema never_migrated") {
 			t.Errorf("%s, Query: error %v does not say to run pgfence migrate up --schema never_migrated", name, err)
 		}
-		_, err = q.GetJob(ctx, 1) // QueryRow
+		_, err = fencedb.New(w).GetJob(ctx, 1) // QueryRow
 		if err == nil || !strings.Contains(err.Error(), "pgfence migrate up --schema never_migrated") {
 			t.Errorf("%s, QueryRow: error %v does not say to run pgfence migrate up --schema never_migrated", name, err)
 		}
@@ -108,7 +108,7 @@ func (s simple) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 // A statement whose markers are wrong fails before it is sent.
 func TestBadMarkerIsRefused(t *testing.T) {
 	ctx := context.Background()
-	db := inschema.Wrap(pgtest.Pool(t), "s")
+	db := pgdb.Wrap(pgtest.Pool(t), "s")
 	bad := "SELECT 1 FROM /* TEMPLATE: schema */ lock_leases"
 	if _, err := db.Exec(ctx, bad); !errors.Is(err, sqltmpl.ErrTemplate) {
 		t.Fatalf("Exec: %v, want ErrTemplate", err)
@@ -123,12 +123,12 @@ func TestBadMarkerIsRefused(t *testing.T) {
 
 // The cost a statement pays for a schema: one cached lookup of its text.
 func BenchmarkExpandCached(b *testing.B) {
-	if _, err := inschema.Expand(fencedb.EnqueueJob, "bench"); err != nil {
+	if _, err := pgdb.Expand(fencesql.CountJobsByState, "bench"); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := inschema.Expand(fencedb.EnqueueJob, "bench"); err != nil {
+		if _, err := pgdb.Expand(fencesql.CountJobsByState, "bench"); err != nil {
 			b.Fatal(err)
 		}
 	}

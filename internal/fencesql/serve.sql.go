@@ -3,7 +3,7 @@
 //   sqlc v1.31.1
 // source: serve.sql
 
-package fencedb
+package fencesql
 
 import (
 	"context"

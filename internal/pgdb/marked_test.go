@@ -1,4 +1,4 @@
-package inschema_test
+package pgdb_test
 
 import (
 	"os"
@@ -7,21 +7,27 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pgfence/pgfence/internal/inschema"
+	"github.com/pgfence/pgfence/internal/pgdb"
 )
 
 // pgfenceName is a name of pgfence's objects, qualified with the test's
 // schema or not.
 var pgfenceName = regexp.MustCompile(`("zz"\.)?\b(lock_leases|payout_intents|pgfence_jobs|pgfence_abandoned_tokens|pgfence_fence_seq|pgfence_stale_refusals|pgfence_[a-z_]+\()`)
 
-// Every statement in queries/ marks every pgfence object it names, so a
-// client with a schema never reaches another schema's objects (claim.sql's
-// statements, filled in for a table of one's own, are checked by claim).
+// Every statement in queries/ and queries/internal/ marks every pgfence
+// object it names, so a client with a schema never reaches another schema's
+// objects (claim.sql's statements, filled in for a table of one's own, are
+// checked by claim).
 func TestEveryStatementMarksPgfenceObjects(t *testing.T) {
-	files, err := filepath.Glob("../../queries/*.sql")
-	if err != nil || len(files) == 0 {
+	public, err := filepath.Glob("../../queries/*.sql")
+	if err != nil || len(public) == 0 {
 		t.Fatalf("no query files: %v", err)
 	}
+	own, err := filepath.Glob("../../queries/internal/*.sql")
+	if err != nil || len(own) == 0 {
+		t.Fatalf("no internal query files: %v", err)
+	}
+	files := append(public, own...)
 	checked := 0
 	for _, f := range files {
 		if filepath.Base(f) == "claim.sql" {
@@ -33,7 +39,7 @@ func TestEveryStatementMarksPgfenceObjects(t *testing.T) {
 		}
 		for _, stmt := range strings.Split(string(raw), "-- name: ")[1:] {
 			stmt = "-- name: " + stmt
-			sql, err := inschema.Expand(stmt, "zz")
+			sql, err := pgdb.Expand(stmt, "zz")
 			if err != nil {
 				t.Fatalf("%s: %v", f, err)
 			}

@@ -3,7 +3,7 @@
 //   sqlc v1.31.1
 // source: advisory.sql
 
-package fencedb
+package fencesql
 
 import (
 	"context"

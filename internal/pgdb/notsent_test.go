@@ -1,4 +1,4 @@
-package notsent_test
+package pgdb_test
 
 import (
 	"context"
@@ -8,11 +8,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgfence/pgfence/internal/notsent"
+	"github.com/pgfence/pgfence/internal/pgdb"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
-
-func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // On a pool of one connection, each kind of statement gives the connection
 // back (else the next one would wait for ever), and a statement that finds
@@ -20,7 +18,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 func TestWrap(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t, func(cfg *pgxpool.Config) { cfg.MaxConns = 1 })
-	db := notsent.Wrap(pool)
+	db := pgdb.Wrap(pool, "")
 	within := func(t *testing.T, what string, f func(ctx context.Context) error) {
 		t.Helper()
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -57,7 +55,7 @@ func TestWrap(t *testing.T) {
 		})
 		within(t, "a failing QueryRow", func(ctx context.Context) error {
 			var n int
-			if err := db.QueryRow(ctx, "SELECT 1/0").Scan(&n); err == nil || notsent.Is(err) {
+			if err := db.QueryRow(ctx, "SELECT 1/0").Scan(&n); err == nil || pgdb.NotSent(err) {
 				return errors.New("division by zero: want a server error, not a not-sent one")
 			}
 			return nil
@@ -73,13 +71,13 @@ func TestWrap(t *testing.T) {
 	defer cancel()
 	var n int
 	err = db.QueryRow(cctx, "SELECT 1").Scan(&n)
-	if !notsent.Is(err) || !errors.Is(err, context.DeadlineExceeded) {
+	if !pgdb.NotSent(err) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("no connection to take: %v, want a not-sent error wrapping the deadline", err)
 	}
-	if _, err := db.Exec(cctx, "SELECT 1"); !notsent.Is(err) {
+	if _, err := db.Exec(cctx, "SELECT 1"); !pgdb.NotSent(err) {
 		t.Fatalf("Exec with no connection: %v", err)
 	}
-	if _, err := db.Query(cctx, "SELECT 1"); !notsent.Is(err) {
+	if _, err := db.Query(cctx, "SELECT 1"); !pgdb.NotSent(err) {
 		t.Fatalf("Query with no connection: %v", err)
 	}
 }

@@ -1,59 +1,17 @@
-package pgmode
+package pgdb
 
 import (
 	"context"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/pgfence/pgfence/fencedb"
 )
 
 // Mode is the query exec mode of every statement pgfence sends through Wrap.
 // It must not depend on server-session state (no named prepared
 // statements), so that it is safe behind a transaction pooler.
 const Mode = pgx.QueryExecModeCacheDescribe
-
-// DBTX is fencedb.DBTX: what sqlc-generated code and pgfence's hand-written
-// statements run on (a pool, a connection or a transaction).
-type DBTX = fencedb.DBTX
-
-// Wrap returns db with Mode prepended to every statement's arguments. A nil
-// db stays nil, so callers' nil checks keep working; wrapping twice is
-// harmless.
-func Wrap(db DBTX) DBTX {
-	switch d := db.(type) {
-	case nil:
-		return nil
-	case wrapped:
-		return d
-	}
-	return wrapped{db}
-}
-
-type wrapped struct{ db DBTX }
-
-func (w wrapped) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	return w.db.Exec(ctx, sql, withMode(args)...)
-}
-
-func (w wrapped) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	return w.db.Query(ctx, sql, withMode(args)...)
-}
-
-func (w wrapped) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return w.db.QueryRow(ctx, sql, withMode(args)...)
-}
-
-// withMode puts Mode first. pgx reads leading QueryExecMode arguments as
-// options and drops them before encoding the rest; with no other argument
-// it uses the simple protocol, which is safe too.
-func withMode(args []any) []any {
-	out := make([]any, 0, len(args)+1)
-	out = append(out, Mode)
-	return append(out, args...)
-}
 
 // BehindPooler tells whether conn reaches PostgreSQL through a connection
 // pooler: PgBouncer answers the start-up with a backend key of its own, so
@@ -89,9 +47,9 @@ func PipelineSafe(ctx context.Context, pool interface {
 // Auto picks, once per pool, how pgfence's statements run on it: in the
 // pool's own default mode when the pool reaches PostgreSQL directly (named
 // prepared statements are then safe, and they halve the cost of a short
-// statement: each unnamed one is parsed and planned again), through Wrap
-// when a pooler is in between. Until the first check succeeds, statements
-// go through Wrap, which is safe everywhere.
+// statement: each unnamed one is parsed and planned again, see WrapOwnMode),
+// in Mode (Wrap) when a pooler is in between. Until the first check
+// succeeds, statements go in Mode, which is safe everywhere.
 type Auto struct {
 	pool  *pgxpool.Pool
 	state atomic.Int32  // autoUnknown, autoDirect or autoPooled

@@ -3,7 +3,7 @@
 //   sqlc v1.31.1
 // source: coord.sql
 
-package fencedb
+package fencesql
 
 import (
 	"context"

@@ -3,7 +3,7 @@
 //   sqlc v1.31.1
 // source: catalog.sql
 
-package fencedb
+package fencesql
 
 import (
 	"context"
@@ -85,7 +85,7 @@ type CatalogResolveRow struct {
 }
 
 // Statements of internal/catalog: what pgfence reads about a caller's own
-// tables from pg_catalog. Sent as the generated constants, through pgmode.
+// tables from pg_catalog. Sent as the generated constants, through pgdb.Wrap.
 // The relation name (quoted, possibly schema-qualified name) denotes, one
 // row per column in attnum order; one row with NULL column fields for a
 // relation without columns, no row when there is none. to_regclass reads
