@@ -18,7 +18,6 @@ import (
 // alone answers "not completed"; the claimer reads the row back after the
 // wait. Checked for Complete and for CompleteTx as the retry.
 func TestCompleteRetryBehindFirstAttemptsLockSucceeds(t *testing.T) {
-	t.Parallel()
 	for _, inTx := range []bool{false, true} {
 		name := "Complete"
 		if inTx {

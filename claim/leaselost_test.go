@@ -51,7 +51,6 @@ func counter(t *testing.T, r *sdkmetric.ManualReader, name string, key attribute
 // renewal finds the job claimed by another worker, and for the TxRunner at
 // the local deadline.
 func TestRunnerHandlerIgnoringLostLeaseIsNotCompleted(t *testing.T) {
-	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		tx    bool

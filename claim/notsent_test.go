@@ -16,7 +16,6 @@ import (
 // would wait on the same exhausted pool), and the jobs still run under
 // their leases. The same for the combined complete-and-claim round trip.
 func TestCompletionNotSentIsNotAmbiguous(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t, func(c *pgxpool.Config) { c.MaxConns = 1 })
 	qn := queue("notsent")

@@ -13,7 +13,6 @@ import (
 // min(interval/4, 250ms), pglease's rule, not at the next interval: the job
 // keeps its lease and completes.
 func TestRunnerRetriesFailedRenewal(t *testing.T) {
-	t.Parallel()
 	direct := pgtest.Pool(t)
 	proxied, proxy := proxiedPool(t)
 	qn := queue("renewretry")

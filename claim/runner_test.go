@@ -44,7 +44,6 @@ func itoa(i int) string {
 // database must accept exactly one completion per job, lose none, and count
 // every attempt.
 func TestRunnerManyJobsWithLeaseLosses(t *testing.T) {
-	t.Parallel()
 	const jobs, workers = 10000, 8
 	ctx := context.Background()
 	pool := pgtest.Pool(t, func(c *pgxpool.Config) { c.MaxConns = 20 })
@@ -206,7 +205,6 @@ func TestRunnerManyJobsWithLeaseLosses(t *testing.T) {
 }
 
 func TestRunnerLeaseLossEndsJobContext(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	qn := queue("loss")
@@ -268,7 +266,6 @@ func TestRunnerLeaseLossEndsJobContext(t *testing.T) {
 }
 
 func TestRunnerGracefulShutdown(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	qn := queue("shutdown")
@@ -357,7 +354,6 @@ func notifiedRuns(t *testing.T, pool *pgxpool.Pool, done <-chan int64, qn, chann
 }
 
 func TestRunnerListenNotify(t *testing.T) {
-	t.Parallel()
 	pool := pgtest.Pool(t)
 	qn := queue("listen")
 	done := runListening(t, pool, qn, "pgfence test wake")
@@ -372,7 +368,6 @@ func TestRunnerListenNotify(t *testing.T) {
 // After its listening backend is killed, the runner listens again (a new
 // backend) and a notified job still runs at once.
 func TestRunnerListenReconnects(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	qn := queue("relisten")
@@ -411,7 +406,6 @@ func TestRunnerListenReconnects(t *testing.T) {
 // TestOptionsPerConstructor: a Runner's option given to New, or a Claimer's
 // given to NewRunner, is refused by name instead of being ignored.
 func TestOptionsPerConstructor(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	c := newClaimer(t, pool, queue("optsfor"))
@@ -427,7 +421,6 @@ func TestOptionsPerConstructor(t *testing.T) {
 }
 
 func TestRunnerBadOptions(t *testing.T) {
-	t.Parallel()
 	pool := pgtest.Pool(t)
 	qn := queue("opts")
 	c := newClaimer(t, pool, qn)
@@ -458,7 +451,6 @@ func TestRunnerBadOptions(t *testing.T) {
 // unreachable database would look), the job's context ends at the local
 // deadline, before the lease could expire in the database.
 func TestRunnerLocalDeadlineWhenRenewalsStall(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	qn := queue("stall")
@@ -510,7 +502,6 @@ func TestRunnerLocalDeadlineWhenRenewalsStall(t *testing.T) {
 // re-claimed while its handler runs, so its completion is refused and its
 // effect is rolled back.
 func TestTxRunnerEffectsCommitWithCompletion(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	if _, err := pool.Exec(ctx, `DROP TABLE IF EXISTS txpool_effects; CREATE TABLE txpool_effects (job_id bigint PRIMARY KEY)`); err != nil {

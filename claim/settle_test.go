@@ -67,7 +67,6 @@ func effectsTable(t *testing.T, pool *pgxpool.Pool, name string) {
 // attempt is stale: lease lost (not a write error), effects rolled back, the
 // new holder's claim untouched.
 func TestTxRunnerStaleAttemptIsLeaseLost(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	effectsTable(t, pool, "txpool_stale_effects")
@@ -117,7 +116,6 @@ func TestTxRunnerStaleAttemptIsLeaseLost(t *testing.T) {
 // arrives: the pool reads the job back by id + fence on another connection
 // and reports what happened, completed, instead of a write error.
 func TestTxRunnerLostCommitAnswerIsSettled(t *testing.T) {
-	t.Parallel()
 	direct := pgtest.Pool(t)
 	effectsTable(t, direct, "txpool_lost_commit_effects")
 	proxied, proxy := proxiedPool(t)
@@ -158,7 +156,6 @@ func TestTxRunnerLostCommitAnswerIsSettled(t *testing.T) {
 // statement is lost; the pool settles it (sends it again, reads back) and
 // reports every job completed, once.
 func TestRunnerLostCompletionAnswerIsSettled(t *testing.T) {
-	t.Parallel()
 	direct := pgtest.Pool(t)
 	proxied, proxy := proxiedPool(t)
 	qn := queue("lostcompletion")

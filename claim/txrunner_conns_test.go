@@ -22,7 +22,6 @@ import (
 // loses its lease. At the bound, jobs four times longer than their lease
 // keep it and complete.
 func TestTxRunnerNeedsConnectionsForRenewals(t *testing.T) {
-	t.Parallel()
 	h := func(context.Context, pgx.Tx, *claim.Job) error { return nil }
 	t.Run("refused below the bound", func(t *testing.T) {
 		for _, tc := range []struct {

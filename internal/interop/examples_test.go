@@ -103,7 +103,9 @@ func exampleLikeExec(t *testing.T, example []string, psqlDir string) {
 	}
 	time.Sleep(3500 * time.Millisecond) // past the TTL: only renewals keep it
 	if _, err := c.TryAcquire(ctx, "doc:run", time.Minute); !errors.Is(err, pglease.ErrNotAcquired) {
-		t.Fatalf("Go acquire 3.5 s into a 3 s lease the example renews: %v, want ErrNotAcquired", err)
+		cmd.Process.Kill()
+		cmd.Wait() // its output is complete only once it has exited
+		t.Fatalf("Go acquire 3.5 s into a 3 s lease the example renews: %v, want ErrNotAcquired; the example printed: %s", err, out)
 	}
 	if rc := code(cmd.Wait()); rc != 0 {
 		t.Fatalf("the example exited %d: %s", rc, out)
