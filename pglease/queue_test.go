@@ -372,3 +372,50 @@ func TestFairSemaphoreWaiterGivesUp(t *testing.T) {
 		t.Fatal("the waiter was not granted the permit")
 	}
 }
+
+// A release calls the fair wake-up only for a key whose lease row says a
+// fair waiter was refused: a release with nobody queued runs no PL/pgSQL,
+// and one with a queued waiter does (counted by track_functions within the
+// releasing transaction, which is rolled back).
+func TestReleaseWakesOnlyQueuedKeys(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	plain := newClient(t, pool)
+	key := uniqueKey(t)
+	l, err := plain.TryAcquire(ctx, key, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	wakeCalls := func() int64 {
+		t.Helper()
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		var calls int64
+		err = tx.QueryRow(ctx, `SELECT set_config('track_functions', 'pl', true)`).Scan(new(string))
+		if err == nil {
+			_, err = tx.Exec(ctx, `UPDATE lock_leases SET expires_at = now() WHERE lock_key = $1`, key)
+		}
+		if err == nil {
+			err = tx.QueryRow(ctx, `SELECT coalesce(pg_stat_get_xact_function_calls('pgfence_wake_lease_waiter(text)'::regprocedure), 0)`).Scan(&calls)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return calls
+	}
+	if n := wakeCalls(); n != 0 {
+		t.Fatalf("a release with no waiter called the wake-up %d times, want 0", n)
+	}
+	var ahead int
+	if err := pool.QueryRow(ctx, `SELECT ahead FROM pgfence_acquire_fifo($1, 'waiter', $2, 10000000, 10000000)`,
+		key, key+"-waiter").Scan(&ahead); err != nil || ahead != 0 {
+		t.Fatalf("fair attempt on a held key: ahead %d, %v; want 0 (refused)", ahead, err)
+	}
+	if n := wakeCalls(); n != 1 {
+		t.Fatalf("a release with a queued waiter called the wake-up %d times, want 1", n)
+	}
+}
