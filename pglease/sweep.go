@@ -34,14 +34,16 @@ func WithSweepBatch(n int) Option {
 	}
 }
 
-// SweepExpired deletes lease rows that expired more than olderThan ago and
-// returns how many. It is safe at any time: fences come from a sequence, not
-// from the rows, so a deleted row never lets a fence repeat, and each delete
-// re-checks the expiry, so a row acquired or renewed during the sweep stays.
-// Run it now and then (say hourly) when keys are many and short-lived. It
-// also deletes the tombstones of abandoned acquisitions older than
-// an hour (not counted in the result), whatever olderThan
-// says.
+// SweepExpired deletes lease rows that expired more than olderThan ago
+// (mutex leases, and the permits of semaphores and shared/exclusive keys)
+// and returns how many. It is safe at any time: fences come from a
+// sequence, not from the rows, so a deleted row never lets a fence repeat,
+// and each delete re-checks the expiry, so a row acquired or renewed during
+// the sweep stays. Run it now and then (say hourly) when keys are many and
+// short-lived. It also deletes, uncounted, the places that fair waiters
+// left in a queue when they died (expired more than olderThan ago), and the
+// tombstones of abandoned acquisitions older than an hour, whatever
+// olderThan says.
 //
 // It walks the table in key order in batches (WithSweepBatch), each its own
 // short transaction, so that a sweep of millions of rows never holds locks,
@@ -56,8 +58,16 @@ func (c *Client) SweepExpired(ctx context.Context, olderThan time.Duration) (int
 		return 0, invalid("sweep grace must not be negative, got %v", olderThan)
 	}
 	n, err := c.sweepLeases(ctx, olderThan)
+	if err == nil {
+		var permits int64
+		permits, err = c.sweepPermits(ctx, olderThan)
+		n += permits
+	}
 	if err != nil {
 		return n, fmt.Errorf("pglease: sweep stopped after deleting %d expired leases: %w", n, err)
+	}
+	if err := c.sweepPlaces(ctx, olderThan); err != nil {
+		return n, fmt.Errorf("pglease: deleting expired places of fair waiters: %w", err)
 	}
 	if err := c.sweepTombstones(ctx); err != nil {
 		return n, fmt.Errorf("pglease: deleting old tombstones of abandoned acquisitions: %w", err)
@@ -84,6 +94,36 @@ func (c *Client) sweepLeases(ctx context.Context, olderThan time.Duration) (int6
 		return r.Scanned == int64(c.cfg.sweepBatch), nil
 	})
 	return total, err
+}
+
+// sweepPermits is sweepLeases for the permits of semaphores and
+// shared/exclusive keys, walked by key and slot.
+func (c *Client) sweepPermits(ctx context.Context, olderThan time.Duration) (int64, error) {
+	var total int64
+	afterKey, afterSlot := "", int32(-1)
+	err := batchwalk.Run(ctx, func(ctx context.Context) (bool, error) {
+		r, err := c.own(ctx).SweepPermitsBatch(ctx, fencesql.SweepPermitsBatchParams{
+			AfterKey: afterKey, AfterSlot: afterSlot, BatchSize: int32(c.cfg.sweepBatch), GraceMicros: olderThan.Microseconds(),
+		})
+		if err != nil {
+			return false, err
+		}
+		total += r.Deleted
+		afterKey, afterSlot = r.LastKey, r.LastSlot
+		return r.Scanned == int64(c.cfg.sweepBatch), nil
+	})
+	return total, err
+}
+
+// sweepPlaces deletes the places fair waiters left behind when they died,
+// a batch from each queue at a time.
+func (c *Client) sweepPlaces(ctx context.Context, olderThan time.Duration) error {
+	return batchwalk.Run(ctx, func(ctx context.Context) (bool, error) {
+		most, err := c.own(ctx).SweepPlacesBatch(ctx, fencesql.SweepPlacesBatchParams{
+			GraceMicros: olderThan.Microseconds(), BatchSize: int32(c.cfg.sweepBatch),
+		})
+		return err == nil && most == int64(c.cfg.sweepBatch), err
+	})
 }
 
 func (c *Client) sweepTombstones(ctx context.Context) error {

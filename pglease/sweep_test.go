@@ -253,3 +253,55 @@ func TestSweepRefusesBadInput(t *testing.T) {
 		t.Errorf("negative grace: %v, want ErrInvalidInput", err)
 	}
 }
+
+// SweepExpired deletes, with the mutex leases, the permits that expired
+// longer than the grace ago (counted), whatever the batch size, and the
+// places dead fair waiters left in each queue (not counted); permits and
+// places still live, or expired within the grace, stay, and so does each
+// key's permit count.
+func TestSweepPermitsAndPlaces(t *testing.T) {
+	ctx := context.Background()
+	for _, batch := range []int{1, 3, 1000} {
+		t.Run(fmt.Sprint(batch), func(t *testing.T) {
+			pool := pgtest.SchemaPool(t)
+			if _, err := pool.Exec(ctx, `
+INSERT INTO pgfence_semaphores (lock_key, permits) VALUES ('sem', 5);
+INSERT INTO pgfence_permits (lock_key, slot, exclusive, owner, owner_token, fence, acquired_at, expires_at)
+SELECT 'sem', g, false, 'filler', 'filler-' || g, nextval('pgfence_fence_seq'), now() - interval '3 days',
+       CASE WHEN g < 3 THEN now() - interval '2 days' WHEN g = 3 THEN now() - interval '1 minute' ELSE now() + interval '1 hour' END
+  FROM generate_series(0, 4) g;
+INSERT INTO pgfence_waiters (lock_key, owner_token, owner, ticket, expires_at)
+VALUES ('m', 'dead', 'filler', nextval('pgfence_waiter_seq'), now() - interval '2 days'),
+       ('m', 'live', 'filler', nextval('pgfence_waiter_seq'), now() + interval '1 hour');
+INSERT INTO pgfence_permit_waiters (lock_key, owner_token, owner, exclusive, ticket, expires_at)
+VALUES ('sem', 'dead', 'filler', false, nextval('pgfence_waiter_seq'), now() - interval '2 days'),
+       ('sem', 'dead2', 'filler', true, nextval('pgfence_waiter_seq'), now() - interval '2 days'),
+       ('sem', 'recent', 'filler', false, nextval('pgfence_waiter_seq'), now() - interval '1 minute');
+INSERT INTO pgfence_exclusive_waiters (lock_key, owner_token, expires_at)
+VALUES ('sem', 'dead', now() - interval '2 days'), ('sem', 'live', now() + interval '1 hour');`); err != nil {
+				t.Fatal(err)
+			}
+			insertLeases(t, pool, "old", 2, 48*time.Hour)
+			c := newClient(t, pool, pglease.WithSweepBatch(batch))
+			n, err := c.SweepExpired(ctx, time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n != 2+3 {
+				t.Fatalf("swept %d, want 5 (2 leases, 3 permits)", n)
+			}
+			var left string
+			if err := pool.QueryRow(ctx, `
+SELECT (SELECT string_agg(slot::text, ',' ORDER BY slot) FROM pgfence_permits) || ' | ' ||
+       (SELECT string_agg(owner_token, ',' ORDER BY owner_token) FROM pgfence_waiters) || ' | ' ||
+       (SELECT string_agg(owner_token, ',' ORDER BY owner_token) FROM pgfence_permit_waiters) || ' | ' ||
+       (SELECT string_agg(owner_token, ',' ORDER BY owner_token) FROM pgfence_exclusive_waiters) || ' | ' ||
+       (SELECT permits::text FROM pgfence_semaphores WHERE lock_key = 'sem')`).Scan(&left); err != nil {
+				t.Fatal(err)
+			}
+			if want := "3,4 | live | recent | live | 5"; left != want {
+				t.Fatalf("left permits | places | permit places | exclusive places | permits: %q, want %q", left, want)
+			}
+		})
+	}
+}

@@ -282,3 +282,113 @@ func (q *Queries) SweepExpiredBatch(ctx context.Context, arg SweepExpiredBatchPa
 	err := row.Scan(&i.Scanned, &i.LastKey, &i.Deleted)
 	return i, err
 }
+
+const SweepPermitsBatch = `-- name: SweepPermitsBatch :one
+WITH batch AS (
+  SELECT lock_key, slot, expires_at
+    FROM /* TEMPLATE: schema */pgfence_permits
+   WHERE (lock_key, slot) > ($1::text, $2::integer)
+   ORDER BY lock_key, slot
+   LIMIT $3::int
+), deleted AS (
+  DELETE FROM /* TEMPLATE: schema */pgfence_permits AS p
+   WHERE (p.lock_key, p.slot) IN (SELECT b.lock_key, b.slot FROM batch AS b
+                                   WHERE b.expires_at < now() - $4::bigint * interval '1 microsecond')
+     AND p.expires_at < now() - $4::bigint * interval '1 microsecond'
+  RETURNING 1
+), last AS (
+  SELECT b.lock_key, b.slot FROM batch AS b ORDER BY b.lock_key DESC, b.slot DESC LIMIT 1
+)
+SELECT (SELECT count(*) FROM batch)::bigint AS scanned,
+       COALESCE((SELECT l.lock_key FROM last AS l), '')::text AS last_key,
+       COALESCE((SELECT l.slot FROM last AS l), -1)::integer AS last_slot,
+       (SELECT count(*) FROM deleted)::bigint AS deleted
+ WHERE set_config('synchronous_commit', 'off', true) = 'off'
+`
+
+type SweepPermitsBatchParams struct {
+	AfterKey    string
+	AfterSlot   int32
+	BatchSize   int32
+	GraceMicros int64
+}
+
+type SweepPermitsBatchRow struct {
+	Scanned  int64
+	LastKey  string
+	LastSlot int32
+	Deleted  int64
+}
+
+// SweepExpiredBatch for the permits of semaphores and shared/exclusive keys
+// (pgfence_permits), walked by (lock_key, slot) after (after_key,
+// after_slot): it deletes the permits of the batch that expired longer than
+// the grace period, re-checking each on its newest row version, and commits
+// asynchronously, for the reasons SweepExpiredBatch gives. A key's permit
+// count (pgfence_semaphores) stays: a concurrent acquisition relies on it
+// to refuse a caller that disagrees.
+func (q *Queries) SweepPermitsBatch(ctx context.Context, arg SweepPermitsBatchParams) (SweepPermitsBatchRow, error) {
+	row := q.db.QueryRow(ctx, SweepPermitsBatch,
+		arg.AfterKey,
+		arg.AfterSlot,
+		arg.BatchSize,
+		arg.GraceMicros,
+	)
+	var i SweepPermitsBatchRow
+	err := row.Scan(
+		&i.Scanned,
+		&i.LastKey,
+		&i.LastSlot,
+		&i.Deleted,
+	)
+	return i, err
+}
+
+const SweepPlacesBatch = `-- name: SweepPlacesBatch :one
+WITH cutoff AS (
+  SELECT now() - $1::bigint * interval '1 microsecond' AS at
+), lease_places AS (
+  DELETE FROM /* TEMPLATE: schema */pgfence_waiters AS w
+   WHERE w.ctid = ANY (ARRAY(SELECT x.ctid FROM /* TEMPLATE: schema */pgfence_waiters AS x
+                              WHERE x.expires_at < (SELECT c.at FROM cutoff AS c) LIMIT $2::int))
+     AND w.expires_at < (SELECT c.at FROM cutoff AS c)
+  RETURNING 1
+), permit_places AS (
+  DELETE FROM /* TEMPLATE: schema */pgfence_permit_waiters AS w
+   WHERE w.ctid = ANY (ARRAY(SELECT x.ctid FROM /* TEMPLATE: schema */pgfence_permit_waiters AS x
+                              WHERE x.expires_at < (SELECT c.at FROM cutoff AS c) LIMIT $2::int))
+     AND w.expires_at < (SELECT c.at FROM cutoff AS c)
+  RETURNING 1
+), exclusive_places AS (
+  DELETE FROM /* TEMPLATE: schema */pgfence_exclusive_waiters AS w
+   WHERE w.ctid = ANY (ARRAY(SELECT x.ctid FROM /* TEMPLATE: schema */pgfence_exclusive_waiters AS x
+                              WHERE x.expires_at < (SELECT c.at FROM cutoff AS c) LIMIT $2::int))
+     AND w.expires_at < (SELECT c.at FROM cutoff AS c)
+  RETURNING 1
+)
+SELECT GREATEST((SELECT count(*) FROM lease_places), (SELECT count(*) FROM permit_places),
+                (SELECT count(*) FROM exclusive_places))::bigint AS most_deleted
+ WHERE set_config('synchronous_commit', 'off', true) = 'off'
+`
+
+type SweepPlacesBatchParams struct {
+	GraceMicros int64
+	BatchSize   int32
+}
+
+// Deletes up to batch_size expired places of fair waiters from each of the
+// three queues (mutex leases, permits, exclusive waiters of shared/exclusive
+// keys), those expired longer than the grace period: a waiter that died
+// leaves its place behind until a grant of its key deletes it, and a key
+// never granted again would keep it. Places are few (one per live waiter),
+// so each batch finds its rows by scanning; it reports the most deleted
+// from one queue (batch_size: run it again). An expired place is dead, so
+// deleting one never changes an order; each delete re-checks the expiry on
+// the newest row version, so a place refreshed meanwhile stays. It commits
+// asynchronously: a place that outlives a crash waits for the next sweep.
+func (q *Queries) SweepPlacesBatch(ctx context.Context, arg SweepPlacesBatchParams) (int64, error) {
+	row := q.db.QueryRow(ctx, SweepPlacesBatch, arg.GraceMicros, arg.BatchSize)
+	var most_deleted int64
+	err := row.Scan(&most_deleted)
+	return most_deleted, err
+}
