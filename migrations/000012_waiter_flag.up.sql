@@ -76,3 +76,85 @@ $body$;
 $f$, current_schema(), format('%I.pgfence_waiter_seq', current_schema()));
 END
 $migration$;
+
+CREATE FUNCTION pgfence_wake_channel(p_token text) RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+  SELECT CASE WHEN p_token ~ '^[0-9a-f]{8}-' THEN 'pgfence_wake_' || left(p_token, 8) ELSE 'pgfence_lease_released' END
+$$;
+
+DO $migration2$
+BEGIN
+  -- pgfence_wake_lease_waiter: when key's mutex lease is free, sends NOTIFY
+  -- pgfence_lease_released with the owner token of the key's first fair
+  -- waiter as the payload (delivered when the calling transaction commits):
+  -- one waiter is woken, not every one. PL/pgSQL, so that its plans are
+  -- cached per session: it runs on every release, and most releases find
+  -- no waiter, which it checks first.
+  EXECUTE format($f$
+CREATE OR REPLACE FUNCTION %1$I.pgfence_wake_lease_waiter(p_key text) RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $body$
+DECLARE
+  head text;
+BEGIN
+  SELECT w.owner_token INTO head FROM %1$I.pgfence_waiters AS w
+   WHERE w.lock_key = p_key AND w.expires_at > now()
+   ORDER BY w.ticket LIMIT 1;
+  IF head IS NULL THEN
+    RETURN;
+  END IF;
+  IF EXISTS (SELECT FROM %1$I.lock_leases AS l WHERE l.lock_key = p_key AND l.expires_at > now()) THEN
+    RETURN;
+  END IF;
+  PERFORM pg_notify(%1$I.pgfence_wake_channel(head), head);
+END
+$body$;
+$f$, current_schema());
+
+  -- pgfence_wake_permit_waiters: the same for a semaphore or shared/exclusive
+  -- key: the first waiters that a free permit could be granted to. For a
+  -- semaphore, as many as there are free permits; for a shared/exclusive key
+  -- with no exclusive holder, the shared waiters ahead of the first
+  -- exclusive one (granted together), or the first waiter when nothing is
+  -- held.
+  EXECUTE format($f$
+CREATE OR REPLACE FUNCTION %1$I.pgfence_wake_permit_waiters(p_key text) RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $body$
+DECLARE
+  cap   integer;
+  held  integer;
+  xheld boolean;
+BEGIN
+  IF NOT EXISTS (SELECT FROM %1$I.pgfence_permit_waiters AS w WHERE w.lock_key = p_key AND w.expires_at > now()) THEN
+    RETURN;
+  END IF;
+  SELECT s.permits INTO cap FROM %1$I.pgfence_semaphores AS s WHERE s.lock_key = p_key;
+  IF NOT FOUND THEN
+    RETURN;
+  END IF;
+  SELECT count(*), coalesce(bool_or(p.exclusive), false) INTO held, xheld
+    FROM %1$I.pgfence_permits AS p WHERE p.lock_key = p_key AND p.expires_at > now();
+  IF cap > 0 THEN
+    PERFORM pg_notify(%1$I.pgfence_wake_channel(w.owner_token), w.owner_token)
+       FROM (SELECT w.owner_token FROM %1$I.pgfence_permit_waiters AS w
+              WHERE w.lock_key = p_key AND w.expires_at > now()
+              ORDER BY w.ticket LIMIT greatest(cap - held, 0)) AS w;
+  ELSIF NOT xheld THEN
+    PERFORM pg_notify(%1$I.pgfence_wake_channel(w.owner_token), w.owner_token)
+       FROM (SELECT w.owner_token, w.exclusive,
+                    bool_or(w.exclusive) OVER (ORDER BY w.ticket ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS after_exclusive,
+                    row_number() OVER (ORDER BY w.ticket) AS n
+               FROM %1$I.pgfence_permit_waiters AS w
+              WHERE w.lock_key = p_key AND w.expires_at > now()
+              ORDER BY w.ticket LIMIT 1000) AS w
+      WHERE (NOT w.exclusive AND NOT coalesce(w.after_exclusive, false))
+         OR (w.exclusive AND w.n = 1 AND held = 0);
+  END IF;
+END
+$body$;
+$f$, current_schema());
+
+END
+$migration2$;

@@ -33,6 +33,7 @@ type Client struct {
 	directOwn, pooledOwn *fencesql.Queries
 	mode                 *pgdb.Auto
 	cfg                  config
+	wakeID               string
 
 	// renewHook, when set by tests, replaces the renew statement (a seam to
 	// stall or fail renewals).
@@ -80,6 +81,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Client, error) {
 	c := &Client{pool: pool, direct: fencedb.New(direct), pooled: fencedb.New(pooled),
 		directOwn: fencesql.New(direct), pooledOwn: fencesql.New(pooled),
 		mode: pgdb.NewAuto(pool), cfg: cfg, leases: map[*Lease]struct{}{}}
+	c.wakeID = newToken()[:8]
 	c.met = newMetrics(cfg.meterProvider, pool)
 	c.closing, c.stopClosing = context.WithCancel(context.Background())
 	if cfg.wakeOnRelease {

@@ -2,6 +2,7 @@ package pglease
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -44,7 +45,11 @@ func newWaker(c *Client) *waker {
 // failed attempt and the subscription.
 func (w *waker) subscribe(key string) (<-chan struct{}, func()) {
 	ch := make(chan struct{}, 1)
-	unsubscribe, err := w.l.Subscribe(wakeChannel, key, ch)
+	channel := wakeChannel
+	if strings.HasPrefix(key, w.c.wakeID+"-") {
+		channel = "pgfence_wake_" + w.c.wakeID
+	}
+	unsubscribe, err := w.l.Subscribe(channel, key, ch)
 	if err != nil { // not for a valid channel name and a channel: never
 		return nil, func() {}
 	}
