@@ -33,7 +33,7 @@ type Client struct {
 	directOwn, pooledOwn *fencesql.Queries
 	mode                 *pgdb.Auto
 	cfg                  config
-	wakeID               string
+	wakeID               string // names this client's wake-up channel (wake.go)
 
 	// renewHook, when set by tests, replaces the renew statement (a seam to
 	// stall or fail renewals).
@@ -81,7 +81,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Client, error) {
 	c := &Client{pool: pool, direct: fencedb.New(direct), pooled: fencedb.New(pooled),
 		directOwn: fencesql.New(direct), pooledOwn: fencesql.New(pooled),
 		mode: pgdb.NewAuto(pool), cfg: cfg, leases: map[*Lease]struct{}{}}
-	c.wakeID = newToken()[:8]
+	c.wakeID = newToken()[:wakeIDLen]
 	c.met = newMetrics(cfg.meterProvider, pool)
 	c.closing, c.stopClosing = context.WithCancel(context.Background())
 	if cfg.wakeOnRelease {
@@ -227,24 +227,25 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*L
 }
 
 // waitFor runs attempt until it grants a lease, as Acquire describes: the
-// backoff, the wake on a notification whose payload is wake (the key, or a
-// fair waiter's owner token), the maximum wait, and which errors end the
-// wait. Every kind of lease waits through it.
+// backoff, the wake on a release of key (a notification whose payload is
+// wake), the maximum wait, and which errors end the wait. Every kind of
+// lease waits through it.
 func (c *Client) waitFor(ctx context.Context, key, wake string, attempt func(context.Context) (*Lease, error)) (*Lease, error) {
-	return c.waitForPayload(ctx, key, func() string { return wake }, attempt)
+	return c.waitWoken(ctx, key, func() wakeAddr { return wakeAddr{wakeChannel, wake} }, attempt)
 }
 
-// waitForPayload is waitFor for a wake-up payload that may change between
+// waitWoken is waitFor for a wake-up address that may change between
 // attempts (a fair waiter's owner token, replaced when an attempt's outcome
 // was settled by tombstoning it): before each attempt, the subscription is
-// to the payload wake returns then.
-func (c *Client) waitForPayload(ctx context.Context, key string, wake func() string, attempt func(context.Context) (*Lease, error)) (_ *Lease, err error) {
+// to the address wake returns then.
+func (c *Client) waitWoken(ctx context.Context, key string, wake func() wakeAddr, attempt func(context.Context) (*Lease, error)) (_ *Lease, err error) {
 	start := time.Now()
 	defer func() { c.stats.waitedNanos.Add(int64(time.Since(start))) }()
 	defer func() { c.met.acquired(opWait, start, err) }()
 	bound := c.cfg.backoffMin
 	var woken <-chan struct{} // nil, never ready, without WithWakeOnRelease
-	subscribed, unsubscribe := "", func() {}
+	var subscribed wakeAddr
+	unsubscribe := func() {}
 	defer func() { unsubscribe() }()
 	// Before an attempt, so that no release between a failed attempt and
 	// the subscription goes unheard.

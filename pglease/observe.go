@@ -59,7 +59,7 @@ func (c *Client) Observe(ctx context.Context, key string) (<-chan Holder, error)
 	unsubscribe := func() {}
 	if c.wake != nil {
 		// Before the first read, so that no release after it goes unheard.
-		woken, unsubscribe = c.wake.subscribe(key)
+		woken, unsubscribe = c.wake.subscribe(wakeAddr{wakeChannel, key})
 		c.wake.start()
 	}
 	end := func() {

@@ -62,12 +62,12 @@ func (c *Client) acquireFair(ctx context.Context, key string, ttl time.Duration)
 // failed) loses the place with it, and the next attempt queues afresh under
 // a new token; a waiter that returns without a lease leaves the queue.
 func (c *Client) waitInQueue(ctx context.Context, key string, permit bool, attempt func(ctx context.Context, token string) (*Lease, error)) (*Lease, error) {
-	token := c.wakeID + "-" + newToken()[8:]
-	l, err := c.waitForPayload(ctx, key, func() string { return token }, func(ctx context.Context) (*Lease, error) {
+	token := c.fairToken()
+	l, err := c.waitWoken(ctx, key, func() wakeAddr { return c.fairAddr(token) }, func(ctx context.Context) (*Lease, error) {
 		l, err := attempt(ctx, token)
 		if err != nil && !errors.Is(err, ErrNotAcquired) {
 			c.leaveQueue(ctx, key, token, permit)
-			token = c.wakeID + "-" + newToken()[8:]
+			token = c.fairToken()
 		}
 		return l, err
 	})

@@ -419,3 +419,57 @@ func TestReleaseWakesOnlyQueuedKeys(t *testing.T) {
 		t.Fatalf("a release with a queued waiter called the wake-up %d times, want 1", n)
 	}
 }
+
+// A fair waiter's wake-up goes on its own client's channel: a connection
+// that LISTENs on the shared channel hears nothing of it, while the waiter
+// is granted within 150 ms of the release although its backoff is 5 to 10 s.
+func TestFairWakeOnClientChannel(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	plain := newClient(t, pool)
+	waiter := newClient(t, pgtest.Pool(t), pglease.WithFairWaiting(), pglease.WithWakeOnRelease(), pglease.WithBackoff(5*time.Second, 10*time.Second))
+	key := uniqueKey(t)
+	other, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release()
+	if _, err := other.Exec(ctx, `LISTEN pgfence_lease_released`); err != nil {
+		t.Fatal(err)
+	}
+	h, err := plain.TryAcquire(ctx, key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan time.Time, 1)
+	go func() {
+		l, err := waiter.Acquire(ctx, key, 10*time.Second)
+		got <- time.Now()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		l.Release(ctx)
+	}()
+	time.Sleep(300 * time.Millisecond) // the waiter's first attempt failed; it sleeps its backoff
+	released := time.Now()
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := (<-got).Sub(released); d > 150*time.Millisecond {
+		t.Fatalf("granted %v after the release: not woken", d)
+	}
+	// The waiter's own Release notifies its key there (WithWakeOnRelease
+	// wakes waiters that are not fair); a fair waiter's token must not come.
+	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	for {
+		n, err := other.Conn().WaitForNotification(wctx)
+		if err != nil {
+			break
+		}
+		if n.Payload != key {
+			t.Fatalf("the shared channel heard %q: the wake-up went to every client", n.Payload)
+		}
+	}
+}

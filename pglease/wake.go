@@ -2,7 +2,6 @@ package pglease
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"time"
 
@@ -36,20 +35,40 @@ func newWaker(c *Client) *waker {
 		c.cfg.logger.Warn("pglease: wake-on-release listener failed; waiters poll until it reconnects",
 			"err", err, "retry_in", retryIn)
 	}})
+	// A fair client's waiters' channel is LISTENed from the listener's
+	// first connection, so that a waiter arriving while no other waits
+	// sends no LISTEN (a valid identifier: never an error).
+	if c.cfg.fair {
+		l.Keep(c.fairAddr("").channel)
+	}
 	return &waker{c: c, l: l, ctx: ctx, stop: stop}
 }
 
-// subscribe registers a waiter for key. The channel (buffer 1) receives when
-// key is released, or when the listener (re)connects and may have missed a
-// release. Subscribing before the first attempt closes the window between a
-// failed attempt and the subscription.
-func (w *waker) subscribe(key string) (<-chan struct{}, func()) {
+// wakeAddr is where a waiter's wake-up comes: a channel, and the payload
+// its notifications carry.
+type wakeAddr struct{ channel, payload string }
+
+// wakeIDLen is the length of a client's wake ID, in hex digits.
+const wakeIDLen = 8
+
+// fairToken is a fair waiter's owner token: "wake.", the client's wake ID,
+// a dot, and 96 random bits in hex. The database sends the waiter's wake-up
+// on the channel the wake ID names (pgfence_wake_channel, migration
+// 000012), so a release wakes one client's listener, not every client's.
+func (c *Client) fairToken() string { return "wake." + c.wakeID + "." + newToken()[wakeIDLen:] }
+
+// fairAddr is where the fair waiter of token is woken.
+func (c *Client) fairAddr(token string) wakeAddr {
+	return wakeAddr{"pgfence_wake_" + c.wakeID, token}
+}
+
+// subscribe registers a waiter at a. The channel (buffer 1) receives when
+// a notification for a comes, or when the listener (re)connects and may
+// have missed one. Subscribing before the first attempt closes the window
+// between a failed attempt and the subscription.
+func (w *waker) subscribe(a wakeAddr) (<-chan struct{}, func()) {
 	ch := make(chan struct{}, 1)
-	channel := wakeChannel
-	if strings.HasPrefix(key, w.c.wakeID+"-") {
-		channel = "pgfence_wake_" + w.c.wakeID
-	}
-	unsubscribe, err := w.l.Subscribe(channel, key, ch)
+	unsubscribe, err := w.l.Subscribe(a.channel, a.payload, ch)
 	if err != nil { // not for a valid channel name and a channel: never
 		return nil, func() {}
 	}

@@ -61,6 +61,7 @@ type Listener struct {
 // for ("" for every payload).
 type channelSubs struct {
 	listened bool // LISTEN took effect on the current connection
+	kept     bool // Keep: stays in the map, and LISTENed, with no subscriber
 	subs     map[string]map[chan<- struct{}]int
 }
 
@@ -143,11 +144,33 @@ func (l *Listener) Subscribe(channel, payload string, wake chan<- struct{}) (uns
 			// LISTEN stays in effect on this connection (notifications
 			// on it are dropped in deliver) and is not repeated on the
 			// next; a new Subscribe LISTENs it again.
-			if len(cs.subs) == 0 && l.channels[channel] == cs {
+			if len(cs.subs) == 0 && !cs.kept && l.channels[channel] == cs {
 				delete(l.channels, channel)
 			}
 		})
 	}, nil
+}
+
+// Keep LISTENs on channel from now on, on every connection, whether or not
+// anyone subscribes to it: for a channel that subscribers come and go on,
+// so that each new one neither waits for a LISTEN nor takes the wake-up a
+// LISTEN taking effect gives.
+func (l *Listener) Keep(channel string) error {
+	if err := validate.Identifier("notification channel", channel); err != nil {
+		return validate.Invalid("listen", "%v", err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	cs := l.channels[channel]
+	if cs == nil {
+		cs = &channelSubs{subs: map[string]map[chan<- struct{}]int{}}
+		l.channels[channel] = cs
+		if l.interrupt != nil {
+			l.interrupt() // the run loop LISTENs it before it waits again
+		}
+	}
+	cs.kept = true
+	return nil
 }
 
 // PID is the backend pid of the listening connection, 0 while not listening.

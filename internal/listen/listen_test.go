@@ -422,3 +422,35 @@ func TestSubscribeBadInput(t *testing.T) {
 		}
 	}
 }
+
+// A kept channel is LISTENed with no subscriber, and stays: a subscriber
+// that comes after the LISTEN took effect is not woken by it (nothing was
+// missed) but by notifications, and after every subscriber left the channel
+// is still LISTENed for the next one.
+func TestKeep(t *testing.T) {
+	pool := pgtest.Pool(t)
+	l := listen.New(pool, listen.Config{})
+	kept := channelName()
+	if err := l.Keep(kept); err != nil {
+		t.Fatal(err)
+	}
+	start(t, l)
+	waitUntil(t, "the kept channel LISTENed", func() bool { return l.Listens() == 1 })
+	for i := range 3 {
+		a, ua := subscribe(t, l, kept, "p")
+		select { // a LISTEN would wake it within milliseconds
+		case <-a:
+			t.Fatalf("subscriber %d woken by a LISTEN of a kept channel", i)
+		case <-time.After(200 * time.Millisecond):
+		}
+		notify(t, pool, kept, "p")
+		woken(t, a, fmt.Sprintf("subscriber %d, by a notification", i))
+		ua()
+		if n := l.ChannelsForTest(); n != 1 {
+			t.Fatalf("%d channels after the subscriber left, want the kept one", n)
+		}
+	}
+	if err := l.Keep("no such; channel"); err == nil {
+		t.Fatal("Keep accepted a channel name that is not an identifier")
+	}
+}

@@ -1,14 +1,23 @@
--- A release wakes a fair waiter only when the key has one. The release
--- trigger of migration 000011 called its PL/pgSQL function on every release,
--- which cost a mutex acquire + release about a tenth of its throughput when
--- nobody waited (nearly always). A flag on the lease row, set by a fair
--- waiter that is refused and recomputed by each fair grant, lets the
--- trigger's WHEN condition skip the call without leaving the row.
+-- A release wakes one fair waiter's client, and only when the key has a
+-- fair waiter.
 --
+-- The release trigger of migration 000011 called its PL/pgSQL function on
+-- every release, which cost a mutex acquire + release about a tenth of its
+-- throughput when nobody waited (nearly always). A flag on the lease row,
+-- set by a fair waiter that is refused and recomputed by each fair grant,
+-- lets the trigger's WHEN condition skip the call without leaving the row.
 -- The flag is exact for fair waiters, whose attempts run under the key's
 -- queue lock; a plain acquisition keeps the row's flag as it is. A waiter
 -- whose wake-up is missed (its key had no row when it queued, and a plain
 -- acquisition created one) still retries on its backoff timer.
+--
+-- And every wake-up went out on one channel that every client's listener
+-- LISTENs on, so each hand-off woke a connection and a process per client
+-- though only one waiter was meant. A fair waiter's owner token of the form
+-- wake.<8 hex digits>.<anything> is now woken on the channel
+-- pgfence_wake_<those digits>, which only its client LISTENs on (pglease
+-- gives each client its own digits); any other token is woken on
+-- pgfence_lease_released, as before.
 
 ALTER TABLE lock_leases ADD COLUMN has_waiters boolean NOT NULL DEFAULT false;
 
@@ -77,20 +86,21 @@ $f$, current_schema(), format('%I.pgfence_waiter_seq', current_schema()));
 END
 $migration$;
 
+-- pgfence_wake_channel: the channel a fair waiter's wake-up goes on.
 CREATE FUNCTION pgfence_wake_channel(p_token text) RETURNS text
 LANGUAGE sql IMMUTABLE
 AS $$
-  SELECT CASE WHEN p_token ~ '^[0-9a-f]{8}-' THEN 'pgfence_wake_' || left(p_token, 8) ELSE 'pgfence_lease_released' END
+  SELECT CASE WHEN p_token ~ '^wake\.[0-9a-f]{8}\.' THEN 'pgfence_wake_' || substr(p_token, 6, 8) ELSE 'pgfence_lease_released' END
 $$;
 
 DO $migration2$
 BEGIN
+  -- The wake-ups of migration 000011, sent on pgfence_wake_channel.
   -- pgfence_wake_lease_waiter: when key's mutex lease is free, sends NOTIFY
-  -- pgfence_lease_released with the owner token of the key's first fair
-  -- waiter as the payload (delivered when the calling transaction commits):
+  -- on the channel of the key's first fair waiter with its owner token as
+  -- the payload (delivered when the calling transaction commits):
   -- one waiter is woken, not every one. PL/pgSQL, so that its plans are
-  -- cached per session: it runs on every release, and most releases find
-  -- no waiter, which it checks first.
+  -- cached per session.
   EXECUTE format($f$
 CREATE OR REPLACE FUNCTION %1$I.pgfence_wake_lease_waiter(p_key text) RETURNS void
 LANGUAGE plpgsql VOLATILE
