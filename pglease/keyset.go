@@ -265,8 +265,10 @@ func renewLeases(ctx context.Context, leases []*Lease) []error {
 // Leases are the set's leases, in key order.
 func (s *KeySet) Leases() []*Lease { return slices.Clone(s.leases) }
 
-// Context ends when any lease of the set ends (lost or released);
-// context.Cause is that lease's cause.
+// Context ends when any lease of the set ends (lost or released):
+// context.Cause(s.Context()) is nil while every lease is held, and then that
+// lease's cause. The set's local deadline is the earliest Deadline of its
+// Leases.
 func (s *KeySet) Context() context.Context { return s.ctx }
 
 // Renew renews every lease of the set, in one statement (for
@@ -373,27 +375,4 @@ func (s *KeySet) each(fn func(*Lease) error) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
-}
-
-// Done is closed when any lease of the set ends.
-func (s *KeySet) Done() <-chan struct{} { return s.ctx.Done() }
-
-// Err is nil while every lease of the set is held, and the cause of the
-// first one that ended once one has.
-func (s *KeySet) Err() error {
-	if s.ctx.Err() == nil {
-		return nil
-	}
-	return context.Cause(s.ctx)
-}
-
-// Deadline is the earliest local deadline of the set's leases.
-func (s *KeySet) Deadline() time.Time {
-	d := s.leases[0].Deadline()
-	for _, l := range s.leases[1:] {
-		if ld := l.Deadline(); ld.Before(d) {
-			d = ld
-		}
-	}
-	return d
 }

@@ -15,16 +15,17 @@ import (
 // lease (a mutex lease, a permit, a shared or exclusive lease) or a key set.
 type held interface {
 	heldLease
-	Done() <-chan struct{}
+	Context() context.Context
 	Deadline() time.Time
 	Fence() int64
-	Owner() string
 	// env is the command's variables beyond PGFENCE_KEY, _FENCE and _OWNER.
 	env() []string
 }
 
 // oneLease is a single lease of any kind.
 type oneLease struct{ *pglease.Lease }
+
+func (l oneLease) Err() error { return context.Cause(l.Context()) }
 
 func (l oneLease) env() []string {
 	if l.Permits() > 0 || l.Shared() {
@@ -38,8 +39,20 @@ func (l oneLease) env() []string {
 // lists every key's, one "FENCE KEY" per line.
 type keySet struct{ *pglease.KeySet }
 
-func (s keySet) Fence() int64  { return s.Leases()[0].Fence() }
-func (s keySet) Owner() string { return s.Leases()[0].Owner() }
+func (s keySet) Fence() int64 { return s.Leases()[0].Fence() }
+func (s keySet) Err() error   { return context.Cause(s.Context()) }
+
+// Deadline is the earliest local deadline of the set's leases.
+func (s keySet) Deadline() time.Time {
+	leases := s.Leases()
+	d := leases[0].Deadline()
+	for _, l := range leases[1:] {
+		if ld := l.Deadline(); ld.Before(d) {
+			d = ld
+		}
+	}
+	return d
+}
 
 func (s keySet) env() []string {
 	var b strings.Builder
