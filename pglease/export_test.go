@@ -3,6 +3,8 @@ package pglease
 import (
 	"context"
 	"time"
+
+	"github.com/pgfence/pgfence/internal/validate"
 )
 
 // SetRenewHook replaces the renew statement of c's leases, for tests that
@@ -30,4 +32,6 @@ const (
 	ResolveBound            = resolveBound
 	MaxSweepBatch           = maxSweepBatch
 	AbandonedTokenRetention = abandonedTokenRetention
+	MaxPermits              = validate.MaxPermits
+	MaxSetKeys              = validate.MaxSetKeys
 )

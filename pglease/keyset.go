@@ -14,10 +14,8 @@ import (
 
 	"github.com/pgfence/pgfence/internal/fencesql"
 	"github.com/pgfence/pgfence/internal/pgerr"
+	"github.com/pgfence/pgfence/internal/validate"
 )
-
-// MaxSetKeys is the largest number of keys in one key set.
-const MaxSetKeys = 64
 
 // KeySet is the mutex leases of several keys, taken together in one
 // statement: all granted, each with its own fence, or none. Each is a
@@ -39,7 +37,7 @@ type KeySet struct {
 // text names the held keys) and takes none. Two callers asking for
 // overlapping sets, in any order, never deadlock: the keys are taken in
 // key order, each wait bounded. The keys must be distinct, 1 to
-// MaxSetKeys of them.
+// 64 of them.
 func (c *Client) TryAcquireSet(ctx context.Context, keys []string, ttl time.Duration) (*KeySet, error) {
 	sorted, err := c.checkSet(keys, ttl)
 	if err != nil {
@@ -75,8 +73,8 @@ func (c *Client) AcquireSet(ctx context.Context, keys []string, ttl time.Duratio
 
 // checkSet validates keys and ttl and returns the keys sorted.
 func (c *Client) checkSet(keys []string, ttl time.Duration) ([]string, error) {
-	if len(keys) == 0 || len(keys) > MaxSetKeys {
-		return nil, invalid("a key set needs 1 to %d keys, got %d", MaxSetKeys, len(keys))
+	if len(keys) == 0 || len(keys) > validate.MaxSetKeys {
+		return nil, invalid("a key set needs 1 to %d keys, got %d", validate.MaxSetKeys, len(keys))
 	}
 	sorted := slices.Clone(keys)
 	slices.Sort(sorted)

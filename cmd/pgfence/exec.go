@@ -213,8 +213,8 @@ func (o *execOpts) check() error {
 	if err := validate.Key(o.key); err != nil {
 		return fail(exitUsage, "pgfence exec: --key: %v", err)
 	}
-	if o.ttl < time.Second || o.ttl > pglease.MaxTTL {
-		return fail(exitUsage, "pgfence exec: --ttl %v is outside [1s, %v]", o.ttl, pglease.MaxTTL)
+	if o.ttl < time.Second || o.ttl > validate.MaxTTL {
+		return fail(exitUsage, "pgfence exec: --ttl %v is outside [1s, %v]", o.ttl, validate.MaxTTL)
 	}
 	if o.renew != 0 && o.renew >= o.ttl {
 		return fail(exitUsage, "pgfence exec: --renew %v must be shorter than --ttl %v (a third of it is the default; see pgfence plan)", o.renew, o.ttl)

@@ -83,12 +83,12 @@ func (o *execOpts) checkKind() error {
 	switch {
 	case kinds > 1:
 		return fail(exitUsage, "pgfence exec: --permits, --shared, --exclusive and several --key exclude each other")
-	case o.permits < 0 || o.permits > pglease.MaxPermits:
-		return fail(exitUsage, "pgfence exec: --permits %d is outside [1, %d]", o.permits, pglease.MaxPermits)
-	case len(o.keys) > pglease.MaxSetKeys:
-		return fail(exitUsage, "pgfence exec: %d keys; at most %d", len(o.keys), pglease.MaxSetKeys)
-	case o.holdAtLeast < 0 || o.holdAtLeast > pglease.MaxTTL:
-		return fail(exitUsage, "pgfence exec: --hold-at-least %v is outside [0, %v]", o.holdAtLeast, pglease.MaxTTL)
+	case o.permits < 0 || o.permits > validate.MaxPermits:
+		return fail(exitUsage, "pgfence exec: --permits %d is outside [1, %d]", o.permits, validate.MaxPermits)
+	case len(o.keys) > validate.MaxSetKeys:
+		return fail(exitUsage, "pgfence exec: %d keys; at most %d", len(o.keys), validate.MaxSetKeys)
+	case o.holdAtLeast < 0 || o.holdAtLeast > validate.MaxTTL:
+		return fail(exitUsage, "pgfence exec: --hold-at-least %v is outside [0, %v]", o.holdAtLeast, validate.MaxTTL)
 	}
 	return nil
 }
