@@ -421,7 +421,7 @@ func (c *Client) resolveAmbiguous(ctx context.Context, key, token string, ttl ti
 		}
 		if ctx.Err() == nil {
 			c.giveBackLater(key, token, keys, lost)
-			return nil, &AmbiguousError{Key: key, TTL: ttl, Err: cause, ResolveErr: err}
+			return nil, &ambiguousError{key: key, ttl: ttl, err: cause, resolveErr: err}
 		}
 	}
 	c.giveBackLater(key, token, keys, lost)
@@ -535,8 +535,7 @@ func isTransient(err error) bool {
 	if pgerr.FromServer(err) {
 		return pgerr.IsTransient(err)
 	}
-	var amb *AmbiguousError
-	if errors.As(err, &amb) {
+	if errors.Is(err, ErrAmbiguous) {
 		return true
 	}
 	return !errors.Is(err, ErrInvalidInput) && !errors.Is(err, ErrClosed)

@@ -128,7 +128,7 @@ func (c *Client) resolveSet(ctx context.Context, keys []string, token string, tt
 				break
 			}
 			if err != nil {
-				return nil, &AmbiguousError{Key: strings.Join(keys, ","), TTL: ttl, Err: cause, ResolveErr: err}
+				return nil, &ambiguousError{key: strings.Join(keys, ","), ttl: ttl, err: cause, resolveErr: err}
 			}
 			rows = append(rows, fencesql.AcquireKeySetRow{LockKey: k, Fence: r.Fence, ExpiresAt: r.ExpiresAt})
 		}
@@ -138,7 +138,7 @@ func (c *Client) resolveSet(ctx context.Context, keys []string, token string, tt
 	}
 	for _, k := range keys {
 		if _, err := c.abandon(rctx, k, token); err != nil {
-			return nil, &AmbiguousError{Key: strings.Join(keys, ","), TTL: ttl, Err: cause, ResolveErr: err}
+			return nil, &ambiguousError{key: strings.Join(keys, ","), ttl: ttl, err: cause, resolveErr: err}
 		}
 	}
 	c.recheckLater(keys[0], token, len(keys))

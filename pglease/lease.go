@@ -120,9 +120,6 @@ func (l *Lease) Key() string { return l.key }
 // crash-restart and the promotion of a standby.
 func (l *Lease) Fence() int64 { return l.fence }
 
-// TTL is the lease's length, from each acquire or renew.
-func (l *Lease) TTL() time.Duration { return l.ttl }
-
 // Context ends when the lease is lost or released: Context().Done() is
 // closed then, and context.Cause(l.Context()) is nil while the lease is held
 // and afterwards says why it ended (ErrLeaseLost, as a *LeaseLostError, or

@@ -186,11 +186,11 @@ func (c *Client) resolveSlot(ctx context.Context, key, token string, ttl time.Du
 			return c.startRow(key, token, r.Fence, r.ExpiresAt, ttl, sent, row)
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
-			return nil, &AmbiguousError{Key: key, TTL: ttl, Err: cause, ResolveErr: err}
+			return nil, &ambiguousError{key: key, ttl: ttl, err: cause, resolveErr: err}
 		}
 	}
 	if _, err := q.AbandonPermit(rctx, fencesql.AbandonPermitParams{LockKey: key, OwnerToken: token}); err != nil {
-		return nil, &AmbiguousError{Key: key, TTL: ttl, Err: cause, ResolveErr: err}
+		return nil, &ambiguousError{key: key, ttl: ttl, err: cause, resolveErr: err}
 	}
 	return nil, fmt.Errorf("pglease: acquiring %q: no answer from the server, and the permit was not kept: %w", key, cause)
 }
