@@ -202,11 +202,11 @@ func (l *Lease) forget() {
 	l.c.mu.Unlock()
 }
 
-// Renew extends the lease by its TTL from the database's now(), only if it
-// is still unexpired and still carries this fence. ErrLeaseLost means it had
-// expired or another owner holds the key: the lease's context ends at once.
-// Any other error is transient; the lease stays valid until its local
-// deadline. Renew is what auto-renewal calls; call it yourself only with
+// Renew extends the lease by its TTL (the one it was acquired with) from the
+// database's now(), only if it is still unexpired and still carries this
+// fence. ErrLeaseLost means it had expired or another owner holds the key:
+// the lease's context ends at once. Any other error is transient; the lease
+// stays valid until its local deadline. Renew is what auto-renewal calls; call it yourself only with
 // WithoutAutoRenew.
 func (l *Lease) Renew(ctx context.Context) error {
 	if err := l.renewable(); err != nil {
