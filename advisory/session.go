@@ -101,9 +101,6 @@ func lockSession(ctx context.Context, pool *pgxpool.Pool, key Key, try bool) (*S
 	return &SessionLock{key: key, conn: conn}, nil
 }
 
-// Key is the locked key.
-func (s *SessionLock) Key() Key { return s.key }
-
 // Held asks the server whether this lock's session still holds the key. It
 // reports false, with the error, when the dedicated connection has dropped
 // (the server then released the lock), and false after Unlock.

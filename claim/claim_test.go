@@ -142,10 +142,11 @@ func TestClaimOrderAndFences(t *testing.T) {
 	})
 
 	t.Run("a batch comes back in claim order, not id order", func(t *testing.T) {
-		c2 := newClaimer(t, pool, queue("batch-order"))
+		q := queue("batch-order")
+		c2 := newClaimer(t, pool, q)
 		var want []int64
 		for p := int32(3); p >= 1; p-- {
-			want = append([]int64{enqueue(t, pool, claim.NewJob{Queue: c2.Queue(), Priority: p})}, want...)
+			want = append([]int64{enqueue(t, pool, claim.NewJob{Queue: q, Priority: p})}, want...)
 		}
 		batch, err := c2.Claim(ctx, 3, time.Minute)
 		if err != nil || len(batch) != 3 {
@@ -380,9 +381,6 @@ INSERT INTO "My Emails" (to_addr) VALUES ('a@example.com'), ('b@example.com');`)
 	c, err := claim.New(ctx, pool, claim.WithTable(tb))
 	if err != nil {
 		t.Fatal(err)
-	}
-	if c.Queue() != "" {
-		t.Fatalf("queue %q for a table without a queue column", c.Queue())
 	}
 	jobs, err := c.Claim(ctx, 5, time.Minute)
 	if err != nil || len(jobs) != 2 || string(jobs[0].Payload) != `"a@example.com"` {

@@ -52,9 +52,6 @@ type Job struct {
 	deadline time.Time
 }
 
-// TTL is the length of the job's lease, from each claim or renewal.
-func (j *Job) TTL() time.Duration { return j.ttl }
-
 // ExpiresAt is the lease's end as the database reported it at the claim or
 // last renewal, by the database clock. For display; never compare it with
 // this machine's clock.
@@ -113,12 +110,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Claimer, err
 	return c, nil
 }
 
-// Owner is the owner label written to claimed rows.
-func (c *Claimer) Owner() string { return c.cfg.owner }
-
-// Queue is the queue the claimer claims from ("" when the table has no
-// queue column).
-func (c *Claimer) Queue() string {
+// queueName is the queue the claimer claims from ("" when the table has no
+// queue column), as the metrics name it.
+func (c *Claimer) queueName() string {
 	if c.cfg.table.Queue == "" {
 		return ""
 	}
@@ -219,8 +213,8 @@ func (c *Claimer) checkJob(j *Job) error {
 // working on the job; any other error is transient and the lease stays
 // valid until Deadline.
 //
-// The TTL is the one the job was claimed with (Job.TTL), which only Claim
-// sets: a Job built by hand (&Job{ID: …, Fence: …}) has none, and Renew
+// The TTL is the one given to the Claim that returned the job (a Runner's
+// WithTTL), which only Claim records: a Job built by hand (&Job{ID: …, Fence: …}) has none, and Renew
 // refuses it with ErrInvalidInput, sending nothing, rather than guess a
 // TTL (the Claimer has no TTL of its own; each Claim names one). Complete,
 // Fail and Release need only ID and Fence and take such a Job.

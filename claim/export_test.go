@@ -30,8 +30,13 @@ func AmbiguousForTest(err error) bool { return ambiguous(err) }
 
 // Limits and defaults that tests in package claim_test probe the edges of.
 const (
-	MaxBatch      = maxBatch
-	MaxSweepBatch = maxSweepBatch
+	MaxBatch = maxBatch
 )
 
 func DefaultTable() Table { return defaultTable() }
+
+// SweepBatchForTest sets how many rows each batch of SweepFinished takes, so
+// that a test reaches several batches with a few rows.
+func SweepBatchForTest(n int) Option {
+	return claimerOption("SweepBatchForTest", func(c *config) error { c.sweepBatch = n; return nil })
+}

@@ -78,7 +78,7 @@ func newMetrics(c *Claimer) *metrics {
 	counter := func(name, desc string) metric.Int64Counter {
 		return otelx.Must(m.Int64Counter(name, metric.WithUnit("{job}"), metric.WithDescription(desc)))
 	}
-	q := attribute.String("queue", c.Queue())
+	q := attribute.String("queue", c.queueName())
 	out := func(v string) otelx.Attrs { return otelx.NewAttrs(q, attribute.String("outcome", v)) }
 	op := func(v string) otelx.Attrs { return otelx.NewAttrs(q, attribute.String("op", v)) }
 	met := &metrics{
@@ -97,7 +97,7 @@ func newMetrics(c *Claimer) *metrics {
 		every = defaultQueueStatsInterval
 	}
 	qs := &queueStats{db: c.db, sql: c.sql.queueStats, args: c.queueArgs(), every: every, logger: c.cfg.logger}
-	key := queueKey{pool: c.pool, table: c.cfg.table.ident(), queue: c.Queue()}
+	key := queueKey{pool: c.pool, table: c.cfg.table.ident(), queue: c.queueName()}
 	stopQueue := otelx.Shared(m, key, func() metric.Registration { return qs.register(m, q) })
 	stopPool := otelx.PoolStats(m, c.pool)
 	// A Claimer has no Close: its callbacks end when it is collected. They

@@ -9,35 +9,18 @@ import (
 	"github.com/pgfence/pgfence/internal/batchwalk"
 )
 
-const (
-	// defaultSweepBatch is how many rows one batch of SweepFinished reads (and at
-	// most deletes) in its own transaction, unless WithSweepBatch says
-	// otherwise.
-	defaultSweepBatch = 1000
-	// maxSweepBatch is the largest batch WithSweepBatch accepts: a batch
-	// holds its rows' locks until it commits.
-	maxSweepBatch = 100000
-)
-
-// WithSweepBatch sets how many rows each batch of SweepFinished reads in id order,
-// and so at most deletes, in one short transaction. Default:
-// 1000. n must lie in [1, 100000].
-func WithSweepBatch(n int) Option {
-	return claimerOption("WithSweepBatch", func(c *config) error {
-		if n < 1 || n > maxSweepBatch {
-			return invalid("sweep batch %d is outside [1, %d]", n, maxSweepBatch)
-		}
-		c.sweepBatch = n
-		return nil
-	})
-}
+// defaultSweepBatch is how many rows one batch of SweepFinished reads (and
+// at most deletes) in its own transaction: a batch holds its rows' locks
+// until it commits, while a smaller one would take more round trips for
+// the same sweep.
+const defaultSweepBatch = 1000
 
 // SweepFinished deletes finished jobs (completed and dead) of the claimer's queue
 // whose finished_at is more than olderThan ago, and returns how many. It
 // needs the table's FinishedAt column; a finished row whose finished_at is
 // NULL is kept.
 //
-// It walks the table in id order in batches (WithSweepBatch), each its own
+// It walks the table in id order in batches of 1000 rows, each its own
 // short transaction, so that a sweep of millions of rows never holds locks,
 // or keeps old row versions from being pruned, for longer than one batch;
 // between batches it rests as long as the last batch took (package

@@ -181,7 +181,9 @@ var (
 // Intents records payout intents and moves them through their states (see
 // the package documentation). It is safe for concurrent use and holds no
 // connection: every method takes the DBTX to run on, so transitions can run
-// in the caller's transaction.
+// in the caller's transaction. A transition refused for a stale fence or
+// its precondition (ErrAlreadyDone included) returns, with the error, the
+// payout as it is now: its State says where it stands.
 type Intents struct {
 	guard *pgguard.Guard
 	cfg   config
@@ -400,21 +402,20 @@ func (p *Intents) transition(ctx context.Context, db fencedb.DBTX, id string, fe
 	// which (stale first, then the precondition, done or not).
 	err = p.guard.Check(ctx, db, id, fence, from)
 	if err == nil {
-		err = &pgguard.PreconditionError{Table: p.Table(), Key: id, Fence: fence,
-			Detail: "the payout did not match when the transition ran and matches now: it changed concurrently; re-read it before deciding"}
+		err = fmt.Errorf("%w for %s key %q (fence %d): the payout did not match when the transition ran and matches now: it changed concurrently; re-read it before deciding",
+			pgguard.ErrPrecondition, p.Table(), id, fence)
 	}
-	var pe *pgguard.PreconditionError
+	precondition := errors.Is(err, pgguard.ErrPrecondition)
 	var se *pgguard.StaleFenceError
-	if !errors.As(err, &pe) && !errors.As(err, &se) {
+	if !precondition && !errors.As(err, &se) {
 		return Payout{}, err // no such payout, the ceiling, or the database
 	}
 	cur, gerr := p.Get(ctx, db, id)
 	if gerr != nil {
 		return Payout{}, gerr
 	}
-	if pe != nil {
-		pe.State = string(cur.State)
-		pe.Detail = op + ": " + pe.Detail
+	if precondition {
+		err = fmt.Errorf("payouts: %s: %w (state is %s)", op, err, cur.State)
 	}
 	return cur, err
 }

@@ -123,10 +123,10 @@ func TestIntents(t *testing.T) {
 		if _, err := p.Create(ctx, pool, "po_2", 100, "USD"); err != nil {
 			t.Fatal(err)
 		}
-		_, err := p.MarkSubmitted(ctx, pool, "po_2", fr, "x")
-		var pe *pgguard.PreconditionError
-		if !errors.As(err, &pe) || pe.Done || pe.State != "PENDING" || errors.Is(err, pgguard.ErrAlreadyDone) {
-			t.Fatalf("MarkSubmitted on PENDING: %v", err)
+		cur, err := p.MarkSubmitted(ctx, pool, "po_2", fr, "x")
+		if !errors.Is(err, pgguard.ErrPrecondition) || errors.Is(err, pgguard.ErrAlreadyDone) || cur.State != payouts.Pending ||
+			!strings.Contains(err.Error(), "state is PENDING") {
+			t.Fatalf("MarkSubmitted on PENDING: %+v, %v", cur, err)
 		}
 		// PENDING -> FAILED: given up before any attempt.
 		if got, err := p.MarkFailed(ctx, pool, "po_2", fr, "cancelled"); err != nil || got.State != payouts.Failed || got.FailureReason != "cancelled" {

@@ -19,7 +19,7 @@ func fencedAccounts(t *testing.T, pool *pgxpool.Pool, n int, mode pgguard.Enforc
 	t.Helper()
 	ctx := context.Background()
 	table := accountsTable(t, pool, n)
-	if err := pgguard.AddFenceColumn(ctx, pool, pgguard.Table{Name: table}); err != nil {
+	if err := addFenceColumn(ctx, pool, pgguard.Table{Name: table}); err != nil {
 		t.Fatal(err)
 	}
 	if err := pgguard.InstallTrigger(ctx, pool, pgguard.Table{Name: table}, mode); err != nil {
@@ -323,7 +323,7 @@ func TestTriggerCoversInheritance(t *testing.T) {
 	pool := pgtest.Pool(t)
 	parent := accountsTable(t, pool, 1)
 	child, grandchild, later := parent+"_child", parent+"_grandchild", parent+"_later"
-	if err := pgguard.AddFenceColumn(ctx, pool, pgguard.Table{Name: parent}); err != nil {
+	if err := addFenceColumn(ctx, pool, pgguard.Table{Name: parent}); err != nil {
 		t.Fatal(err)
 	}
 	for _, sql := range []string{

@@ -20,12 +20,13 @@ var (
 
 	// ErrPrecondition: the fence was good, but the row is not in the state the
 	// write starts from (for example its status is no longer PENDING). The
-	// error is a *PreconditionError. Re-read the row to decide what to do.
+	// error's text names the table, the key, the fence and the conditions.
+	// Re-read the row to decide what to do.
 	ErrPrecondition = errors.New("pgguard: precondition not met")
 
 	// ErrAlreadyDone: the fence was good, but the work is already done: the
 	// row is in a final state (see WithDoneWhen). It is a special case of
-	// ErrPrecondition: the *PreconditionError satisfies both.
+	// ErrPrecondition: the error satisfies both.
 	ErrAlreadyDone = errors.New("pgguard: already done")
 
 	// ErrNoRow: no row has the key.
@@ -94,45 +95,27 @@ func (e *StaleFenceError) Is(target error) bool { return target == ErrStaleFence
 // Unwrap returns the database's error when the trigger caught the write.
 func (e *StaleFenceError) Unwrap() error { return e.Err }
 
-// PreconditionError reports a write whose fence was good but whose row was not
-// in the state the write starts from. errors.Is(err, ErrPrecondition) is true
-// for it, and errors.Is(err, ErrAlreadyDone) too when Done is set.
-type PreconditionError struct {
-	// Table is the schema-qualified table.
-	Table string
-	// Key is the row's key as text.
-	Key string
-	// Fence is the fence the write carried; it was not stale.
-	Fence int64
-	// State is the state the row was found in, where the caller knows which
-	// column holds it (package payouts sets it); empty from a Guard.
-	State string
-	// Done is set when the row is in a final state: the work is done.
-	Done bool
-	// Detail says what was not met.
-	Detail string
+// preconditionError reports a write whose fence was good but whose row was
+// not in the state the write starts from: ErrPrecondition, and
+// ErrAlreadyDone too when done is set.
+type preconditionError struct {
+	table  string // schema-qualified
+	key    string // the row's key as text
+	fence  int64  // the write's; it was not stale
+	done   bool   // the row is in a final state: the work is done
+	detail string // what was not met
 }
 
-// Error says which row did not satisfy what.
-func (e *PreconditionError) Error() string {
+func (e *preconditionError) Error() string {
 	what := "precondition not met"
-	if e.Done {
+	if e.done {
 		what = "already done"
 	}
-	s := fmt.Sprintf("pgguard: %s for %s key %q (fence %d)", what, e.Table, e.Key, e.Fence)
-	if e.State != "" {
-		s += ": state is " + e.State
-	}
-	if e.Detail != "" {
-		s += ": " + e.Detail
-	}
-	return s
+	return fmt.Sprintf("pgguard: %s for %s key %q (fence %d): %s", what, e.table, e.key, e.fence, e.detail)
 }
 
-// Is makes errors.Is(err, ErrPrecondition) true, and errors.Is(err,
-// ErrAlreadyDone) when Done is set.
-func (e *PreconditionError) Is(target error) bool {
-	return target == ErrPrecondition || (e.Done && target == ErrAlreadyDone)
+func (e *preconditionError) Is(target error) bool {
+	return target == ErrPrecondition || (e.done && target == ErrAlreadyDone)
 }
 
 // Classify turns the fencing trigger's errors into pgguard's: a

@@ -34,6 +34,17 @@ INSERT INTO invoice_jobs (job_id) VALUES ('inv_72');`)
 	return pool
 }
 
+// addFenceColumn gives t its fence column, as Example shows: the up SQL of
+// FenceColumnMigration, applied on db.
+func addFenceColumn(ctx context.Context, db fencedb.DBTX, t pgguard.Table) error {
+	up, _, err := pgguard.FenceColumnMigration(t)
+	if err != nil {
+		return err
+	}
+	_, err = db.Exec(ctx, up)
+	return err
+}
+
 // The stale-writer timeline: A's lease expires while it
 // is paused, B takes the lease and writes, and A's late write is refused by
 // the row.
@@ -42,8 +53,13 @@ func Example() {
 	pool := openWithInvoiceJobs(ctx)
 	defer pool.Close()
 
-	// Once: give the table its fence column.
-	if err := pgguard.AddFenceColumn(ctx, pool, pgguard.Table{Name: "invoice_jobs"}); err != nil {
+	// Once: give the table its fence column (here applied directly; a
+	// migration file of yours would hold the same SQL).
+	up, _, err := pgguard.FenceColumnMigration(pgguard.Table{Name: "invoice_jobs"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, up); err != nil {
 		log.Fatal(err)
 	}
 	jobs, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: "invoice_jobs", KeyColumn: "job_id"})
@@ -98,7 +114,9 @@ func ExampleGuard_ClaimFirst() {
 	ctx := context.Background()
 	pool := openWithInvoiceJobs(ctx)
 	defer pool.Close()
-	pgguard.AddFenceColumn(ctx, pool, pgguard.Table{Name: "invoice_jobs"})
+	if err := addFenceColumn(ctx, pool, pgguard.Table{Name: "invoice_jobs"}); err != nil {
+		log.Fatal(err)
+	}
 	jobs, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: "invoice_jobs", KeyColumn: "job_id"})
 	if err != nil {
 		log.Fatal(err)
@@ -143,7 +161,7 @@ func ExampleInstallTrigger() {
 	pool := openWithInvoiceJobs(ctx)
 	defer pool.Close()
 	tbl := pgguard.Table{Name: "invoice_jobs"}
-	if err := pgguard.AddFenceColumn(ctx, pool, tbl); err != nil {
+	if err := addFenceColumn(ctx, pool, tbl); err != nil {
 		log.Fatal(err)
 	}
 	if err := pgguard.InstallTrigger(ctx, pool, tbl, pgguard.Strict); err != nil {

@@ -234,7 +234,7 @@ func (g *Guard) setFence(fenceParam string) string {
 // It returns nil when the row was written. When no row was, it re-reads the
 // row with the next statement on db (in the caller's transaction when db is
 // one) and returns a *StaleFenceError (ErrStaleFence; counted) if a newer
-// holder has written it, a *PreconditionError (ErrPrecondition) if a
+// holder has written it, an error satisfying ErrPrecondition if a
 // condition does not hold, or an error satisfying ErrNoRow.
 //
 // In a REPEATABLE READ or SERIALIZABLE transaction, a row that a newer holder
@@ -294,9 +294,9 @@ func (g *Guard) Update(ctx context.Context, db fencedb.DBTX, key any, fence int6
 	}
 	err = g.Check(ctx, db, key, fence, where...)
 	if err == nil {
-		return &PreconditionError{
-			Table: g.t.display, Key: keyText(key), Fence: fence,
-			Detail: "the row did not match when the write ran and matches now: it changed concurrently; re-read it before deciding",
+		return &preconditionError{
+			table: g.t.display, key: keyText(key), fence: fence,
+			detail: "the row did not match when the write ran and matches now: it changed concurrently; re-read it before deciding",
 		}
 	}
 	return err
@@ -304,7 +304,7 @@ func (g *Guard) Update(ctx context.Context, db fencedb.DBTX, key any, fence int6
 
 // Check reads the row and says whether a guarded write with fence and where
 // would apply now: nil if it would, else ErrFenceAboveCeiling (unless
-// WithOwnFenceSource), a *StaleFenceError (counted), a *PreconditionError or
+// WithOwnFenceSource), a *StaleFenceError (counted), an error satisfying ErrPrecondition or
 // an error satisfying ErrNoRow, decided in that order after the row's
 // existence: a stale holder hears it is stale whatever the row's state. Use it after your own guarded SQL changed no row, on the same
 // db (your transaction), to learn which it was.
@@ -354,9 +354,9 @@ func (g *Guard) Check(ctx context.Context, db fencedb.DBTX, key any, fence int64
 		for i, c := range where {
 			parts[i] = c.String()
 		}
-		return &PreconditionError{
-			Table: g.t.display, Key: keyText(key), Fence: fence, Done: isDone,
-			Detail: "the row does not satisfy " + strings.Join(parts, " AND "),
+		return &preconditionError{
+			table: g.t.display, key: keyText(key), fence: fence, done: isDone,
+			detail: "the row does not satisfy " + strings.Join(parts, " AND "),
 		}
 	}
 	return nil

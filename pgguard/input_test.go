@@ -85,7 +85,6 @@ func TestBadInput(t *testing.T) {
 				if i == 2 {
 					continue // only NewGuard uses the key column
 				}
-				invalid(t, "AddFenceColumn", pgguard.AddFenceColumn(ctx, pool, tbl), e.says)
 				invalid(t, "InstallTrigger", pgguard.InstallTrigger(ctx, pool, tbl, pgguard.Strict), e.says)
 				_, _, err = pgguard.FenceColumnMigration(tbl)
 				invalid(t, "FenceColumnMigration", err, e.says)
@@ -124,7 +123,7 @@ func TestBadInput(t *testing.T) {
 		}
 		_, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table + "_v", KeyColumn: "job_id"})
 		invalid(t, "a view", err, "is not a table")
-		invalid(t, "AddFenceColumn on a text column", pgguard.AddFenceColumn(ctx, pool, pgguard.Table{Name: table, FenceColumn: "status"}), "must be bigint NOT NULL")
+		invalid(t, "InstallTrigger on a text fence column", pgguard.InstallTrigger(ctx, pool, pgguard.Table{Name: table, FenceColumn: "status"}, pgguard.Strict), "must be bigint NOT NULL")
 		invalid(t, "InstallTrigger without a fence column", pgguard.InstallTrigger(ctx, pool, pgguard.Table{Name: "bystander"}, pgguard.Strict), `fence column "last_fence" does not exist`)
 		invalid(t, "InstallTrigger without a mode", pgguard.InstallTrigger(ctx, pool, pgguard.Table{Name: table}, 0), "Strict or Lenient")
 		invalid(t, "Update unknown column", g.Update(ctx, pool, "k", f, pgguard.Values{"nope": 1}), `column "nope" does not exist`)

@@ -127,7 +127,7 @@ func (o *options) observe(ctx context.Context, err error) error {
 
 // WithDoneWhen tells a Guard which row states are final: when a guarded
 // write's preconditions fail and the row matches all of done (for example
-// Eq("status", "SENT")), the *PreconditionError also satisfies
+// Eq("status", "SENT")), the ErrPrecondition error also satisfies
 // ErrAlreadyDone, so the caller can tell "the work is already done" from
 // "not ready yet" without re-reading. Default: none (ErrPrecondition only).
 //

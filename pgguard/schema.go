@@ -112,30 +112,14 @@ func RunFenced(ctx context.Context, db Beginner, fence int64, fn func(tx pgx.Tx)
 	return o.observe(ctx, err)
 }
 
-// AddFenceColumn adds the fence column (bigint NOT NULL DEFAULT 0) to one of
-// the caller's tables. Adding it is instant on PostgreSQL 11 and later (no
-// table rewrite). It does nothing when the column exists as bigint NOT NULL,
-// and refuses a column of that name with another type. t.KeyColumn is not
-// used. For a migration file of your own, see FenceColumnMigration.
-func AddFenceColumn(ctx context.Context, db fencedb.DBTX, t Table) error {
-	r, err := lookupTable(ctx, db, t)
-	if err != nil {
-		return err
-	}
-	if _, exists := r.rel.Column(t.fenceColumn()); exists {
-		return r.fenceColumn(t.fenceColumn())
-	}
-	sql := fmt.Sprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS %s bigint NOT NULL DEFAULT 0",
-		r.quoted(), pgx.Identifier{t.fenceColumn()}.Sanitize())
-	if _, err := pgdb.Wrap(db, "").Exec(ctx, sql); err != nil {
-		return fmt.Errorf("pgguard: adding the fence column to %s: %w", r.quoted(), err)
-	}
-	return nil
-}
-
 // FenceColumnMigration returns the SQL of a migration (up and down) that adds
-// the fence column to t, for a migration tool of your own. The names are
+// the fence column (bigint NOT NULL DEFAULT 0) to one of the caller's
+// tables, for a migration tool of your own, or to apply directly with
+// pool.Exec(ctx, up). Adding it is instant on PostgreSQL 11 and later (no
+// table rewrite), and up does nothing when the column exists; NewGuard and
+// InstallTrigger refuse one that is not bigint NOT NULL. The names are
 // checked as NewGuard checks them (but not against a catalog) and quoted.
+// t.KeyColumn is not used.
 func FenceColumnMigration(t Table) (up, down string, err error) {
 	if err := t.check(false); err != nil {
 		return "", "", err
@@ -180,7 +164,7 @@ func FenceColumnMigration(t Table) (up, down string, err error) {
 //
 // INSERTs are not checked (a new row has no holder yet), nor is TRUNCATE,
 // which fires no row triggers. The fence column must exist as bigint NOT
-// NULL (AddFenceColumn). t.KeyColumn is not used. Classify turns the
+// NULL (FenceColumnMigration). t.KeyColumn is not used. Classify turns the
 // trigger's errors into ErrStaleFence and ErrNoFence.
 func InstallTrigger(ctx context.Context, db fencedb.DBTX, t Table, mode Enforcement, opts ...Option) error {
 	if mode != Strict && mode != Lenient {

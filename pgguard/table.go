@@ -23,7 +23,7 @@ type Table struct {
 	Name string
 	// KeyColumn is the column that picks one row: it must carry a unique
 	// index or constraint of its own (a primary key will do). Needed by
-	// NewGuard; ignored by AddFenceColumn and the trigger helpers.
+	// NewGuard; ignored by FenceColumnMigration and the trigger helpers.
 	KeyColumn string
 	// FenceColumn is the bigint NOT NULL column holding the fence of the
 	// newest holder that wrote the row. Default: last_fence.
@@ -112,7 +112,7 @@ func (r *resolved) fenceColumn(name string) error {
 		return err
 	}
 	if c.Type != "bigint" || !c.NotNull {
-		return invalid("fence column %q of %s is %s%s; it must be bigint NOT NULL (see AddFenceColumn)",
+		return invalid("fence column %q of %s is %s%s; it must be bigint NOT NULL (see FenceColumnMigration)",
 			name, r.quoted(), c.Type, map[bool]string{true: " NOT NULL", false: ""}[c.NotNull])
 	}
 	return nil

@@ -6,40 +6,38 @@ import (
 	"sync/atomic"
 )
 
-// TimelineShift is where a pgfence fence keeps the PostgreSQL WAL timeline
-// of the server that issued it: fence = timeline << TimelineShift | sequence.
-// A promoted standby runs on a higher timeline than the primary it
-// replaced, so its fences are above every fence the old primary issued,
-// even though the fence sequence itself is not replicated synchronously.
-const TimelineShift = 44
+// timelineShift is where a pgfence fence keeps the WAL timeline (see
+// Timeline).
+const timelineShift = 44
 
-// Timeline is the WAL timeline encoded in a pgfence fence.
-func Timeline(fence int64) int64 { return fence >> TimelineShift }
+// Timeline is the PostgreSQL WAL timeline of the server that issued a
+// pgfence fence, which the fence keeps in its high bits: fence = timeline<<44
+// | sequence. A promoted standby runs on a higher timeline than the primary
+// it replaced, so its fences are above every fence the old primary issued,
+// even though the fence sequence itself is not replicated synchronously.
+func Timeline(fence int64) int64 { return fence >> timelineShift }
 
 // ErrStaleTimeline: a fence came from an older WAL timeline than a fence
 // already seen. The server that issued it is not the current primary any
 // more, or the current one was rewound to an older timeline (a failover
 // undone): either way its fences can be below ones already handed out. The
-// error is a *StaleTimelineError.
+// error's text names the fence, its timeline and the highest one seen.
 var ErrStaleTimeline = errors.New("pgfence: fence from an older WAL timeline than one already seen")
 
-// StaleTimelineError says which fence was refused and the timelines
-// involved. It satisfies errors.Is(err, ErrStaleTimeline).
-type StaleTimelineError struct {
-	Fence    int64 // the refused fence
-	Timeline int64 // its timeline
-	Seen     int64 // the highest timeline seen before it
+// staleTimelineError is ErrStaleTimeline for one refused fence.
+type staleTimelineError struct {
+	fence    int64 // the refused fence
+	timeline int64 // its timeline
+	seen     int64 // the highest timeline seen before it
 }
 
-// Error names the timelines presented and current.
-func (e *StaleTimelineError) Error() string {
+func (e *staleTimelineError) Error() string {
 	return fmt.Sprintf("pgfence: fence %d is from WAL timeline %d, but a fence from timeline %d was already seen: "+
 		"the server that issued it is a stale primary (a failover happened and it still accepts writes), "+
-		"or a failover was undone and the cluster rewound to an older timeline", e.Fence, e.Timeline, e.Seen)
+		"or a failover was undone and the cluster rewound to an older timeline", e.fence, e.timeline, e.seen)
 }
 
-// Is reports ErrStaleTimeline.
-func (e *StaleTimelineError) Is(target error) bool { return target == ErrStaleTimeline }
+func (e *staleTimelineError) Is(target error) bool { return target == ErrStaleTimeline }
 
 // TimelineMark is a high-water mark of the WAL timelines of the fences a
 // process has seen. Pass every fence through Check before acting on it: a
@@ -52,9 +50,8 @@ func (e *StaleTimelineError) Is(target error) bool { return target == ErrStaleTi
 // (pglease.WithTimelineMark shares one).
 type TimelineMark struct{ high atomic.Int64 }
 
-// Check raises the mark to fence's timeline, or returns a
-// *StaleTimelineError when that timeline is below the mark (the mark is
-// then unchanged). Fences <= 0 are refused with ErrInvalidInput.
+// Check raises the mark to fence's timeline, or returns ErrStaleTimeline
+// when that timeline is below the mark (the mark is then unchanged). Fences <= 0 are refused with ErrInvalidInput.
 func (m *TimelineMark) Check(fence int64) error {
 	if fence <= 0 {
 		return invalid("fence %d must be positive", fence)
@@ -63,7 +60,7 @@ func (m *TimelineMark) Check(fence int64) error {
 	for {
 		seen := m.high.Load()
 		if tl < seen {
-			return &StaleTimelineError{Fence: fence, Timeline: tl, Seen: seen}
+			return &staleTimelineError{fence: fence, timeline: tl, seen: seen}
 		}
 		if tl == seen || m.high.CompareAndSwap(seen, tl) {
 			return nil

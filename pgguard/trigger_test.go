@@ -78,11 +78,11 @@ func TestTriggerStrict(t *testing.T) {
 	table := accountsTable(t, pool, 3)
 	tbl := pgguard.Table{Name: table}
 	pgtest.Step(t, "install: the fence column twice, then the trigger", func(t *testing.T) {
-		if err := pgguard.AddFenceColumn(ctx, pool, tbl); err != nil {
+		if err := addFenceColumn(ctx, pool, tbl); err != nil {
 			t.Fatal(err)
 		}
-		if err := pgguard.AddFenceColumn(ctx, pool, tbl); err != nil {
-			t.Fatalf("second AddFenceColumn: %v", err)
+		if err := addFenceColumn(ctx, pool, tbl); err != nil {
+			t.Fatalf("the fence column's migration a second time: %v", err)
 		}
 		if _, ok, err := pgguard.TriggerEnforcement(ctx, pool, tbl); err != nil || ok {
 			t.Fatalf("TriggerEnforcement before install: ok=%v err=%v", ok, err)
@@ -280,7 +280,7 @@ func TestTriggerLenient(t *testing.T) {
 	pool := pgtest.Pool(t)
 	table := accountsTable(t, pool, 3)
 	tbl := pgguard.Table{Name: table}
-	if err := pgguard.AddFenceColumn(ctx, pool, tbl); err != nil {
+	if err := addFenceColumn(ctx, pool, tbl); err != nil {
 		t.Fatal(err)
 	}
 	// Strict first, then replaced by lenient.
@@ -451,7 +451,7 @@ func TestTriggerStaleNamesQuotedTable(t *testing.T) {
 	if _, err := pool.Exec(ctx, "CREATE TABLE "+ident+" (id integer PRIMARY KEY, balance integer NOT NULL DEFAULT 0); INSERT INTO "+ident+" (id) VALUES (1)"); err != nil {
 		t.Fatal(err)
 	}
-	if err := pgguard.AddFenceColumn(ctx, pool, tbl); err != nil {
+	if err := addFenceColumn(ctx, pool, tbl); err != nil {
 		t.Fatal(err)
 	}
 	if err := pgguard.InstallTrigger(ctx, pool, tbl, pgguard.Strict); err != nil {

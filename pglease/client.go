@@ -169,8 +169,8 @@ func (c *Client) checkArgs(key string, ttl time.Duration) error {
 	if err := validateKey(key); err != nil {
 		return err
 	}
-	if ttl < MinTTL || ttl > MaxTTL {
-		return invalid("TTL %v is outside [%v, %v]", ttl, MinTTL, MaxTTL)
+	if ttl < validate.MinTTL || ttl > validate.MaxTTL {
+		return invalid("TTL %v is outside [%v, %v]", ttl, validate.MinTTL, validate.MaxTTL)
 	}
 	if c.cfg.safetyMargin >= ttl {
 		return invalid("safety margin %v must be shorter than the TTL %v", c.cfg.safetyMargin, ttl)
@@ -190,7 +190,9 @@ func (c *Client) checkArgs(key string, ttl time.Duration) error {
 }
 
 // TryAcquire takes the lease on key for ttl if no other owner holds an
-// unexpired one, and returns ErrNotAcquired at once otherwise. Expiry is
+// unexpired one, and returns ErrNotAcquired at once otherwise. Every
+// acquisition's ttl must lie in [10ms, 24h], or it returns ErrInvalidInput
+// before sending anything. Expiry is
 // judged by the database's now(), never by this machine's clock. It returns
 // by ctx's deadline plus a few milliseconds: when the server's answer was
 // lost, what is left to settle goes on in the background (each statement within 5s). A
@@ -422,7 +424,7 @@ func (c *Client) resolveAmbiguous(ctx context.Context, key, token string, ttl ti
 		}
 		if ctx.Err() == nil {
 			c.giveBackLater(key, token, keys, lost)
-			return nil, &AmbiguousError{Key: key, TTL: ttl, Err: cause, ResolveErr: err}
+			return nil, &ambiguousError{key: key, ttl: ttl, err: cause, resolveErr: err}
 		}
 	}
 	c.giveBackLater(key, token, keys, lost)
@@ -536,8 +538,7 @@ func isTransient(err error) bool {
 	if pgerr.FromServer(err) {
 		return pgerr.IsTransient(err)
 	}
-	var amb *AmbiguousError
-	if errors.As(err, &amb) {
+	if errors.Is(err, ErrAmbiguous) {
 		return true
 	}
 	return !errors.Is(err, ErrInvalidInput) && !errors.Is(err, ErrClosed)

@@ -1,8 +1,9 @@
 // Package pglease grants leases on named keys from PostgreSQL, each grant
 // with a fencing token.
 //
-// A lease is held by one owner at a time, for a TTL judged by the database's
-// now() alone; acquire, renew and release are one statement each, run in
+// A lease is held by one owner at a time, for a TTL of 10ms to 24h judged by
+// the database's now() alone (a longer TTL would turn a crashed holder into
+// an outage of over a day: renew a shorter lease instead); acquire, renew and release are one statement each, run in
 // their own short transaction, and return within their context's deadline.
 // Every grant carries a fence larger than every fence granted before, which
 // never repeats or goes backwards while grants commit durably and one primary

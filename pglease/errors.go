@@ -29,6 +29,15 @@ var (
 
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("pglease: client closed")
+
+	// ErrAmbiguous: an acquisition's outcome is unknown (the connection
+	// broke after the statement was sent) and the client could not find out
+	// either way. The acquisition is given back in the background (each
+	// statement within 5s); if that fails too, a grant that landed stays
+	// held until it expires, at most TTL from now. The error's text names
+	// the key and the TTL, and errors.Is and errors.As reach both the
+	// attempt's error and the one that stopped the check.
+	ErrAmbiguous = errors.New("pglease: acquisition outcome unknown")
 )
 
 func invalid(format string, args ...any) error { return validate.Invalid("pglease", format, args...) }
@@ -101,23 +110,19 @@ func (e *WaitError) Unwrap() []error {
 	return errs
 }
 
-// AmbiguousError is returned when an acquisition's outcome is unknown (the
-// connection broke after the statement was sent) and the client could not
-// find out either way. The acquisition is given back in the background
-// (each statement within 5s); if that fails too, a grant that landed stays held
-// until it expires, at most TTL from now.
-type AmbiguousError struct {
-	Key        string
-	TTL        time.Duration
-	Err        error // why the acquisition's answer never arrived
-	ResolveErr error // why the follow-up could not tell
+// ambiguousError is ErrAmbiguous for one acquisition.
+type ambiguousError struct {
+	key        string
+	ttl        time.Duration
+	err        error // why the acquisition's answer never arrived
+	resolveErr error // why the follow-up could not tell
 }
 
-// Error says that the outcome is unknown and why.
-func (e *AmbiguousError) Error() string {
+func (e *ambiguousError) Error() string {
 	return fmt.Sprintf("pglease: acquiring %q: outcome unknown (%v), and checking failed (%v); the lease may stay held for up to %v",
-		e.Key, e.Err, e.ResolveErr, e.TTL)
+		e.key, e.err, e.resolveErr, e.ttl)
 }
 
-// Unwrap returns the error of the attempt and that of resolving it.
-func (e *AmbiguousError) Unwrap() []error { return []error{e.Err, e.ResolveErr} }
+func (e *ambiguousError) Is(target error) bool { return target == ErrAmbiguous }
+
+func (e *ambiguousError) Unwrap() []error { return []error{e.err, e.resolveErr} }

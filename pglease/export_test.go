@@ -3,7 +3,20 @@ package pglease
 import (
 	"context"
 	"time"
+
+	"github.com/pgfence/pgfence/internal/validate"
 )
+
+// SweepBatchForTest sets how many rows each batch of SweepExpired takes, so
+// that a test reaches several batches with a few rows.
+func SweepBatchForTest(n int) Option {
+	return func(c *config) error { c.sweepBatch = n; return nil }
+}
+
+// ObserveIntervalForTest sets how often Observe polls.
+func ObserveIntervalForTest(d time.Duration) Option {
+	return func(c *config) error { c.observePoll = d; return nil }
+}
 
 // SetRenewHook replaces the renew statement of c's leases, for tests that
 // stall or fail renewals.
@@ -28,6 +41,7 @@ const GroupMaxInFlight = maxInFlight
 // Bounds that tests in package pglease_test probe.
 const (
 	ResolveBound            = resolveBound
-	MaxSweepBatch           = maxSweepBatch
 	AbandonedTokenRetention = abandonedTokenRetention
+	MaxPermits              = validate.MaxPermits
+	MaxSetKeys              = validate.MaxSetKeys
 )

@@ -36,8 +36,8 @@ func TestHoldAtLeast(t *testing.T) {
 			if err := l.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if !errors.Is(l.Err(), pglease.ErrReleased) {
-				t.Fatalf("after release: %v", l.Err())
+			if !errors.Is(context.Cause(l.Context()), pglease.ErrReleased) {
+				t.Fatalf("after release: %v", context.Cause(l.Context()))
 			}
 			if _, err := acquire(); !errors.Is(err, pglease.ErrNotAcquired) {
 				t.Fatalf("right after an early release with a 1 s minimum hold: %v", err)

@@ -14,10 +14,8 @@ import (
 
 	"github.com/pgfence/pgfence/internal/fencesql"
 	"github.com/pgfence/pgfence/internal/pgerr"
+	"github.com/pgfence/pgfence/internal/validate"
 )
-
-// MaxSetKeys is the largest number of keys in one key set.
-const MaxSetKeys = 64
 
 // KeySet is the mutex leases of several keys, taken together in one
 // statement: all granted, each with its own fence, or none. Each is a
@@ -39,7 +37,7 @@ type KeySet struct {
 // text names the held keys) and takes none. Two callers asking for
 // overlapping sets, in any order, never deadlock: the keys are taken in
 // key order, each wait bounded. The keys must be distinct, 1 to
-// MaxSetKeys of them.
+// 64 of them.
 func (c *Client) TryAcquireSet(ctx context.Context, keys []string, ttl time.Duration) (*KeySet, error) {
 	sorted, err := c.checkSet(keys, ttl)
 	if err != nil {
@@ -75,8 +73,8 @@ func (c *Client) AcquireSet(ctx context.Context, keys []string, ttl time.Duratio
 
 // checkSet validates keys and ttl and returns the keys sorted.
 func (c *Client) checkSet(keys []string, ttl time.Duration) ([]string, error) {
-	if len(keys) == 0 || len(keys) > MaxSetKeys {
-		return nil, invalid("a key set needs 1 to %d keys, got %d", MaxSetKeys, len(keys))
+	if len(keys) == 0 || len(keys) > validate.MaxSetKeys {
+		return nil, invalid("a key set needs 1 to %d keys, got %d", validate.MaxSetKeys, len(keys))
 	}
 	sorted := slices.Clone(keys)
 	slices.Sort(sorted)
@@ -130,7 +128,7 @@ func (c *Client) resolveSet(ctx context.Context, keys []string, token string, tt
 				break
 			}
 			if err != nil {
-				return nil, &AmbiguousError{Key: strings.Join(keys, ","), TTL: ttl, Err: cause, ResolveErr: err}
+				return nil, &ambiguousError{key: strings.Join(keys, ","), ttl: ttl, err: cause, resolveErr: err}
 			}
 			rows = append(rows, fencesql.AcquireKeySetRow{LockKey: k, Fence: r.Fence, ExpiresAt: r.ExpiresAt})
 		}
@@ -140,7 +138,7 @@ func (c *Client) resolveSet(ctx context.Context, keys []string, token string, tt
 	}
 	for _, k := range keys {
 		if _, err := c.abandon(rctx, k, token); err != nil {
-			return nil, &AmbiguousError{Key: strings.Join(keys, ","), TTL: ttl, Err: cause, ResolveErr: err}
+			return nil, &ambiguousError{key: strings.Join(keys, ","), ttl: ttl, err: cause, resolveErr: err}
 		}
 	}
 	c.recheckLater(keys[0], token, len(keys))
@@ -265,8 +263,10 @@ func renewLeases(ctx context.Context, leases []*Lease) []error {
 // Leases are the set's leases, in key order.
 func (s *KeySet) Leases() []*Lease { return slices.Clone(s.leases) }
 
-// Context ends when any lease of the set ends (lost or released);
-// context.Cause is that lease's cause.
+// Context ends when any lease of the set ends (lost or released):
+// context.Cause(s.Context()) is nil while every lease is held, and then that
+// lease's cause. The set's local deadline is the earliest Deadline of its
+// Leases.
 func (s *KeySet) Context() context.Context { return s.ctx }
 
 // Renew renews every lease of the set, in one statement (for
@@ -373,27 +373,4 @@ func (s *KeySet) each(fn func(*Lease) error) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
-}
-
-// Done is closed when any lease of the set ends.
-func (s *KeySet) Done() <-chan struct{} { return s.ctx.Done() }
-
-// Err is nil while every lease of the set is held, and the cause of the
-// first one that ended once one has.
-func (s *KeySet) Err() error {
-	if s.ctx.Err() == nil {
-		return nil
-	}
-	return context.Cause(s.ctx)
-}
-
-// Deadline is the earliest local deadline of the set's leases.
-func (s *KeySet) Deadline() time.Time {
-	d := s.leases[0].Deadline()
-	for _, l := range s.leases[1:] {
-		if ld := l.Deadline(); ld.Before(d) {
-			d = ld
-		}
-	}
-	return d
 }

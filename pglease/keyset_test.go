@@ -187,8 +187,8 @@ func TestKeySetRenewReleaseOneStatement(t *testing.T) {
 	if n := rows(t, pool, `SELECT FROM lock_leases WHERE lock_key = ANY($1) AND expires_at > now()`, keys); n != 1 {
 		t.Fatalf("%d keys of the set still held after its release, want 1 (the other owner's)", n)
 	}
-	if other.Err() != nil {
-		t.Fatalf("the other owner's lease: %v", other.Err())
+	if context.Cause(other.Context()) != nil {
+		t.Fatalf("the other owner's lease: %v", context.Cause(other.Context()))
 	}
 	if err := set.Release(ctx); err != nil {
 		t.Fatalf("a second Release: %v", err)
@@ -211,7 +211,7 @@ func TestKeySetAutoRenewTogether(t *testing.T) {
 	}
 	counter.n.Store(0)
 	time.Sleep(1300 * time.Millisecond) // past twice the TTL
-	if err := set.Err(); err != nil {
+	if err := context.Cause(set.Context()); err != nil {
 		t.Fatalf("the set was lost while auto-renewed: %v", err)
 	}
 	n := counter.n.Load()

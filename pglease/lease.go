@@ -120,26 +120,12 @@ func (l *Lease) Key() string { return l.key }
 // crash-restart and the promotion of a standby.
 func (l *Lease) Fence() int64 { return l.fence }
 
-// Owner is the owner label stored with the lease.
-func (l *Lease) Owner() string { return l.c.cfg.owner }
-
-// TTL is the lease's length, from each acquire or renew.
-func (l *Lease) TTL() time.Duration { return l.ttl }
-
-// Context ends when the lease is lost or released; context.Cause says which
-// (ErrLeaseLost or ErrReleased, wrapped with details).
+// Context ends when the lease is lost or released: Context().Done() is
+// closed then, and context.Cause(l.Context()) is nil while the lease is held
+// and afterwards says why it ended (ErrLeaseLost, as a *LeaseLostError, or
+// ErrReleased, wrapped with details). The context carries no deadline: the
+// local one moves with every renewal (see Deadline).
 func (l *Lease) Context() context.Context { return l.ctx }
-
-// Done is closed when the lease is lost or released.
-func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
-
-// Err is nil while the lease is held, and the cause once it ended.
-func (l *Lease) Err() error {
-	if l.ctx.Err() == nil {
-		return nil
-	}
-	return context.Cause(l.ctx)
-}
 
 // Deadline is the local deadline on the monotonic clock: the lease counts as
 // lost at this instant unless a renewal succeeds first.
@@ -216,11 +202,11 @@ func (l *Lease) forget() {
 	l.c.mu.Unlock()
 }
 
-// Renew extends the lease by its TTL from the database's now(), only if it
-// is still unexpired and still carries this fence. ErrLeaseLost means it had
-// expired or another owner holds the key: the lease's context ends at once.
-// Any other error is transient; the lease stays valid until its local
-// deadline. Renew is what auto-renewal calls; call it yourself only with
+// Renew extends the lease by its TTL (the one it was acquired with) from the
+// database's now(), only if it is still unexpired and still carries this
+// fence. ErrLeaseLost means it had expired or another owner holds the key:
+// the lease's context ends at once. Any other error is transient; the lease
+// stays valid until its local deadline. Renew is what auto-renewal calls; call it yourself only with
 // WithoutAutoRenew.
 func (l *Lease) Renew(ctx context.Context) error {
 	if err := l.renewable(); err != nil {

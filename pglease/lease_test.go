@@ -68,8 +68,8 @@ func TestMutualExclusion(t *testing.T) {
 					mu.Unlock()
 					entries.Add(1)
 					time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond) // the point: hold a while, widening any overlap
-					if l.Err() != nil {
-						t.Errorf("lease ended while held: %v", l.Err())
+					if context.Cause(l.Context()) != nil {
+						t.Errorf("lease ended while held: %v", context.Cause(l.Context()))
 					}
 					inside[k].Add(-1)
 					return nil
@@ -145,12 +145,12 @@ func TestExpiryByDatabaseClock(t *testing.T) {
 
 	pgtest.Step(t, "after its TTL the lease ends and another client acquires", func(t *testing.T) {
 		select {
-		case <-la.Done():
+		case <-la.Context().Done():
 		case <-time.After(2 * time.Second):
 			t.Fatal("lease context did not end after its TTL")
 		}
-		if !errors.Is(la.Err(), pglease.ErrLeaseLost) {
-			t.Fatalf("cause = %v, want ErrLeaseLost", la.Err())
+		if !errors.Is(context.Cause(la.Context()), pglease.ErrLeaseLost) {
+			t.Fatalf("cause = %v, want ErrLeaseLost", context.Cause(la.Context()))
 		}
 		// Polled: wait until the database agrees the lease expired.
 		for deadline := time.Now().Add(2 * time.Second); ; {
@@ -239,8 +239,8 @@ func TestAutoRenewKeepsLease(t *testing.T) {
 		if _, err := other.TryAcquire(ctx, key, ttl); !errors.Is(err, pglease.ErrNotAcquired) {
 			t.Fatalf("other client: %v, want ErrNotAcquired", err)
 		}
-		if l.Err() != nil {
-			t.Fatalf("lease ended: %v", l.Err())
+		if context.Cause(l.Context()) != nil {
+			t.Fatalf("lease ended: %v", context.Cause(l.Context()))
 		}
 		time.Sleep(20 * time.Millisecond) // the point: sample the lease across 5 TTLs
 	}
@@ -268,7 +268,7 @@ func TestStalledRenewalLosesLease(t *testing.T) {
 	}
 	deadline := l.Deadline()
 	select {
-	case <-l.Done():
+	case <-l.Context().Done():
 	case <-time.After(3 * ttl):
 		t.Fatal("lease context still alive long after its TTL")
 	}
@@ -277,8 +277,8 @@ func TestStalledRenewalLosesLease(t *testing.T) {
 		t.Fatalf("context ended %v after the local deadline", late)
 	}
 	var lost *pglease.LeaseLostError
-	if !errors.As(l.Err(), &lost) || !errors.Is(l.Err(), pglease.ErrLeaseLost) {
-		t.Fatalf("cause = %v, want a *LeaseLostError satisfying ErrLeaseLost", l.Err())
+	if !errors.As(context.Cause(l.Context()), &lost) || !errors.Is(context.Cause(l.Context()), pglease.ErrLeaseLost) {
+		t.Fatalf("cause = %v, want a *LeaseLostError satisfying ErrLeaseLost", context.Cause(l.Context()))
 	}
 	if lost.Key != l.Key() || lost.Fence != l.Fence() || lost.Cause != "local_deadline" {
 		t.Fatalf("lost = %+v, want key %q, fence %d, cause local_deadline", lost, l.Key(), l.Fence())
@@ -304,13 +304,13 @@ func TestLostRenewalEndsLeaseAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-l.Done():
+	case <-l.Context().Done():
 	case <-time.After(2 * time.Second):
 		t.Fatal("lease not ended after a renewal found it gone")
 	}
 	var lost *pglease.LeaseLostError
-	if !errors.As(l.Err(), &lost) || !errors.Is(l.Err(), pglease.ErrLeaseLost) {
-		t.Fatalf("cause = %v, want a *LeaseLostError satisfying ErrLeaseLost", l.Err())
+	if !errors.As(context.Cause(l.Context()), &lost) || !errors.Is(context.Cause(l.Context()), pglease.ErrLeaseLost) {
+		t.Fatalf("cause = %v, want a *LeaseLostError satisfying ErrLeaseLost", context.Cause(l.Context()))
 	}
 	if lost.Cause != "unknown" {
 		t.Fatalf("lost cause = %q, want unknown (a renewal found it gone)", lost.Cause)
@@ -486,7 +486,7 @@ func TestCloseReleasesLeases(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if l.Err() == nil {
+	if context.Cause(l.Context()) == nil {
 		t.Fatal("lease context alive after Close")
 	}
 	if _, err := c.TryAcquire(ctx, key, time.Second); !errors.Is(err, pglease.ErrClosed) {

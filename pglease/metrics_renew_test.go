@@ -64,7 +64,7 @@ func TestMetricsRenewFailures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-l.Done() // lost at the local deadline
+	<-l.Context().Done() // lost at the local deadline
 	// The last failed attempt may still be between its two counts.
 	deadline := time.Now().Add(5 * time.Second)
 	for n.Load() != c.Stats().RenewFailures && time.Now().Before(deadline) {

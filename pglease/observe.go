@@ -6,23 +6,9 @@ import (
 )
 
 // defaultObserveInterval is how often Observe reads the holder when nothing
-// wakes it earlier (WithObserveInterval changes it). One observer costs one
-// indexed single-row read per interval.
+// wakes it earlier. One observer costs one indexed single-row read per
+// interval.
 const defaultObserveInterval = 200 * time.Millisecond
-
-// WithObserveInterval sets how often Observe polls the holder of its key.
-// Default: 200ms. A change of holder is seen within one
-// interval; a release by a client made WithWakeOnRelease is seen at once
-// when this client was made WithWakeOnRelease too.
-func WithObserveInterval(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return invalid("observe interval must be positive, got %v", d)
-		}
-		c.observePoll = d
-		return nil
-	}
-}
 
 // Observe watches who holds key, for followers of a leader elected with
 // Campaign (the holder's Fence is the epoch) and for dashboards. The channel
@@ -39,8 +25,8 @@ func WithObserveInterval(d time.Duration) Option {
 // miss short terms in between (fences still rise, so it can tell). The
 // channel is closed when ctx ends or the client is closed.
 //
-// Observe polls every WithObserveInterval and also reads at the moment the
-// current lease is due to expire. With WithWakeOnRelease it also reads as
+// Observe polls every 200ms, so a change of holder is seen within that, and
+// also reads at the moment the current lease is due to expire. With WithWakeOnRelease it also reads as
 // soon as a release of key is notified (the client's listener serves Acquire
 // and Observe alike); the new holder, who sends no notification, is then seen
 // at the next poll. Read errors after the first are logged and retried at the

@@ -12,13 +12,6 @@ import (
 	"github.com/pgfence/pgfence/pgguard"
 )
 
-// MaxTTL is the longest lease pglease grants. A longer one would turn a
-// crashed holder into an outage of over a day; renew a shorter lease instead.
-const MaxTTL = 24 * time.Hour
-
-// MinTTL is the shortest lease: below it a single round trip outlives the lease.
-const MinTTL = 10 * time.Millisecond
-
 // resolveBound bounds each statement that settles an acquisition whose
 // answer was lost (the read-back by owner token, the give-back). The read-
 // back runs within the caller's context too; a give-back left when that

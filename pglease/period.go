@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/pgfence/pgfence/internal/validate"
 )
 
 // PeriodRun is what OncePerPeriod's function gets: the lease it runs under
@@ -34,13 +36,14 @@ type PeriodRun struct {
 // A run whose instance dies keeps the key only until its lease's TTL: an
 // instance may then run the same period again. Where a second run must
 // never happen, make the run's effect idempotent per period (PeriodRun.Index
-// as a unique key), which needs no lock at all.
+// as a unique key), which needs no lock at all. period must lie in [1ms,
+// 24h].
 func (c *Client) OncePerPeriod(ctx context.Context, key string, period, ttl time.Duration, fn func(ctx context.Context, run PeriodRun) error) (bool, error) {
 	if fn == nil {
 		return false, invalid("OncePerPeriod needs a function to run")
 	}
-	if period < time.Millisecond || period > MaxTTL {
-		return false, invalid("period %v is outside [1ms, %v]", period, MaxTTL)
+	if period < time.Millisecond || period > validate.MaxTTL {
+		return false, invalid("period %v is outside [1ms, %v]", period, validate.MaxTTL)
 	}
 	l, err := c.TryAcquire(ctx, key, ttl)
 	if errors.Is(err, ErrNotAcquired) {

@@ -60,11 +60,11 @@ func TestServerRestartUnderLeases(t *testing.T) {
 		}
 		// A renewal after the restart moves the local deadline on.
 		before := l.Deadline()
-		for limit := time.Now().Add(5 * time.Second); l.Deadline().Equal(before) && l.Err() == nil && time.Now().Before(limit); {
+		for limit := time.Now().Add(5 * time.Second); l.Deadline().Equal(before) && context.Cause(l.Context()) == nil && time.Now().Before(limit); {
 			time.Sleep(10 * time.Millisecond)
 		}
-		if l.Err() != nil {
-			t.Fatalf("a short outage lost the lease: %v", l.Err())
+		if context.Cause(l.Context()) != nil {
+			t.Fatalf("a short outage lost the lease: %v", context.Cause(l.Context()))
 		}
 		if err := l.Renew(ctx); err != nil {
 			t.Fatalf("renew after restart: %v", err)
@@ -78,15 +78,15 @@ func TestServerRestartUnderLeases(t *testing.T) {
 		deadline := l.Deadline()
 		cl.Stop()
 		select {
-		case <-l.Done():
+		case <-l.Context().Done():
 		case <-time.After(ttl + time.Second):
 			t.Fatal("lease still alive long after its TTL with the database down")
 		}
 		if late := time.Since(deadline); late > 100*time.Millisecond {
 			t.Fatalf("lease ended %v after its local deadline", late)
 		}
-		if !errors.Is(l.Err(), pglease.ErrLeaseLost) {
-			t.Fatalf("cause %v, want ErrLeaseLost", l.Err())
+		if !errors.Is(context.Cause(l.Context()), pglease.ErrLeaseLost) {
+			t.Fatalf("cause %v, want ErrLeaseLost", context.Cause(l.Context()))
 		}
 	})
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/fencesql"
+	"github.com/pgfence/pgfence/internal/validate"
 )
 
 // leaseRow says which row holds a lease: a mutex lease's row in lock_leases
@@ -98,10 +99,11 @@ func (l *Lease) Shared() bool { return l.row.shared }
 // other owner is granted it meanwhile (Release returns at once; l's context
 // ends as for any release). Scheduled work uses it so that an instance whose
 // timer fires a little later than another's does not run the same tick
-// again. A lease lost by expiry is not held longer. d = 0 removes the hold.
+// again. A lease lost by expiry is not held longer. d = 0 removes the hold;
+// d must lie in [0, 24h].
 func (l *Lease) HoldAtLeast(d time.Duration) error {
-	if d < 0 || d > MaxTTL {
-		return invalid("minimum hold %v is outside [0, %v]", d, MaxTTL)
+	if d < 0 || d > validate.MaxTTL {
+		return invalid("minimum hold %v is outside [0, %v]", d, validate.MaxTTL)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -10,10 +10,8 @@ import (
 
 	"github.com/pgfence/pgfence/internal/fencesql"
 	"github.com/pgfence/pgfence/internal/pgerr"
+	"github.com/pgfence/pgfence/internal/validate"
 )
-
-// MaxPermits is the largest number of permits a semaphore may have.
-const MaxPermits = 10000
 
 // ErrPermitsMismatch: the key is held as another kind of key, or as a
 // semaphore with another number of permits, by callers that disagree with
@@ -38,15 +36,15 @@ type Semaphore struct {
 	permits int
 }
 
-// Semaphore returns the semaphore of permits permits named key. It sends
-// nothing: a disagreement with the key's holders about the number is found
+// Semaphore returns the semaphore of permits permits named key, 1 to 10000
+// of them. It sends nothing: a disagreement with the key's holders about the number is found
 // by the first acquisition (ErrPermitsMismatch).
 func (c *Client) Semaphore(key string, permits int) (*Semaphore, error) {
 	if err := validateKey(key); err != nil {
 		return nil, err
 	}
-	if permits < 1 || permits > MaxPermits {
-		return nil, invalid("a semaphore needs 1 to %d permits, got %d", MaxPermits, permits)
+	if permits < 1 || permits > validate.MaxPermits {
+		return nil, invalid("a semaphore needs 1 to %d permits, got %d", validate.MaxPermits, permits)
 	}
 	return &Semaphore{c: c, key: key, permits: permits}, nil
 }
@@ -188,11 +186,11 @@ func (c *Client) resolveSlot(ctx context.Context, key, token string, ttl time.Du
 			return c.startRow(key, token, r.Fence, r.ExpiresAt, ttl, sent, row)
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
-			return nil, &AmbiguousError{Key: key, TTL: ttl, Err: cause, ResolveErr: err}
+			return nil, &ambiguousError{key: key, ttl: ttl, err: cause, resolveErr: err}
 		}
 	}
 	if _, err := q.AbandonPermit(rctx, fencesql.AbandonPermitParams{LockKey: key, OwnerToken: token}); err != nil {
-		return nil, &AmbiguousError{Key: key, TTL: ttl, Err: cause, ResolveErr: err}
+		return nil, &ambiguousError{key: key, ttl: ttl, err: cause, resolveErr: err}
 	}
 	return nil, fmt.Errorf("pglease: acquiring %q: no answer from the server, and the permit was not kept: %w", key, cause)
 }

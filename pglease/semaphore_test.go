@@ -116,8 +116,8 @@ func TestSemaphoreDeadHolderReturnsAtTTL(t *testing.T) {
 	if err := old.Release(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
 		t.Fatalf("releasing the expired permit: %v, want ErrLeaseLost", err)
 	}
-	if l.Err() != nil {
-		t.Fatalf("the new holder's permit ended: %v", l.Err())
+	if context.Cause(l.Context()) != nil {
+		t.Fatalf("the new holder's permit ended: %v", context.Cause(l.Context()))
 	}
 }
 
@@ -262,8 +262,8 @@ func TestSemaphoreSQLForms(t *testing.T) {
 	if n := rows(t, pool, `SELECT * FROM pgfence_renew_permit($1, $2, $3, '5s')`, key, slot, fence); n != 0 {
 		t.Fatal("renew after release resurrected the permit")
 	}
-	if goPermit.Err() != nil {
-		t.Fatalf("Go's permit ended: %v", goPermit.Err())
+	if context.Cause(goPermit.Context()) != nil {
+		t.Fatalf("Go's permit ended: %v", context.Cause(goPermit.Context()))
 	}
 	again, err := semaphore(t, c, key, 2).TryAcquire(ctx, 5*time.Second)
 	if err != nil || again.Slot() != int(slot) {

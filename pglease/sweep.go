@@ -9,30 +9,11 @@ import (
 	"github.com/pgfence/pgfence/internal/fencesql"
 )
 
-const (
-	// defaultSweepBatch is how many rows one batch of SweepExpired reads
-	// (and at most deletes) in its own transaction, unless WithSweepBatch
-	// says otherwise.
-	defaultSweepBatch = 1000
-	// maxSweepBatch is the largest batch WithSweepBatch accepts: a batch
-	// holds its rows' locks until it commits, and a longer batch delays the
-	// acquisitions that wait for them.
-	maxSweepBatch = 100000
-)
-
-// WithSweepBatch sets how many rows each batch of SweepExpired reads in key
-// order, and so at most deletes, in one short transaction. Default:
-// 1000. n must lie in [1, 100000]. Smaller batches hold
-// row locks for less time; larger ones take fewer round trips.
-func WithSweepBatch(n int) Option {
-	return func(c *config) error {
-		if n < 1 || n > maxSweepBatch {
-			return invalid("sweep batch %d is outside [1, %d]", n, maxSweepBatch)
-		}
-		c.sweepBatch = n
-		return nil
-	}
-}
+// defaultSweepBatch is how many rows one batch of SweepExpired reads (and
+// at most deletes) in its own transaction: a batch holds its rows' locks
+// until it commits, delaying the acquisitions that wait for them, while a
+// smaller one would take more round trips for the same sweep.
+const defaultSweepBatch = 1000
 
 // SweepExpired deletes lease rows that expired more than olderThan ago
 // (mutex leases, and the permits of semaphores and shared/exclusive keys)
@@ -45,7 +26,7 @@ func WithSweepBatch(n int) Option {
 // tombstones of abandoned acquisitions older than an hour, whatever
 // olderThan says.
 //
-// It walks the table in key order in batches (WithSweepBatch), each its own
+// It walks the table in key order in batches of 1000 rows, each its own
 // short transaction, so that a sweep of millions of rows never holds locks,
 // or keeps old row versions from being pruned, for longer than one batch;
 // between batches it rests as long as the last batch took (package

@@ -15,8 +15,8 @@ import (
 // out, by the new primary, to a resource that keeps no fenced row.
 //
 // Such a grant is given back and refused with an error satisfying
-// errors.Is(err, pgguard.ErrStaleTimeline) (a *pgguard.StaleTimelineError
-// wrapped with the key): the server that granted it is a stale primary, or
+// errors.Is(err, pgguard.ErrStaleTimeline), wrapped with the key, whose
+// text names both timelines: the server that granted it is a stale primary, or
 // the cluster was rewound to an older timeline by a failover that was
 // undone. Acquire retries it as it retries a dropped connection. Default: a
 // mark of the client's own.

@@ -203,7 +203,7 @@ func (a *app) cmdExec(ctx context.Context, args []string) int {
 		fmt.Fprintf(a.stderr, "pgfence: --fail-open: running %s WITHOUT a lease on %q; nothing stops a concurrent run (PGFENCE_FENCE is not set)\n", o.argv[0], o.key)
 		return a.runUnprotected(path, o, sigCh)
 	}
-	return a.runHolding(path, o, lease, sigCh)
+	return a.runHolding(path, o, lease, client.Owner(), sigCh)
 }
 
 func (o *execOpts) check() error {
@@ -213,8 +213,8 @@ func (o *execOpts) check() error {
 	if err := validate.Key(o.key); err != nil {
 		return fail(exitUsage, "pgfence exec: --key: %v", err)
 	}
-	if o.ttl < time.Second || o.ttl > pglease.MaxTTL {
-		return fail(exitUsage, "pgfence exec: --ttl %v is outside [1s, %v]", o.ttl, pglease.MaxTTL)
+	if o.ttl < time.Second || o.ttl > validate.MaxTTL {
+		return fail(exitUsage, "pgfence exec: --ttl %v is outside [1s, %v]", o.ttl, validate.MaxTTL)
 	}
 	if o.renew != 0 && o.renew >= o.ttl {
 		return fail(exitUsage, "pgfence exec: --renew %v must be shorter than --ttl %v (a third of it is the default; see pgfence plan)", o.renew, o.ttl)
@@ -578,17 +578,17 @@ func (a *app) runUnprotected(path string, o execOpts, sigCh chan os.Signal) int 
 	}
 }
 
-func (a *app) runHolding(path string, o execOpts, lease held, sigCh chan os.Signal) int {
+func (a *app) runHolding(path string, o execOpts, lease held, owner string, sigCh chan os.Signal) int {
 	j, err := a.startJob(path, o, append([]string{
 		"PGFENCE_KEY=" + o.key,
 		"PGFENCE_FENCE=" + strconv.FormatInt(lease.Fence(), 10),
-		"PGFENCE_OWNER=" + lease.Owner()}, lease.env()...)...)
+		"PGFENCE_OWNER=" + owner}, lease.env()...)...)
 	if err != nil {
 		a.release(lease)
 		return a.exitCode(err)
 	}
 	defer j.stopCatching()
-	h := &holding{a: a, o: o, j: j, lease: lease, leaseDone: lease.Done(), events: j.events}
+	h := &holding{a: a, o: o, j: j, lease: lease, leaseDone: lease.Context().Done(), events: j.events}
 	defer h.stopPoll()
 	for h.waiting() {
 		h.step(sigCh)
@@ -738,7 +738,8 @@ func (h *holding) killLeftovers() {
 	}
 }
 
-// heldLease is what finishHolding needs of a *pglease.Lease.
+// heldLease is what finishHolding needs of a lease: Err is the cause of
+// its context (nil while held).
 type heldLease interface {
 	Err() error
 	Release(ctx context.Context) error

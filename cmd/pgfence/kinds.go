@@ -15,16 +15,17 @@ import (
 // lease (a mutex lease, a permit, a shared or exclusive lease) or a key set.
 type held interface {
 	heldLease
-	Done() <-chan struct{}
+	Context() context.Context
 	Deadline() time.Time
 	Fence() int64
-	Owner() string
 	// env is the command's variables beyond PGFENCE_KEY, _FENCE and _OWNER.
 	env() []string
 }
 
 // oneLease is a single lease of any kind.
 type oneLease struct{ *pglease.Lease }
+
+func (l oneLease) Err() error { return context.Cause(l.Context()) }
 
 func (l oneLease) env() []string {
 	if l.Permits() > 0 || l.Shared() {
@@ -38,8 +39,20 @@ func (l oneLease) env() []string {
 // lists every key's, one "FENCE KEY" per line.
 type keySet struct{ *pglease.KeySet }
 
-func (s keySet) Fence() int64  { return s.Leases()[0].Fence() }
-func (s keySet) Owner() string { return s.Leases()[0].Owner() }
+func (s keySet) Fence() int64 { return s.Leases()[0].Fence() }
+func (s keySet) Err() error   { return context.Cause(s.Context()) }
+
+// Deadline is the earliest local deadline of the set's leases.
+func (s keySet) Deadline() time.Time {
+	leases := s.Leases()
+	d := leases[0].Deadline()
+	for _, l := range leases[1:] {
+		if ld := l.Deadline(); ld.Before(d) {
+			d = ld
+		}
+	}
+	return d
+}
 
 func (s keySet) env() []string {
 	var b strings.Builder
@@ -70,12 +83,12 @@ func (o *execOpts) checkKind() error {
 	switch {
 	case kinds > 1:
 		return fail(exitUsage, "pgfence exec: --permits, --shared, --exclusive and several --key exclude each other")
-	case o.permits < 0 || o.permits > pglease.MaxPermits:
-		return fail(exitUsage, "pgfence exec: --permits %d is outside [1, %d]", o.permits, pglease.MaxPermits)
-	case len(o.keys) > pglease.MaxSetKeys:
-		return fail(exitUsage, "pgfence exec: %d keys; at most %d", len(o.keys), pglease.MaxSetKeys)
-	case o.holdAtLeast < 0 || o.holdAtLeast > pglease.MaxTTL:
-		return fail(exitUsage, "pgfence exec: --hold-at-least %v is outside [0, %v]", o.holdAtLeast, pglease.MaxTTL)
+	case o.permits < 0 || o.permits > validate.MaxPermits:
+		return fail(exitUsage, "pgfence exec: --permits %d is outside [1, %d]", o.permits, validate.MaxPermits)
+	case len(o.keys) > validate.MaxSetKeys:
+		return fail(exitUsage, "pgfence exec: %d keys; at most %d", len(o.keys), validate.MaxSetKeys)
+	case o.holdAtLeast < 0 || o.holdAtLeast > validate.MaxTTL:
+		return fail(exitUsage, "pgfence exec: --hold-at-least %v is outside [0, %v]", o.holdAtLeast, validate.MaxTTL)
 	}
 	return nil
 }

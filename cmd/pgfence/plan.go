@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/pgfence/pgfence/internal/keepalive"
-	"github.com/pgfence/pgfence/pglease"
+	"github.com/pgfence/pgfence/internal/validate"
 )
 
 const planUsage = `Usage: pgfence plan --ttl 30s [--renew 10s] [--freeze 45s] [--margin 3s]
@@ -77,8 +77,8 @@ func (a *app) cmdPlan(args []string) error {
 	if ttl == 0 {
 		return fail(exitUsage, "pgfence plan: --ttl is required, e.g. pgfence plan --ttl 30s --renew 10s")
 	}
-	if ttl < pglease.MinTTL || ttl > pglease.MaxTTL {
-		return fail(exitUsage, "pgfence plan: --ttl %v is outside [%v, %v]", ttl, pglease.MinTTL, pglease.MaxTTL)
+	if ttl < validate.MinTTL || ttl > validate.MaxTTL {
+		return fail(exitUsage, "pgfence plan: --ttl %v is outside [%v, %v]", ttl, validate.MinTTL, validate.MaxTTL)
 	}
 	// pglease's defaults for whatever was not given: one Schedule for both.
 	s := keepalive.Schedule{TTL: ttl, Margin: margin, Every: renew}

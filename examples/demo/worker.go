@@ -154,7 +154,7 @@ func readAndCheck(ctx context.Context, pool *pgxpool.Pool, lease *pglease.Lease)
 		return err
 	}
 	say("READ %s (row fence %d)", status, fence)
-	if err := lease.Err(); err != nil {
+	if err := context.Cause(lease.Context()); err != nil {
 		say("CHECKED lost: %v", err)
 	} else {
 		say("CHECKED valid; about to send")
@@ -177,7 +177,7 @@ func writeLate(ctx context.Context, pool *pgxpool.Pool, lease *pglease.Lease, na
 	// Let a timer that was due during the freeze fire, as it does a moment
 	// after any real resume; then report the client's own view.
 	time.Sleep(50 * time.Millisecond)
-	if err := lease.Err(); err != nil {
+	if err := context.Cause(lease.Context()); err != nil {
 		say("LOCAL %v", err)
 	} else {
 		say("LOCAL lease still valid")

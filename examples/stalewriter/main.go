@@ -206,7 +206,7 @@ func (w *world) handover(ctx context.Context, key, reads string) (a, b *pglease.
 	}
 	w.env.Logf("lock", "A's lease expired by the database clock")
 	w.env.Logf("worker-B", "acquires %s: fence %d (newer than A's %d)", key, b.Fence(), a.Fence())
-	cause := a.Err()
+	cause := context.Cause(a.Context())
 	if cause == nil {
 		cause = errors.New("still valid")
 	}

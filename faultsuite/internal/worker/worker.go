@@ -218,14 +218,13 @@ func (w *worker) acquire(ctx context.Context, key string) (*pglease.Lease, bool)
 	defer cancel()
 	done := w.call(Record{Op: OpAcquire, Key: key})
 	l, err := w.leases.TryAcquire(actx, key, w.ttl)
-	var amb *pglease.AmbiguousError
 	switch {
 	case err == nil:
 		done(OK, nil, l.Fence())
 		return l, true
 	case errors.Is(err, pglease.ErrNotAcquired):
 		done(Refused, err, 0)
-	case errors.As(err, &amb) || !pgconn.SafeToRetry(err):
+	case errors.Is(err, pglease.ErrAmbiguous) || !pgconn.SafeToRetry(err):
 		done(Ambiguous, err, 0)
 	default:
 		done(Failed, err, 0)

@@ -183,7 +183,7 @@ func TestMetricsLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-l.Done()
+	<-l.Context().Done()
 	// release_failed: Release failed (its context had ended), then the
 	// local deadline passed. A TTL long enough that the local deadline
 	// cannot pass before Release is called, even on a loaded machine.
@@ -196,7 +196,7 @@ func TestMetricsLost(t *testing.T) {
 	if err := l.Release(cctx); err == nil || errors.Is(err, pglease.ErrLeaseLost) {
 		t.Fatalf("release with an ended context: %v", err)
 	}
-	<-l.Done()
+	<-l.Context().Done()
 
 	eventually(t, "the lost leases' releases", func() bool { return r.Collect().Value("pgfence.lease.held") == 0 })
 
