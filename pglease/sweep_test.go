@@ -277,7 +277,7 @@ VALUES ('sem', 'dead', now() - interval '2 days'), ('sem', 'live', now() + inter
 				t.Fatal(err)
 			}
 			insertLeases(t, pool, "old", 2, 48*time.Hour)
-			c := newClient(t, pool, pglease.WithSweepBatch(batch))
+			c := newClient(t, pool, pglease.SweepBatchForTest(batch))
 			n, err := c.SweepExpired(ctx, time.Hour)
 			if err != nil {
 				t.Fatal(err)
