@@ -266,17 +266,26 @@ func BenchmarkFairHandoffProcesses(b *testing.B) {
 		for _, wake := range []bool{true, false} {
 			for _, waiters := range []int{10, 50} {
 				b.Run(fmt.Sprintf("kind=%s/wake=%v/waiters=%d", kind, wake, waiters), func(b *testing.B) {
-					run := runHandoffProcesses(b, 5, waiters, kind, wake, handoffMeasured)
-					if run.handoffs == 0 {
-						b.Fatal("no hand-off")
-					}
-					b.ReportMetric(float64(quantile(run.latencies, 0.5))/1e6, "p50-ms")
-					b.ReportMetric(float64(quantile(run.latencies, 0.99))/1e6, "p99-ms")
-					b.ReportMetric(float64(quantile(run.releases, 0.5))/1e6, "release-p50-ms")
-					b.ReportMetric(float64(run.stmts)/float64(run.handoffs), "stmts/handoff")
-					b.ReportMetric(float64(run.handoffs), "handoffs")
+					benchHandoff(b, 5, waiters, kind, wake)
 				})
 			}
 		}
 	}
+	// Many clients: each is a process with a listener of its own, which a
+	// wake-up meant for another client's waiter must not disturb.
+	b.Run("kind=mutex/wake=true/waiters=32/procs=16", func(b *testing.B) { benchHandoff(b, 16, 32, "mutex", true) })
+}
+
+// benchHandoff measures hand-offs between waiters fair waiters spread over
+// procs processes, and reports them.
+func benchHandoff(b *testing.B, procs, waiters int, kind string, wake bool) {
+	run := runHandoffProcesses(b, procs, waiters, kind, wake, handoffMeasured)
+	if run.handoffs == 0 {
+		b.Fatal("no hand-off")
+	}
+	b.ReportMetric(float64(quantile(run.latencies, 0.5))/1e6, "p50-ms")
+	b.ReportMetric(float64(quantile(run.latencies, 0.99))/1e6, "p99-ms")
+	b.ReportMetric(float64(quantile(run.releases, 0.5))/1e6, "release-p50-ms")
+	b.ReportMetric(float64(run.stmts)/float64(run.handoffs), "stmts/handoff")
+	b.ReportMetric(float64(run.handoffs), "handoffs")
 }
