@@ -113,13 +113,21 @@ func startExec(t *testing.T, env []string, args ...string) (*exec.Cmd, *bytes.Bu
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
+	if !holdsWithin(cond) {
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// holdsWithin reports whether cond holds within 15 s, polling it.
+func holdsWithin(cond func() bool) bool {
 	deadline := time.Now().Add(15 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			return false
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	return true
 }
 
 func fileHas(path, s string) bool {

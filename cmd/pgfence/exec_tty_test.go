@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -135,7 +136,7 @@ func TestExecTerminalInterrupt(t *testing.T) {
 	log := filepath.Join(t.TempDir(), "log")
 	cmd, in, out := inTerminal(t, []string{"LOG=" + log}, "exec", "--database-url", pgtest.URL(), "--key", key, "--ttl", "3s",
 		"--", "sh", "-c", `trap 'echo INT >> "$LOG"' INT; echo "started $PPID" >> "$LOG"; `+fgCheck+`; while :; do sleep 0.05; done`)
-	waitFor(t, "the command to start", func() bool { return fileHas(log, "GROUND") })
+	waitTerm(t, cmd, out, "the command to start", func() bool { return fileHas(log, "GROUND") })
 	if !fileHas(log, "FOREGROUND") {
 		t.Fatalf("the command's group is not the terminal's foreground group; output:\n%s", out)
 	}
@@ -145,7 +146,7 @@ func TestExecTerminalInterrupt(t *testing.T) {
 		t.Fatalf("log: %q", data)
 	}
 	io.WriteString(in, "\x03") // Ctrl-C
-	waitFor(t, "SIGINT to reach the command", func() bool { return fileHas(log, "INT") })
+	waitTerm(t, cmd, out, "SIGINT to reach the command", func() bool { return fileHas(log, "INT") })
 	time.Sleep(time.Second)
 	data, _ = os.ReadFile(log)
 	if n := strings.Count(string(data), "INT"); n != 1 {
@@ -169,16 +170,16 @@ func TestExecTerminalSuspend(t *testing.T) {
 	log := filepath.Join(t.TempDir(), "log")
 	cmd, in, out := inTerminal(t, []string{"LOG=" + log}, "exec", "--database-url", pgtest.URL(), "--key", key, "--ttl", "3s",
 		"--", "sh", "-c", `trap 'echo CONT >> "$LOG"' CONT; echo "started $PPID" >> "$LOG"; while :; do `+fgCheck+`; sleep 0.05; done`)
-	waitFor(t, "the command to start", func() bool { return fileHas(log, "GROUND") })
+	waitTerm(t, cmd, out, "the command to start", func() bool { return fileHas(log, "GROUND") })
 	data, _ := os.ReadFile(log)
 	pg, _ := strconv.Atoi(strings.Fields(string(data))[1])
 	if fileHas(log, "BACKGROUND") || !fileHas(log, "FOREGROUND") {
 		t.Fatalf("the command's group is not the terminal's foreground group; output:\n%s", out)
 	}
 	io.WriteString(in, "\x1a") // Ctrl-Z
-	waitFor(t, "the stopped command to be continued", func() bool { return fileHas(log, "CONT") })
+	waitTerm(t, cmd, out, "the stopped command to be continued", func() bool { return fileHas(log, "CONT") })
 	os.WriteFile(log, nil, 0o644)
-	waitFor(t, "the command to tick again", func() bool { return fileHas(log, "GROUND") })
+	waitTerm(t, cmd, out, "the command to tick again", func() bool { return fileHas(log, "GROUND") })
 	if fileHas(log, "BACKGROUND") {
 		t.Fatalf("the command lost the terminal after its stop; output:\n%s", out)
 	}
@@ -189,8 +190,11 @@ func TestExecTerminalSuspend(t *testing.T) {
 }
 
 // procState is the state letter of pid in /proc ("T" stopped), or "".
-func procState(pid int) string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+func procState(pid int) string { return statState("/proc/" + strconv.Itoa(pid) + "/stat") }
+
+// statState is the state letter in a /proc stat file, or "".
+func statState(file string) string {
+	b, err := os.ReadFile(file)
 	if err != nil {
 		return ""
 	}
@@ -214,17 +218,17 @@ func TestExecTerminalJobControl(t *testing.T) {
 	line := shQuote(bin) + " exec --database-url " + shQuote(pgtest.URL()) + " --key " + shQuote(key) + " --ttl 5s -- sh -c " +
 		shQuote(`echo "started $PPID $$" >> "$LOG"; while :; do echo tick >> "$LOG"; sleep 0.05; done`)
 	io.WriteString(in, line+"\n")
-	waitFor(t, "the command to start", func() bool { return fileHas(log, "tick") })
+	waitTerm(t, cmd, out, "the command to start", func() bool { return fileHas(log, "tick") })
 	data, _ := os.ReadFile(log)
 	f := strings.Fields(string(data))
 	pg, _ := strconv.Atoi(f[1])
 	child, _ := strconv.Atoi(f[2])
 	io.WriteString(in, "\x1a") // Ctrl-Z
-	waitFor(t, "the command and pgfence to stop", func() bool { return procState(child) == "T" && procState(pg) == "T" })
+	waitTerm(t, cmd, out, "the command and pgfence to stop", func() bool { return procState(child) == "T" && procState(pg) == "T" })
 	io.WriteString(in, "fg\n")
-	waitFor(t, "the command and pgfence to go on", func() bool { return procState(child) != "T" && procState(pg) != "T" })
+	waitTerm(t, cmd, out, "the command and pgfence to go on", func() bool { return procState(child) != "T" && procState(pg) != "T" })
 	before, _ := os.ReadFile(log)
-	waitFor(t, "the command to tick again", func() bool { b, _ := os.ReadFile(log); return len(b) > len(before) })
+	waitTerm(t, cmd, out, "the command to tick again", func() bool { b, _ := os.ReadFile(log); return len(b) > len(before) })
 	io.WriteString(in, "\x03") // Ctrl-C, to the command's group, now the foreground one again
 	io.WriteString(in, "echo \"rc=$?\"; exit\n")
 	waitExit(t, cmd)
@@ -260,7 +264,7 @@ func interactive(t *testing.T, log, line string) (*exec.Cmd, io.WriteCloser, *sy
 	}
 	cmd, in, out := onTerminal(t, []string{"LOG=" + log}, bash, "--norc", "--noprofile", "-i")
 	io.WriteString(in, line+"\n")
-	waitFor(t, "the command to start", func() bool { return fileHas(log, "started") })
+	waitTerm(t, cmd, out, "the command to start", func() bool { return fileHas(log, "started") })
 	data, _ := os.ReadFile(log)
 	f := strings.Fields(string(data))
 	pg, _ := strconv.Atoi(f[1])
@@ -280,15 +284,15 @@ func TestExecTerminalBackgroundThenForeground(t *testing.T) {
 	line := shQuote(bin) + " exec --database-url " + shQuote(pgtest.URL()) + " --key " + shQuote(randomName("ttybg:")) + " --ttl 5s -- sh -c " + shQuote(fgScript) + " &"
 	cmd, in, out, pg, child := interactive(t, log, line)
 	if !fileHas(log, "BACKGROUND") {
-		waitFor(t, "a tick", func() bool { return fileHas(log, "BACKGROUND") || fileHas(log, "FOREGROUND") })
+		waitTerm(t, cmd, out, "a tick", func() bool { return fileHas(log, "BACKGROUND") || fileHas(log, "FOREGROUND") })
 	}
 	if fileHas(log, "FOREGROUND") {
 		t.Fatalf("the command has the terminal while pgfence runs in the background; output:\n%s", out)
 	}
 	io.WriteString(in, "fg\n")
-	waitFor(t, "the command to get the terminal after fg", func() bool { return fileHas(log, "FOREGROUND") })
+	waitTerm(t, cmd, out, "the command to get the terminal after fg", func() bool { return fileHas(log, "FOREGROUND") })
 	io.WriteString(in, "\x1a") // Ctrl-Z
-	waitFor(t, "the command and pgfence to stop", func() bool { return procState(child) == "T" && procState(pg) == "T" })
+	waitTerm(t, cmd, out, "the command and pgfence to stop", func() bool { return procState(child) == "T" && procState(pg) == "T" })
 	if logGrows(log, 500*time.Millisecond) {
 		t.Fatalf("the command still ticks while pgfence is stopped; output:\n%s", out)
 	}
@@ -304,13 +308,13 @@ func TestExecTerminalBackgroundThenRead(t *testing.T) {
 		shQuote(`echo "started $PPID $$" >> "$LOG"; sleep 1; echo reading >> "$LOG"; read x; echo "got $x" >> "$LOG"`) + " &"
 	cmd, in, out, _, child := interactive(t, log, line)
 	io.WriteString(in, "fg\n")
-	waitFor(t, "the command to read", func() bool { return fileHas(log, "reading") })
+	waitTerm(t, cmd, out, "the command to read", func() bool { return fileHas(log, "reading") })
 	time.Sleep(300 * time.Millisecond)
 	if s := procState(child); s == "T" {
 		t.Fatalf("the command is stopped reading the terminal after fg; output:\n%s", out)
 	}
 	io.WriteString(in, "hello\n")
-	waitFor(t, "the command to get the line", func() bool { return fileHas(log, "got hello") })
+	waitTerm(t, cmd, out, "the command to get the line", func() bool { return fileHas(log, "got hello") })
 	io.WriteString(in, "echo \"rc=$?\"; exit\n")
 	waitExit(t, cmd)
 	if !strings.Contains(out.String(), "rc=0") {
@@ -327,14 +331,14 @@ func TestExecTerminalPipelineSuspend(t *testing.T) {
 	log := filepath.Join(t.TempDir(), "log")
 	line := shQuote(bin) + " exec --database-url " + shQuote(pgtest.URL()) + " --key " + shQuote(randomName("ttypipe:")) + " --ttl 5s -- sh -c " + shQuote(fgScript) + " | cat"
 	cmd, in, out, pg, child := interactive(t, log, line)
-	waitFor(t, "a tick", func() bool { return fileHas(log, "BACKGROUND") })
+	waitTerm(t, cmd, out, "a tick", func() bool { return fileHas(log, "BACKGROUND") })
 	io.WriteString(in, "\x1a") // Ctrl-Z
-	waitFor(t, "the command and pgfence to stop", func() bool { return procState(child) == "T" && procState(pg) == "T" })
+	waitTerm(t, cmd, out, "the command and pgfence to stop", func() bool { return procState(child) == "T" && procState(pg) == "T" })
 	if logGrows(log, 500*time.Millisecond) {
 		t.Fatalf("the command still ticks while pgfence is stopped; output:\n%s", out)
 	}
 	io.WriteString(in, "fg\n")
-	waitFor(t, "the command to tick again", func() bool { return logGrows(log, 300*time.Millisecond) })
+	waitTerm(t, cmd, out, "the command to tick again", func() bool { return logGrows(log, 300*time.Millisecond) })
 	io.WriteString(in, "\x03") // Ctrl-C
 	io.WriteString(in, "echo \"rc=${PIPESTATUS[0]}\"; exit\n")
 	waitExit(t, cmd)
@@ -353,17 +357,17 @@ func TestExecTerminalUnderShell(t *testing.T) {
 	log := filepath.Join(t.TempDir(), "log")
 	inner := shQuote(bin) + " exec --database-url " + shQuote(pgtest.URL()) + " --key " + shQuote(randomName("ttysh:")) + " --ttl 5s -- sh -c " + shQuote(fgScript)
 	cmd, in, out, pg, child := interactive(t, log, "/bin/sh -c "+shQuote(inner+"; exit $?"))
-	waitFor(t, "a tick", func() bool { return fileHas(log, "GROUND") })
+	waitTerm(t, cmd, out, "a tick", func() bool { return fileHas(log, "GROUND") })
 	if !fileHas(log, "FOREGROUND") {
 		t.Fatalf("the command's group is not the terminal's foreground group; output:\n%s", out)
 	}
 	_, sh, _, _, _ := procStat("/proc/" + strconv.Itoa(pg) + "/stat")
 	io.WriteString(in, "\x1a") // Ctrl-Z
-	waitFor(t, "the command, pgfence and sh to stop", func() bool {
+	waitTerm(t, cmd, out, "the command, pgfence and sh to stop", func() bool {
 		return procState(child) == "T" && procState(pg) == "T" && procState(sh) == "T"
 	})
 	io.WriteString(in, "jobs\n")
-	waitFor(t, "bash to list the job as stopped", func() bool { return strings.Contains(out.String(), "Stopped") })
+	waitTerm(t, cmd, out, "bash to list the job as stopped", func() bool { return strings.Contains(out.String(), "Stopped") })
 	fgThenCtrlC(t, cmd, in, out, log)
 }
 
@@ -374,11 +378,60 @@ func fgThenCtrlC(t *testing.T, cmd *exec.Cmd, in io.Writer, out *syncBuffer, log
 	t.Helper()
 	os.WriteFile(log, nil, 0o644)
 	io.WriteString(in, "fg\n")
-	waitFor(t, "the command to tick in the foreground again", func() bool { return fileHas(log, "FOREGROUND") })
+	waitTerm(t, cmd, out, "the command to tick in the foreground again", func() bool { return fileHas(log, "FOREGROUND") })
 	io.WriteString(in, "\x03") // Ctrl-C
 	io.WriteString(in, "echo \"rc=$?\"; exit\n")
 	waitExit(t, cmd)
 	if !strings.Contains(out.String(), "rc=130") {
 		t.Fatalf("want rc=130 after Ctrl-C; output:\n%s", out)
 	}
+}
+
+// waitTerm is waitFor for a terminal session: a timeout reports the state
+// of every process under script(1) and what the terminal showed, since a
+// stop or a continue that went astray is seen there and nowhere else.
+func waitTerm(t *testing.T, cmd *exec.Cmd, out *syncBuffer, what string, cond func() bool) {
+	t.Helper()
+	if !holdsWithin(cond) {
+		t.Fatalf("timed out waiting for %s; processes:\n%s\noutput:\n%s", what, processTable(cmd.Process.Pid), out)
+	}
+}
+
+// processTable describes pid and its descendants, one line each.
+func processTable(pid int) string {
+	var b strings.Builder
+	for _, p := range append([]int{pid}, descendants(pid)...) {
+		b.WriteString(processLine(strconv.Itoa(p)))
+	}
+	return b.String()
+}
+
+// processLine describes process pid from /proc: its groups (tpgid: the
+// terminal's foreground group), its state and each thread's, where it
+// sleeps in the kernel, its pending, ignored and caught signals (hex
+// masks, bit N-1 for signal N) and its command line; "" if it is gone.
+func processLine(pid string) string {
+	stat, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	threads := ""
+	tasks, _ := filepath.Glob("/proc/" + pid + "/task/*/stat")
+	for _, task := range tasks {
+		threads += statState(task)
+	}
+	wchan, _ := os.ReadFile("/proc/" + pid + "/wchan")
+	status, _ := os.ReadFile("/proc/" + pid + "/status")
+	var masks []string
+	for _, line := range strings.Split(string(status), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		switch k {
+		case "SigPnd", "ShdPnd", "SigIgn", "SigCgt":
+			masks = append(masks, k+"="+strings.TrimLeft(strings.TrimSpace(v), "0"))
+		}
+	}
+	cmdline, _ := os.ReadFile("/proc/" + pid + "/cmdline")
+	return fmt.Sprintf("pid %s ppid %s pgrp %s tpgid %s state %s threads %s wchan %s %s %.100q\n",
+		pid, f[1], f[2], f[5], f[0], threads, wchan, strings.Join(masks, " "), bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}))
 }
