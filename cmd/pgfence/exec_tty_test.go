@@ -99,17 +99,41 @@ func descendants(pid int) []int {
 	return out
 }
 
+// needBash is the path of bash, which these tests need: as the
+// interactive shell, and to run every command that gets stopped.
+// Debian's sh (dash) starts each external command with vfork(2); a stop
+// signal that reaches the child before its execve stops it there, and the
+// parent, waiting in the kernel for that execve, cannot stop until the
+// child is continued. Such a group never stops as a whole, and its leader,
+// which pgfence waits for as a shell does for its job, never reports a
+// stop. bash forks: all of its group stops.
+func needBash(t *testing.T) string {
+	t.Helper()
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Fatalf("this test needs bash: %v", err)
+	}
+	return bash
+}
+
+// execLine is the line that runs pgfence exec on key with a 5 s lease and
+// script as the command, run by bash (see needBash). The command exits 130
+// on SIGINT by a trap: without one, bash waiting for a child that exits
+// normally as the signal comes takes it as handled by the child and runs
+// on (as its manual says), and a Ctrl-C would be lost now and then.
+func execLine(t *testing.T, key, script string) string {
+	t.Helper()
+	return shQuote(bin) + " exec --database-url " + shQuote(pgtest.URL()) + " --key " + shQuote(key) + " --ttl 5s -- " + shQuote(needBash(t)) + " -c " +
+		shQuote(`trap 'exit 130' INT; `+script)
+}
+
 // TestExecTerminalRead: a command that reads the terminal on stdin gets
 // it (its group is the terminal's foreground group); it used to be stopped
 // by SIGTTIN for ever while pgfence renewed the lease. Run through a shell
 // that waits in pgfence's group (dash) and one that execs it (bash): the
 // waiting shell once kept the terminal from the command.
 func TestExecTerminalRead(t *testing.T) {
-	bash, err := exec.LookPath("bash")
-	if err != nil {
-		t.Fatalf("this test needs bash: %v", err)
-	}
-	for _, shell := range []string{"/bin/sh", bash} {
+	for _, shell := range []string{"/bin/sh", needBash(t)} {
 		t.Run(filepath.Base(shell), func(t *testing.T) {
 			t.Parallel()
 			key := randomName("tty:")
@@ -117,7 +141,7 @@ func TestExecTerminalRead(t *testing.T) {
 				"--", "sh", "-c", `read x; echo "got $x"`)
 			time.Sleep(500 * time.Millisecond)
 			io.WriteString(in, "hello\n")
-			if code := waitExit(t, cmd); code != 0 {
+			if code := waitTermExit(t, cmd, out); code != 0 {
 				t.Fatalf("exit %d; output:\n%s", code, out)
 			}
 			if !strings.Contains(out.String(), "got hello") {
@@ -153,7 +177,7 @@ func TestExecTerminalInterrupt(t *testing.T) {
 		t.Fatalf("the command got SIGINT %d times, want 1; log:\n%s\noutput:\n%s", n, data, out)
 	}
 	syscall.Kill(pg, syscall.SIGTERM)
-	if code := waitExit(t, cmd); code != 128+int(syscall.SIGTERM) {
+	if code := waitTermExit(t, cmd, out); code != 128+int(syscall.SIGTERM) {
 		t.Fatalf("exit %d, want %d; output:\n%s", code, 128+int(syscall.SIGTERM), out)
 	}
 }
@@ -169,7 +193,7 @@ func TestExecTerminalSuspend(t *testing.T) {
 	key := randomName("ttystop:")
 	log := filepath.Join(t.TempDir(), "log")
 	cmd, in, out := inTerminal(t, []string{"LOG=" + log}, "exec", "--database-url", pgtest.URL(), "--key", key, "--ttl", "3s",
-		"--", "sh", "-c", `trap 'echo CONT >> "$LOG"' CONT; echo "started $PPID" >> "$LOG"; while :; do `+fgCheck+`; sleep 0.05; done`)
+		"--", needBash(t), "-c", `trap 'echo CONT >> "$LOG"' CONT; echo "started $PPID" >> "$LOG"; while :; do `+fgCheck+`; sleep 0.05; done`)
 	waitTerm(t, cmd, out, "the command to start", func() bool { return fileHas(log, "GROUND") })
 	data, _ := os.ReadFile(log)
 	pg, _ := strconv.Atoi(strings.Fields(string(data))[1])
@@ -184,7 +208,7 @@ func TestExecTerminalSuspend(t *testing.T) {
 		t.Fatalf("the command lost the terminal after its stop; output:\n%s", out)
 	}
 	syscall.Kill(pg, syscall.SIGTERM)
-	if code := waitExit(t, cmd); code != 128+int(syscall.SIGTERM) {
+	if code := waitTermExit(t, cmd, out); code != 128+int(syscall.SIGTERM) {
 		t.Fatalf("exit %d, want %d; output:\n%s", code, 128+int(syscall.SIGTERM), out)
 	}
 }
@@ -208,15 +232,9 @@ func statState(file string) string {
 // command in the foreground, and Ctrl-C ends the command (exit 130).
 func TestExecTerminalJobControl(t *testing.T) {
 	t.Parallel()
-	bash, err := exec.LookPath("bash")
-	if err != nil {
-		t.Fatalf("this test needs bash: %v", err)
-	}
-	key := randomName("ttyjob:")
 	log := filepath.Join(t.TempDir(), "log")
-	cmd, in, out := onTerminal(t, []string{"LOG=" + log}, bash, "--norc", "--noprofile", "-i")
-	line := shQuote(bin) + " exec --database-url " + shQuote(pgtest.URL()) + " --key " + shQuote(key) + " --ttl 5s -- sh -c " +
-		shQuote(`echo "started $PPID $$" >> "$LOG"; while :; do echo tick >> "$LOG"; sleep 0.05; done`)
+	cmd, in, out := onTerminal(t, []string{"LOG=" + log}, needBash(t), "--norc", "--noprofile", "-i")
+	line := execLine(t, randomName("ttyjob:"), `echo "started $PPID $$" >> "$LOG"; while :; do echo tick >> "$LOG"; sleep 0.05; done`)
 	io.WriteString(in, line+"\n")
 	waitTerm(t, cmd, out, "the command to start", func() bool { return fileHas(log, "tick") })
 	data, _ := os.ReadFile(log)
@@ -231,7 +249,7 @@ func TestExecTerminalJobControl(t *testing.T) {
 	waitTerm(t, cmd, out, "the command to tick again", func() bool { b, _ := os.ReadFile(log); return len(b) > len(before) })
 	io.WriteString(in, "\x03") // Ctrl-C, to the command's group, now the foreground one again
 	io.WriteString(in, "echo \"rc=$?\"; exit\n")
-	waitExit(t, cmd)
+	waitTermExit(t, cmd, out)
 	if !strings.Contains(out.String(), "rc=130") {
 		t.Fatalf("want rc=130 from pgfence after Ctrl-C; output:\n%s", out)
 	}
@@ -239,7 +257,7 @@ func TestExecTerminalJobControl(t *testing.T) {
 
 // fgCheck logs whether the shell's process group is the terminal's
 // foreground group (/proc/$$/stat: field 5 pgrp, 8 tpgid; field 2 is
-// "(sh)", without spaces).
+// "(sh)" or "(bash)", without spaces).
 const fgCheck = `set -- $(cat /proc/$$/stat); if [ "$5" = "$8" ]; then echo FOREGROUND >> "$LOG"; else echo BACKGROUND >> "$LOG"; fi`
 
 // fgScript ticks into $LOG, each tick saying whether the command's group is
@@ -258,11 +276,7 @@ func logGrows(file string, d time.Duration) bool {
 // the pids of pgfence and of the command from the first line of log.
 func interactive(t *testing.T, log, line string) (*exec.Cmd, io.WriteCloser, *syncBuffer, int, int) {
 	t.Helper()
-	bash, err := exec.LookPath("bash")
-	if err != nil {
-		t.Fatalf("this test needs bash: %v", err)
-	}
-	cmd, in, out := onTerminal(t, []string{"LOG=" + log}, bash, "--norc", "--noprofile", "-i")
+	cmd, in, out := onTerminal(t, []string{"LOG=" + log}, needBash(t), "--norc", "--noprofile", "-i")
 	io.WriteString(in, line+"\n")
 	waitTerm(t, cmd, out, "the command to start", func() bool { return fileHas(log, "started") })
 	data, _ := os.ReadFile(log)
@@ -281,7 +295,7 @@ func interactive(t *testing.T, log, line string) (*exec.Cmd, io.WriteCloser, *sy
 func TestExecTerminalBackgroundThenForeground(t *testing.T) {
 	t.Parallel()
 	log := filepath.Join(t.TempDir(), "log")
-	line := shQuote(bin) + " exec --database-url " + shQuote(pgtest.URL()) + " --key " + shQuote(randomName("ttybg:")) + " --ttl 5s -- sh -c " + shQuote(fgScript) + " &"
+	line := execLine(t, randomName("ttybg:"), fgScript) + " &"
 	cmd, in, out, pg, child := interactive(t, log, line)
 	if !fileHas(log, "BACKGROUND") {
 		waitTerm(t, cmd, out, "a tick", func() bool { return fileHas(log, "BACKGROUND") || fileHas(log, "FOREGROUND") })
@@ -304,8 +318,7 @@ func TestExecTerminalBackgroundThenForeground(t *testing.T) {
 func TestExecTerminalBackgroundThenRead(t *testing.T) {
 	t.Parallel()
 	log := filepath.Join(t.TempDir(), "log")
-	line := shQuote(bin) + " exec --database-url " + shQuote(pgtest.URL()) + " --key " + shQuote(randomName("ttybgread:")) + " --ttl 5s -- sh -c " +
-		shQuote(`echo "started $PPID $$" >> "$LOG"; sleep 1; echo reading >> "$LOG"; read x; echo "got $x" >> "$LOG"`) + " &"
+	line := execLine(t, randomName("ttybgread:"), `echo "started $PPID $$" >> "$LOG"; sleep 1; echo reading >> "$LOG"; read x; echo "got $x" >> "$LOG"`) + " &"
 	cmd, in, out, _, child := interactive(t, log, line)
 	io.WriteString(in, "fg\n")
 	waitTerm(t, cmd, out, "the command to read", func() bool { return fileHas(log, "reading") })
@@ -316,7 +329,7 @@ func TestExecTerminalBackgroundThenRead(t *testing.T) {
 	io.WriteString(in, "hello\n")
 	waitTerm(t, cmd, out, "the command to get the line", func() bool { return fileHas(log, "got hello") })
 	io.WriteString(in, "echo \"rc=$?\"; exit\n")
-	waitExit(t, cmd)
+	waitTermExit(t, cmd, out)
 	if !strings.Contains(out.String(), "rc=0") {
 		t.Fatalf("want rc=0; output:\n%s", out)
 	}
@@ -329,7 +342,7 @@ func TestExecTerminalBackgroundThenRead(t *testing.T) {
 func TestExecTerminalPipelineSuspend(t *testing.T) {
 	t.Parallel()
 	log := filepath.Join(t.TempDir(), "log")
-	line := shQuote(bin) + " exec --database-url " + shQuote(pgtest.URL()) + " --key " + shQuote(randomName("ttypipe:")) + " --ttl 5s -- sh -c " + shQuote(fgScript) + " | cat"
+	line := execLine(t, randomName("ttypipe:"), fgScript) + " | cat"
 	cmd, in, out, pg, child := interactive(t, log, line)
 	waitTerm(t, cmd, out, "a tick", func() bool { return fileHas(log, "BACKGROUND") })
 	io.WriteString(in, "\x1a") // Ctrl-Z
@@ -341,9 +354,10 @@ func TestExecTerminalPipelineSuspend(t *testing.T) {
 	waitTerm(t, cmd, out, "the command to tick again", func() bool { return logGrows(log, 300*time.Millisecond) })
 	io.WriteString(in, "\x03") // Ctrl-C
 	io.WriteString(in, "echo \"rc=${PIPESTATUS[0]}\"; exit\n")
-	waitExit(t, cmd)
+	waitTermExit(t, cmd, out)
 	if !strings.Contains(out.String(), "rc=130") {
-		t.Fatalf("want rc=130 from pgfence after Ctrl-C; output:\n%s", out)
+		b, _ := os.ReadFile(log)
+		t.Fatalf("want rc=130 from pgfence after Ctrl-C; output:\n%s\nlog:\n%s", out, b)
 	}
 }
 
@@ -355,7 +369,7 @@ func TestExecTerminalPipelineSuspend(t *testing.T) {
 func TestExecTerminalUnderShell(t *testing.T) {
 	t.Parallel()
 	log := filepath.Join(t.TempDir(), "log")
-	inner := shQuote(bin) + " exec --database-url " + shQuote(pgtest.URL()) + " --key " + shQuote(randomName("ttysh:")) + " --ttl 5s -- sh -c " + shQuote(fgScript)
+	inner := execLine(t, randomName("ttysh:"), fgScript)
 	cmd, in, out, pg, child := interactive(t, log, "/bin/sh -c "+shQuote(inner+"; exit $?"))
 	waitTerm(t, cmd, out, "a tick", func() bool { return fileHas(log, "GROUND") })
 	if !fileHas(log, "FOREGROUND") {
@@ -381,7 +395,7 @@ func fgThenCtrlC(t *testing.T, cmd *exec.Cmd, in io.Writer, out *syncBuffer, log
 	waitTerm(t, cmd, out, "the command to tick in the foreground again", func() bool { return fileHas(log, "FOREGROUND") })
 	io.WriteString(in, "\x03") // Ctrl-C
 	io.WriteString(in, "echo \"rc=$?\"; exit\n")
-	waitExit(t, cmd)
+	waitTermExit(t, cmd, out)
 	if !strings.Contains(out.String(), "rc=130") {
 		t.Fatalf("want rc=130 after Ctrl-C; output:\n%s", out)
 	}
@@ -395,6 +409,17 @@ func waitTerm(t *testing.T, cmd *exec.Cmd, out *syncBuffer, what string, cond fu
 	if !holdsWithin(cond) {
 		t.Fatalf("timed out waiting for %s; processes:\n%s\noutput:\n%s", what, processTable(cmd.Process.Pid), out)
 	}
+}
+
+// waitTermExit is waitExit for a terminal session: a timeout also reports
+// what the terminal showed.
+func waitTermExit(t *testing.T, cmd *exec.Cmd, out *syncBuffer) int {
+	t.Helper()
+	code, left, ok := exitWithin(cmd)
+	if !ok {
+		t.Fatalf("pgfence exec did not exit; processes:\n%s\noutput:\n%s", left, out)
+	}
+	return code
 }
 
 // processTable describes pid and its descendants, one line each.
