@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -43,6 +44,7 @@ func onTerminal(t *testing.T, env []string, argv ...string) (*exec.Cmd, io.Write
 	// the code before this change too); the other tests still run beside.
 	oneTerminal.Lock()
 	t.Cleanup(oneTerminal.Unlock)
+	restoreInterrupt()
 	script := needtool.Script.LookPath(t, "script")
 	line := shQuote(argv[0])
 	for _, a := range argv[1:] {
@@ -69,6 +71,20 @@ func onTerminal(t *testing.T, env []string, argv ...string) (*exec.Cmd, io.Write
 		cmd.Wait()
 	})
 	return cmd, in, out
+}
+
+// interrupts receives the SIGINTs restoreInterrupt catches, to drop them.
+var interrupts = make(chan os.Signal, 1)
+
+// restoreInterrupt: a test binary started with SIGINT ignored (as a
+// background job of a non-interactive shell is) passes that on to what
+// runs on the terminal, and Ctrl-C there then ends only pgfence, which
+// catches it (cat in a pipeline lives on). Catching SIGINT here, as the
+// binary ignored it anyway, gives the processes it starts the default.
+func restoreInterrupt() {
+	if signal.Ignored(os.Interrupt) {
+		signal.Notify(interrupts, os.Interrupt)
+	}
 }
 
 // descendants lists the processes under pid, from /proc.
