@@ -136,7 +136,7 @@ func needBash(t *testing.T) string {
 // script as the command, run by bash (see needBash). The command exits 130
 // on SIGINT by a trap: without one, bash waiting for a child that exits
 // normally as the signal comes takes it as handled by the child and runs
-// on (as its manual says), and a Ctrl-C would be lost now and then.
+// on, and a Ctrl-C would be lost now and then.
 func execLine(t *testing.T, key, script string) string {
 	t.Helper()
 	return shQuote(bin) + " exec --database-url " + shQuote(pgtest.URL()) + " --key " + shQuote(key) + " --ttl 5s -- " + shQuote(needBash(t)) + " -c " +
