@@ -113,13 +113,21 @@ func startExec(t *testing.T, env []string, args ...string) (*exec.Cmd, *bytes.Bu
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
+	if !holdsWithin(cond) {
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// holdsWithin reports whether cond holds within 15 s, polling it.
+func holdsWithin(cond func() bool) bool {
 	deadline := time.Now().Add(15 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			return false
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	return true
 }
 
 func fileHas(path, s string) bool {
@@ -129,24 +137,36 @@ func fileHas(path, s string) bool {
 
 func waitExit(t *testing.T, cmd *exec.Cmd) int {
 	t.Helper()
+	code, left, ok := exitWithin(cmd)
+	if !ok {
+		t.Fatalf("pgfence exec did not exit; processes:\n%s", left)
+	}
+	return code
+}
+
+// exitWithin waits up to 20 s for cmd to exit and returns its status; if
+// it does not, it describes the processes under cmd (see processTable),
+// kills them and reports false.
+func exitWithin(cmd *exec.Cmd) (code int, left string, ok bool) {
 	done := make(chan struct{})
 	go func() { cmd.Wait(); close(done) }()
 	select {
 	case <-done:
+		return exitStatus(cmd.ProcessState), "", true
 	case <-time.After(20 * time.Second):
-		// Kill what is left and let the Wait above return before the
-		// test ends: a cleanup's Wait must not run beside it.
-		for _, pid := range descendants(cmd.Process.Pid) {
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
-		cmd.Process.Kill()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-		}
-		t.Fatal("pgfence exec did not exit")
 	}
-	return exitStatus(cmd.ProcessState)
+	left = processTable(cmd.Process.Pid)
+	// Kill what is left and let the Wait above return before the test
+	// ends: a cleanup's Wait must not run beside it.
+	for _, pid := range descendants(cmd.Process.Pid) {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	cmd.Process.Kill()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+	}
+	return 0, left, false
 }
 
 // TestExecLeaseLost freezes a pgfence exec with SIGSTOP past its TTL while
