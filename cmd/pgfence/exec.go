@@ -50,6 +50,10 @@ pgfence reports a stopped command on stderr while it renews the lease.
 A stop that reaches pgfence itself (Ctrl-Z in a pipeline, kill -TSTP) first
 stops the command's group with SIGSTOP, so that nothing of it runs while
 renewals stop; when pgfence is continued, so is the command (on Linux).
+A script run by dash (Debian's sh) can miss a stop: dash starts each program
+with vfork, and a stop that lands before the program runs stops it but not
+dash, so the group never stops as a whole (the same script hangs the same
+way under a shell); bash scripts do not have this.
 
 If the lease is lost while the command runs (renewals failed until the local
 deadline, TTL minus a tenth, or the process was frozen past the TTL),
