@@ -69,13 +69,7 @@ func runFaultedBatch(t *testing.T, c *pglease.Client, direct *pgxpool.Pool, n in
 			firstErr <- err
 		}()
 	}
-	waitUntil(t, "the first attempts wait for their row locks", func() bool {
-		var waiting int
-		if err := direct.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()").Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		return waiting >= len(firstKeys)
-	})
+	waitUntil(t, "the first attempts wait for their row locks", func() bool { return lockWaiters(t, direct) >= len(firstKeys) })
 	results := make(chan batchResult, n)
 	for i := range n {
 		k := fmt.Sprintf("%s/batch%d", base, i)

@@ -45,6 +45,7 @@ func countLeases(t *testing.T, pool *pgxpool.Pool, prefix string) int {
 // sizes that divide the table exactly (the last batch full, then an empty
 // one), that leave a remainder, and that exceed it.
 func TestSweepBatchBoundaries(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, batch := range []int{1, 7, 100, 300, 301, 1000} {
 		t.Run(fmt.Sprint(batch), func(t *testing.T) {
@@ -78,6 +79,7 @@ func TestSweepBatchBoundaries(t *testing.T) {
 // Tombstones of abandoned acquisitions go in batches too, only those older
 // than AbandonedTokenRetention.
 func TestSweepTombstonesInBatches(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.SchemaPool(t)
 	if _, err := pool.Exec(ctx, `
@@ -106,6 +108,7 @@ SELECT 'tok' || g, CASE WHEN g % 2 = 0 THEN now() - $1::bigint * interval '1 mic
 // TryAcquire would be granted the key while it is held (the checker sees
 // two holders), and the holder's Renew would find its lease lost.
 func TestSweepConcurrentWithAcquire(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	pool := pgtest.SchemaPool(t, func(c *pgxpool.Config) { c.MaxConns = 12 })
@@ -213,6 +216,7 @@ func (c *cancelAfter) TraceQueryEnd(_ context.Context, _ *pgx.Conn, _ pgx.TraceQ
 // A sweep whose context ends between batches returns the rows deleted so
 // far with the context's error; the next sweep deletes the rest.
 func TestSweepCanceledMidway(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	tracer := &cancelAfter{cancel: cancel}
@@ -242,6 +246,7 @@ func TestSweepCanceledMidway(t *testing.T) {
 }
 
 func TestSweepRefusesBadInput(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.Pool(t)
 	for _, n := range []int{0, -1, pglease.MaxSweepBatch + 1} {
 		if _, err := pglease.New(pool, pglease.WithSweepBatch(n)); !errors.Is(err, pglease.ErrInvalidInput) {
