@@ -49,6 +49,7 @@ func TestSweepBatchBoundaries(t *testing.T) {
 	ctx := context.Background()
 	for _, batch := range []int{1, 7, 100, 300, 301, 1000} {
 		t.Run(fmt.Sprint(batch), func(t *testing.T) {
+			t.Parallel()
 			pool := pgtest.SchemaPool(t)
 			insertLeases(t, pool, "old", 100, 48*time.Hour)   // swept
 			insertLeases(t, pool, "recent", 100, time.Minute) // expired, but within the grace
