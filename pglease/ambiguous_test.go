@@ -52,6 +52,7 @@ func proxiedPoolN(t *testing.T, n int32) (*pgxpool.Pool, *faultproxy.Proxy) {
 // The connection breaks after the acquisition was sent and ran; the caller
 // is still waiting, so the client asks by owner token and keeps the grant.
 func TestAmbiguousAcquireGrantedIsKept(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool, proxy := proxiedPool(t)
 	direct := pgtest.Pool(t)
@@ -120,6 +121,7 @@ func TestAmbiguousAcquireAbandonedIsReleased(t *testing.T) {
 // Acquire's retry loop goes through an ambiguous failure and ends holding
 // exactly one lease on the key.
 func TestAcquireRetriesThroughAmbiguity(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool, proxy := proxiedPool(t)
 	c := newClient(t, pool, pglease.WithBackoff(5*time.Millisecond, 20*time.Millisecond))
@@ -246,10 +248,12 @@ func TestLateDeliveredAcquireNeverHoldsTheKey(t *testing.T) {
 // Close no longer waits for, runs on the caller's goroutine instead of being
 // dropped. The key is not left held for the hour-long TTL.
 func TestCloseDuringAmbiguousAcquireStillGivesBack(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	var open atomic.Bool
 	open.Store(true)
-	pool, proxy := pgtest.ProxiedPoolGated(t, open.Load, func(cfg *pgxpool.Config) { cfg.MaxConns = 2 })
+	schema := pgtest.Schema(t) // the tombstones counted are this test's alone
+	pool, proxy := pgtest.ProxiedPoolGated(t, open.Load, inSchema(t, schema), func(cfg *pgxpool.Config) { cfg.MaxConns = 2 })
 	for range 2 { // two connections made while the gate is open
 		conns := make([]*pgxpool.Conn, 0, 2)
 		for range 2 {
@@ -263,7 +267,7 @@ func TestCloseDuringAmbiguousAcquireStillGivesBack(t *testing.T) {
 			conn.Release()
 		}
 	}
-	direct := pgtest.Pool(t)
+	direct := pgtest.Pool(t, inSchema(t, schema))
 	q := fencedb.New(direct)
 	c, err := pglease.New(pool)
 	if err != nil {
@@ -331,9 +335,11 @@ func TestCloseDuringAmbiguousAcquireStillGivesBack(t *testing.T) {
 // (which wrote a tombstone and kept it up to 5 s past its deadline on a pool
 // that had no connection to spare).
 func TestPoolWaitIsNotAmbiguous(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.Pool(t, func(cfg *pgxpool.Config) { cfg.MaxConns = 1 })
-	direct := pgtest.Pool(t)
+	schema := pgtest.Schema(t) // the tombstones counted are this test's alone
+	pool := pgtest.Pool(t, inSchema(t, schema), func(cfg *pgxpool.Config) { cfg.MaxConns = 1 })
+	direct := pgtest.Pool(t, inSchema(t, schema))
 	c := newClient(t, pool)
 	key := uniqueKey(t)
 	var before int

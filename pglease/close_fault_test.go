@@ -16,6 +16,7 @@ import (
 // leases at a time, each within its 5 s bound: with 16 leases held it
 // returns in about two such bounds, with an error, instead of 16 × 5 s.
 func TestCloseSilentServerIsBounded(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool, proxy := pgtest.ProxiedPool(t, func(c *pgxpool.Config) { c.MaxConns = 16 })
 	c, err := pglease.New(pool, pglease.WithOwner("close-silent"))

@@ -10,6 +10,8 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pglease"
@@ -35,6 +37,19 @@ func lockRow(t *testing.T, key string) (unlock func()) {
 		t.Fatalf("locking %q: %d rows, %v", key, n, err)
 	}
 	return func() { tx.Rollback(ctx) }
+}
+
+// lockWaiters counts the backends of the package's database that wait for a
+// lock. Only tests that run alone (not t.Parallel) may rely on the count:
+// it sees every test's statements.
+func lockWaiters(t *testing.T, pool *pgxpool.Pool) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(),
+		"SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // resolutions reads the counter pgfence.lease.ambiguous.resolutions by
@@ -73,7 +88,8 @@ func TestTryAcquireReturnsWithItsContext(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	c := newClient(t, pool, pglease.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
 	key := uniqueKey(t)
-	q := fencedb.New(pgtest.Pool(t))
+	direct := pgtest.Pool(t)
+	q := fencedb.New(direct)
 
 	fired := proxy.CutAfterSending("INSERT INTO /* TEMPLATE: schema */lock_leases", time.Minute)
 	locked := make(chan func(), 1)
@@ -105,7 +121,7 @@ func TestTryAcquireReturnsWithItsContext(t *testing.T) {
 	}
 	unlock := <-locked
 	defer unlock()
-	time.Sleep(200 * time.Millisecond) // the give-back waits behind the lock
+	waitUntil(t, "the give-back waits behind the lock", func() bool { return lockWaiters(t, direct) > 0 })
 	if row, err := q.GetLease(ctx, key); err != nil || !row.Held {
 		t.Fatalf("the give-back did not wait for the row lock (%+v, %v): the test proves nothing", row, err)
 	}
@@ -125,7 +141,8 @@ func TestTryAcquireReturnsWithItsContext(t *testing.T) {
 // lease's local deadline (2.7 s here).
 func TestReleaseReturnsWithItsContext(t *testing.T) {
 	ctx := context.Background()
-	c := newClient(t, pgtest.Pool(t), pglease.WithRenewInterval(100*time.Millisecond))
+	pool := pgtest.Pool(t)
+	c := newClient(t, pool, pglease.WithRenewInterval(100*time.Millisecond))
 	key := uniqueKey(t)
 	l, err := c.TryAcquire(ctx, key, 3*time.Second)
 	if err != nil {
@@ -133,7 +150,7 @@ func TestReleaseReturnsWithItsContext(t *testing.T) {
 	}
 	unlock := lockRow(t, key)
 	defer unlock()
-	time.Sleep(300 * time.Millisecond) // a renewal is now waiting on the lock
+	waitUntil(t, "a renewal waits on the lock", func() bool { return lockWaiters(t, pool) > 0 })
 	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()

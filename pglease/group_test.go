@@ -21,6 +21,7 @@ import (
 // batches, often several for one key. Per key, a holder is alone, its fence
 // is the row's, and fences rise in the order of entry.
 func TestGroupAcquireManyCallersOneClient(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	q := fencedb.New(pgtest.Pool(t))
@@ -129,13 +130,7 @@ func TestGroupAcquireCallerGivesUpInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	lockWaits := func(t *testing.T, n int) func() bool {
-		return func() bool {
-			var waiting int
-			if err := direct.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()").Scan(&waiting); err != nil {
-				t.Fatal(err)
-			}
-			return waiting >= n
-		}
+		return func() bool { return lockWaiters(t, direct) >= n }
 	}
 
 	// The first attempts run alone and wait for their row locks until their
@@ -208,6 +203,7 @@ func TestGroupAcquireCallerGivesUpInFlight(t *testing.T) {
 // unnamed statements), batches carry their key, token and TTL arrays and
 // every caller gets its own lease.
 func TestGroupAcquireBehindPgBouncer(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := newClient(t, pgtest.BouncerPool(t), pglease.WithoutAutoRenew())
 	base := uniqueKey(t)

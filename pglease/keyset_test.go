@@ -20,6 +20,7 @@ import (
 // and leaves c free; each key of a set has its own fence; releasing the set
 // frees both.
 func TestKeySetAllOrNothing(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := newClient(t, pgtest.Pool(t))
 	other := newClient(t, pgtest.Pool(t))
@@ -72,6 +73,7 @@ func TestKeySetAllOrNothing(t *testing.T) {
 // no acquisition fails (a deadlock between two sets would fail one with
 // SQLSTATE 40P01 after deadlock_timeout).
 func TestKeySetOverlappingNoDeadlock(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	clients := []*pglease.Client{
 		newClient(t, pgtest.Pool(t), pglease.WithBackoff(time.Millisecond, 10*time.Millisecond)),
@@ -121,6 +123,7 @@ func TestKeySetOverlappingNoDeadlock(t *testing.T) {
 
 // Bad key sets are refused before anything is sent.
 func TestKeySetInput(t *testing.T) {
+	t.Parallel()
 	c := newClient(t, pgtest.Pool(t))
 	ctx := context.Background()
 	for name, keys := range map[string][]string{
@@ -139,6 +142,7 @@ func TestKeySetInput(t *testing.T) {
 // alone), and a key taken by another owner meanwhile is left alone by the
 // release (ErrLeaseLost for it, the others released).
 func TestKeySetRenewReleaseOneStatement(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	counter := &queryCounter{}
 	pool := pgtest.Pool(t)
@@ -149,50 +153,65 @@ func TestKeySetRenewReleaseOneStatement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	counter.n.Store(0)
-	if err := set.Renew(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if n := counter.n.Load(); n != 1 {
-		t.Fatalf("renewing a set of 5 sent %d statements, want 1", n)
-	}
-	if _, err := pool.Exec(ctx, `UPDATE lock_leases SET expires_at = now() WHERE lock_key = $1`, keys[1]); err != nil {
-		t.Fatal(err)
-	}
-	before := leaseOn(t, set, keys[0]).ExpiresAt()
-	err = set.Renew(ctx)
-	if !errors.Is(err, pglease.ErrLeaseLost) || !strings.Contains(err.Error(), keys[1]) || strings.Contains(err.Error(), keys[0]+`"`) {
-		t.Fatalf("renewing with %s expired: %v, want ErrLeaseLost for it alone", keys[1], err)
-	}
-	if n := rows(t, pool, `SELECT FROM lock_leases WHERE lock_key = $1 AND expires_at > now()`, keys[1]); n != 0 {
-		t.Fatalf("the expired key was resurrected")
-	}
-	if !leaseOn(t, set, keys[0]).ExpiresAt().After(before) {
-		t.Fatal("the other keys were not renewed")
-	}
-	other, err := newClient(t, pool).TryAcquire(ctx, keys[1], 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Release(ctx)
-	counter.n.Store(0)
-	err = set.Release(ctx)
-	if !errors.Is(err, pglease.ErrLeaseLost) || !strings.Contains(err.Error(), keys[1]) {
-		t.Fatalf("releasing with %s lost: %v, want ErrLeaseLost for it", keys[1], err)
-	}
-	// The release, and the lost key's state (the uncommon path).
-	if n := counter.n.Load(); n > 2 {
-		t.Fatalf("releasing a set of 5 sent %d statements, want 1 (and 1 to tell how a key was lost)", n)
-	}
-	if n := rows(t, pool, `SELECT FROM lock_leases WHERE lock_key = ANY($1) AND expires_at > now()`, keys); n != 1 {
-		t.Fatalf("%d keys of the set still held after its release, want 1 (the other owner's)", n)
-	}
-	if context.Cause(other.Context()) != nil {
-		t.Fatalf("the other owner's lease: %v", context.Cause(other.Context()))
-	}
-	if err := set.Release(ctx); err != nil {
-		t.Fatalf("a second Release: %v", err)
-	}
+	pgtest.Step(t, "a renewal of the set is one statement", func(t *testing.T) {
+		counter.n.Store(0)
+		if err := set.Renew(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := counter.n.Load(); n != 1 {
+			t.Fatalf("renewing a set of 5 sent %d statements, want 1", n)
+		}
+	})
+	pgtest.Step(t, "a key expired behind the set's back is lost alone, not resurrected", func(t *testing.T) {
+		if _, err := pool.Exec(ctx, `UPDATE lock_leases SET expires_at = now() WHERE lock_key = $1`, keys[1]); err != nil {
+			t.Fatal(err)
+		}
+		before := leaseOn(t, set, keys[0]).ExpiresAt()
+		err := set.Renew(ctx)
+		if !errors.Is(err, pglease.ErrLeaseLost) || !strings.Contains(err.Error(), keys[1]) || strings.Contains(err.Error(), keys[0]+`"`) {
+			t.Fatalf("renewing with %s expired: %v, want ErrLeaseLost for it alone", keys[1], err)
+		}
+		if n := rows(t, pool, `SELECT FROM lock_leases WHERE lock_key = $1 AND expires_at > now()`, keys[1]); n != 0 {
+			t.Fatalf("the expired key was resurrected")
+		}
+		if !leaseOn(t, set, keys[0]).ExpiresAt().After(before) {
+			t.Fatal("the other keys were not renewed")
+		}
+	})
+	otherOwner := newClient(t, pool)
+	var other *pglease.Lease
+	defer func() {
+		if other != nil {
+			other.Release(ctx)
+		}
+	}()
+	pgtest.Step(t, "the release is one statement and leaves another owner's key alone", func(t *testing.T) {
+		var err error
+		other, err = otherOwner.TryAcquire(ctx, keys[1], 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		counter.n.Store(0)
+		err = set.Release(ctx)
+		if !errors.Is(err, pglease.ErrLeaseLost) || !strings.Contains(err.Error(), keys[1]) {
+			t.Fatalf("releasing with %s lost: %v, want ErrLeaseLost for it", keys[1], err)
+		}
+		// The release, and the lost key's state (the uncommon path).
+		if n := counter.n.Load(); n > 2 {
+			t.Fatalf("releasing a set of 5 sent %d statements, want 1 (and 1 to tell how a key was lost)", n)
+		}
+		if n := rows(t, pool, `SELECT FROM lock_leases WHERE lock_key = ANY($1) AND expires_at > now()`, keys); n != 1 {
+			t.Fatalf("%d keys of the set still held after its release, want 1 (the other owner's)", n)
+		}
+		if err := context.Cause(other.Context()); err != nil {
+			t.Fatalf("the other owner's lease: %v", err)
+		}
+	})
+	t.Run("a second Release succeeds", func(t *testing.T) {
+		if err := set.Release(ctx); err != nil {
+			t.Fatalf("a second Release: %v", err)
+		}
+	})
 }
 
 // An auto-renewed set of 5 keys (TTL 600 ms: a renewal every 200 ms) is

@@ -15,6 +15,7 @@ import (
 
 	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
+	"github.com/pgfence/pgfence/migrations"
 	"github.com/pgfence/pgfence/pglease"
 )
 
@@ -28,6 +29,17 @@ func newClient(t *testing.T, pool *pgxpool.Pool, opts ...pglease.Option) *pgleas
 	return c
 }
 
+// inSchema points a pool's connections at schema (from pgtest.Schema), for
+// tests that count or sweep whole tables while other tests run: two pools
+// of one test share the schema, which pgtest.SchemaPool cannot do.
+func inSchema(t *testing.T, schema string) func(*pgxpool.Config) {
+	return func(cfg *pgxpool.Config) {
+		if err := migrations.UseSchema(cfg, schema); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func uniqueKey(t *testing.T) string {
 	return fmt.Sprintf("%s:%d", t.Name(), rand.Int64())
 }
@@ -36,6 +48,7 @@ func uniqueKey(t *testing.T) string {
 // shared checker counts holders per key: it must never see two at once, and
 // the fences it sees per key must rise strictly in the order of entry.
 func TestMutualExclusion(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	clients := []*pglease.Client{
 		newClient(t, pgtest.Pool(t), pglease.WithOwner("client-a"), pglease.WithBackoff(time.Millisecond, 20*time.Millisecond)),
@@ -91,9 +104,11 @@ func TestMutualExclusion(t *testing.T) {
 }
 
 // Fences rise per key across release and across the sweep deleting the row.
+// The sweep deletes every expired row, so the test has a schema of its own.
 func TestFencesIncreaseAcrossReleaseAndSweep(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.Pool(t)
+	pool := pgtest.SchemaPool(t)
 	c := newClient(t, pool)
 	key := uniqueKey(t)
 	var prev int64
@@ -201,6 +216,7 @@ func TestExpiryByDatabaseClock(t *testing.T) {
 // A renewal of an expired lease must not resurrect it even when nobody else
 // took the key.
 func TestRenewDoesNotResurrect(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	c := newClient(t, pool, pglease.WithoutAutoRenew())
@@ -291,6 +307,7 @@ func TestStalledRenewalLosesLease(t *testing.T) {
 // A definite zero-row renewal ends the lease at once, long before the local
 // deadline.
 func TestLostRenewalEndsLeaseAtOnce(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	c := newClient(t, pool, pglease.WithRenewInterval(50*time.Millisecond))
@@ -318,6 +335,7 @@ func TestLostRenewalEndsLeaseAtOnce(t *testing.T) {
 }
 
 func TestAcquireWaitsAndGivesUp(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	holder := newClient(t, pool)
@@ -374,6 +392,7 @@ func TestAcquireWaitsAndGivesUp(t *testing.T) {
 }
 
 func TestDoEndsContextOnLoss(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	c := newClient(t, pool, pglease.WithRenewInterval(50*time.Millisecond))
@@ -403,6 +422,7 @@ func TestDoEndsContextOnLoss(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	if _, err := pglease.New(nil); !errors.Is(err, pglease.ErrInvalidInput) {
@@ -456,6 +476,7 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestMissingSchemaSaysWhatToDo(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t, func(cfg *pgxpool.Config) {
 		cfg.ConnConfig.RuntimeParams["search_path"] = "pg_catalog" // hides lock_leases
@@ -472,6 +493,7 @@ func TestMissingSchemaSaysWhatToDo(t *testing.T) {
 }
 
 func TestCloseReleasesLeases(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	c, err := pglease.New(pool)
@@ -502,6 +524,7 @@ func TestCloseReleasesLeases(t *testing.T) {
 // A panic in Do's function goes on up, after the lease is released; a nil
 // function is refused before anything is acquired.
 func TestDoReleasesOnPanic(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	q := fencedb.New(pool)
@@ -533,6 +556,7 @@ func TestDoReleasesOnPanic(t *testing.T) {
 // A renew interval that does not come before the local deadline (TTL minus
 // the safety margin) could never keep a lease: it is refused per call.
 func TestRenewIntervalBeforeLocalDeadline(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	for _, tc := range []struct {

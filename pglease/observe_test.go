@@ -203,6 +203,7 @@ func TestObserveReleaseAndSlowReader(t *testing.T) {
 // Ending ctx closes the channel; so does closing the client, without
 // waiting for ctx.
 func TestObserveEnds(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.Pool(t)
 	for _, how := range []string{"ctx", "close"} {
 		t.Run(how, func(t *testing.T) {
@@ -241,6 +242,7 @@ func TestObserveEnds(t *testing.T) {
 }
 
 func TestObserveRefusesBadInput(t *testing.T) {
+	t.Parallel()
 	c := newClient(t, pgtest.Pool(t))
 	for _, key := range []string{"", "nul\x00byte", string([]byte{0xff})} {
 		if ch, err := c.Observe(context.Background(), key); !errors.Is(err, pglease.ErrInvalidInput) || ch != nil {
@@ -252,6 +254,7 @@ func TestObserveRefusesBadInput(t *testing.T) {
 // With WithWakeOnRelease, a release is seen at once, not at the next poll:
 // the observer's poll interval here is longer than the test.
 func TestObserveWakesOnRelease(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	key := uniqueKey(t)
@@ -286,10 +289,12 @@ func TestObserveWakesOnRelease(t *testing.T) {
 
 // A sweep that deletes an ended lease's row changes nothing an observer
 // sees: the last grant's fence still stands (a 0 would run fences
-// backwards), and the next grant comes with a larger one.
+// backwards), and the next grant comes with a larger one. The sweep deletes
+// every expired row, so the test has a schema of its own.
 func TestObserveKeepsFenceAcrossSweep(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.Pool(t)
+	pool := pgtest.SchemaPool(t)
 	key := uniqueKey(t)
 	c := newClient(t, pool, pglease.ObserveIntervalForTest(20*time.Millisecond))
 	l, err := c.TryAcquire(ctx, key, time.Minute)
@@ -309,7 +314,11 @@ func TestObserveKeepsFenceAcrossSweep(t *testing.T) {
 	if h := <-ch; h.Held || h.Fence != l.Fence() {
 		t.Fatalf("after release: %+v, want not held with fence %d", h, l.Fence())
 	}
-	time.Sleep(5 * time.Millisecond) // the released row's expiry falls behind now(): sweepable with grace 0
+	waitUntil(t, "the released row is sweepable with grace 0", func() bool {
+		var past bool
+		err := pool.QueryRow(ctx, "SELECT expires_at < now() FROM lock_leases WHERE lock_key = $1", key).Scan(&past)
+		return err == nil && past
+	})
 	if n, err := c.SweepExpired(ctx, 0); err != nil || n < 1 {
 		t.Fatalf("SweepExpired = %d, %v; want the released row deleted", n, err)
 	}

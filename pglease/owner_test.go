@@ -31,6 +31,7 @@ func (q *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryE
 // ErrInvalidInput, before any statement is sent; a 256-byte multi-byte
 // label is stored as it is.
 func TestOwnerLabelValidated(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	counter := &queryCounter{}
 	pool := pgtest.Pool(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = counter })

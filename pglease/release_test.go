@@ -18,6 +18,7 @@ import (
 // on when the session has it off. The setting each statement leaves in force
 // is read back inside the same transaction.
 func TestCommitDurabilityPerStatement(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t, func(cfg *pgxpool.Config) {
 		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
@@ -86,6 +87,7 @@ func TestCommitDurabilityPerStatement(t *testing.T) {
 // Release of a lease already lost says how: expired (its row still carries
 // its fence) or taken (another fence, or the row was swept).
 func TestReleaseOfLostLeaseSaysHow(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	c := newClient(t, pool, pglease.WithoutAutoRenew())

@@ -29,67 +29,78 @@ func semaphore(t *testing.T, c *pglease.Client, key string, permits int) *pgleas
 // acquirer, with a new fence; callers asking for another number of permits
 // are refused while permits are held, and the number changes once none is.
 func TestSemaphorePermitsSlotsAndMismatch(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := newClient(t, pgtest.Pool(t))
 	key := uniqueKey(t)
 	s := semaphore(t, c, key, 3)
 	var held []*pglease.Lease
-	for i := range 3 {
+	pgtest.Step(t, "three permits take slots 0, 1, 2 with rising fences; a fourth is refused", func(t *testing.T) {
+		for i := range 3 {
+			l, err := s.TryAcquire(ctx, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.Slot() != i || l.Permits() != 3 {
+				t.Fatalf("permit %d: slot %d of %d", i, l.Slot(), l.Permits())
+			}
+			if i > 0 && l.Fence() <= held[i-1].Fence() {
+				t.Fatalf("fence %d after %d", l.Fence(), held[i-1].Fence())
+			}
+			held = append(held, l)
+		}
+		if _, err := s.TryAcquire(ctx, 5*time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
+			t.Fatalf("fourth permit of three: %v, want ErrNotAcquired", err)
+		}
+	})
+	pgtest.Step(t, "the mutex of the same name is another namespace", func(t *testing.T) {
+		l, err := c.TryAcquire(ctx, key, 5*time.Second)
+		if err != nil {
+			t.Fatalf("mutex of the semaphore's name: %v", err)
+		}
+		l.Release(ctx)
+	})
+	pgtest.Step(t, "another number of permits is refused while permits are held", func(t *testing.T) {
+		for _, n := range []int{2, 4} {
+			if _, err := semaphore(t, c, key, n).TryAcquire(ctx, 5*time.Second); !errors.Is(err, pglease.ErrPermitsMismatch) {
+				t.Fatalf("%d permits on a key held with 3: %v, want ErrPermitsMismatch", n, err)
+			}
+		}
+		if _, err := c.TryAcquireShared(ctx, key, 5*time.Second); !errors.Is(err, pglease.ErrPermitsMismatch) {
+			t.Fatalf("shared lease on a semaphore's key: %v, want ErrPermitsMismatch", err)
+		}
+	})
+	pgtest.Step(t, "a release frees its slot for the next acquirer, with a new fence", func(t *testing.T) {
+		if err := held[1].Release(ctx); err != nil {
+			t.Fatal(err)
+		}
 		l, err := s.TryAcquire(ctx, 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if l.Slot() != i || l.Permits() != 3 {
-			t.Fatalf("permit %d: slot %d of %d", i, l.Slot(), l.Permits())
+		if l.Slot() != 1 || l.Fence() <= held[2].Fence() {
+			t.Fatalf("after slot 1's release: slot %d, fence %d (last fence %d)", l.Slot(), l.Fence(), held[2].Fence())
 		}
-		if i > 0 && l.Fence() <= held[i-1].Fence() {
-			t.Fatalf("fence %d after %d", l.Fence(), held[i-1].Fence())
+		held[1] = l
+	})
+	t.Run("the number changes once no permit is held", func(t *testing.T) {
+		for _, h := range held {
+			if err := h.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
 		}
-		held = append(held, l)
-	}
-	if _, err := s.TryAcquire(ctx, 5*time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
-		t.Fatalf("fourth permit of three: %v, want ErrNotAcquired", err)
-	}
-	// The mutex of the same name is another namespace.
-	if l, err := c.TryAcquire(ctx, key, 5*time.Second); err != nil {
-		t.Fatalf("mutex of the semaphore's name: %v", err)
-	} else {
+		l, err := semaphore(t, c, key, 5).TryAcquire(ctx, 5*time.Second)
+		if err != nil {
+			t.Fatalf("5 permits once none is held: %v", err)
+		}
 		l.Release(ctx)
-	}
-	for _, n := range []int{2, 4} {
-		if _, err := semaphore(t, c, key, n).TryAcquire(ctx, 5*time.Second); !errors.Is(err, pglease.ErrPermitsMismatch) {
-			t.Fatalf("%d permits on a key held with 3: %v, want ErrPermitsMismatch", n, err)
-		}
-	}
-	if _, err := c.TryAcquireShared(ctx, key, 5*time.Second); !errors.Is(err, pglease.ErrPermitsMismatch) {
-		t.Fatalf("shared lease on a semaphore's key: %v, want ErrPermitsMismatch", err)
-	}
-	if err := held[1].Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	l, err := s.TryAcquire(ctx, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l.Slot() != 1 || l.Fence() <= held[2].Fence() {
-		t.Fatalf("after slot 1's release: slot %d, fence %d (last fence %d)", l.Slot(), l.Fence(), held[2].Fence())
-	}
-	for _, h := range []*pglease.Lease{held[0], l, held[2]} {
-		if err := h.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Nothing held: the number may change.
-	l, err = semaphore(t, c, key, 5).TryAcquire(ctx, 5*time.Second)
-	if err != nil {
-		t.Fatalf("5 permits once none is held: %v", err)
-	}
-	l.Release(ctx)
+	})
 }
 
 // A permit whose holder stopped renewing (a dead client) returns at its TTL
 // by the database clock; renewing it afterwards fails and never resurrects it.
 func TestSemaphoreDeadHolderReturnsAtTTL(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dead := newClient(t, pgtest.Pool(t), pglease.WithoutAutoRenew())
 	live := newClient(t, pgtest.Pool(t))
@@ -124,6 +135,7 @@ func TestSemaphoreDeadHolderReturnsAtTTL(t *testing.T) {
 // 16 goroutines of two clients take the 4 permits of a key through Do: never
 // more than 4 inside at once, no two inside on one slot, and 4 at the peak.
 func TestSemaphoreDoConcurrent(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	key := uniqueKey(t)
 	clients := []*pglease.Client{
@@ -164,6 +176,7 @@ func TestSemaphoreDoConcurrent(t *testing.T) {
 
 // Bad input is refused before anything is sent.
 func TestSemaphoreInput(t *testing.T) {
+	t.Parallel()
 	c := newClient(t, pgtest.Pool(t))
 	for _, n := range []int{0, -1, pglease.MaxPermits + 1} {
 		if _, err := c.Semaphore("k", n); !errors.Is(err, pglease.ErrInvalidInput) {
@@ -186,6 +199,7 @@ func TestSemaphoreInput(t *testing.T) {
 // schema's objects, whatever its connections' search_path: the default
 // schema's tables are untouched.
 func TestCoordinationKindsWithSchema(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	schema := pgtest.Schema(t)
 	pool := pgtest.Pool(t)
@@ -225,6 +239,7 @@ func TestCoordinationKindsWithSchema(t *testing.T) {
 // number is refused, and renew and release by key, slot and fence work (and
 // never resurrect or touch another grant).
 func TestSemaphoreSQLForms(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	c := newClient(t, pool)

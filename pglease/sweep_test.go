@@ -45,9 +45,11 @@ func countLeases(t *testing.T, pool *pgxpool.Pool, prefix string) int {
 // sizes that divide the table exactly (the last batch full, then an empty
 // one), that leave a remainder, and that exceed it.
 func TestSweepBatchBoundaries(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, batch := range []int{1, 7, 100, 300, 301, 1000} {
 		t.Run(fmt.Sprint(batch), func(t *testing.T) {
+			t.Parallel()
 			pool := pgtest.SchemaPool(t)
 			insertLeases(t, pool, "old", 100, 48*time.Hour)   // swept
 			insertLeases(t, pool, "recent", 100, time.Minute) // expired, but within the grace
@@ -78,6 +80,7 @@ func TestSweepBatchBoundaries(t *testing.T) {
 // Tombstones of abandoned acquisitions go in batches too, only those older
 // than AbandonedTokenRetention.
 func TestSweepTombstonesInBatches(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.SchemaPool(t)
 	if _, err := pool.Exec(ctx, `
@@ -106,6 +109,7 @@ SELECT 'tok' || g, CASE WHEN g % 2 = 0 THEN now() - $1::bigint * interval '1 mic
 // TryAcquire would be granted the key while it is held (the checker sees
 // two holders), and the holder's Renew would find its lease lost.
 func TestSweepConcurrentWithAcquire(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	pool := pgtest.SchemaPool(t, func(c *pgxpool.Config) { c.MaxConns = 12 })
@@ -213,6 +217,7 @@ func (c *cancelAfter) TraceQueryEnd(_ context.Context, _ *pgx.Conn, _ pgx.TraceQ
 // A sweep whose context ends between batches returns the rows deleted so
 // far with the context's error; the next sweep deletes the rest.
 func TestSweepCanceledMidway(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	tracer := &cancelAfter{cancel: cancel}
@@ -242,6 +247,7 @@ func TestSweepCanceledMidway(t *testing.T) {
 }
 
 func TestSweepRefusesBadInput(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.Pool(t)
 	c := newClient(t, pool)
 	if _, err := c.SweepExpired(context.Background(), -time.Second); !errors.Is(err, pglease.ErrInvalidInput) {

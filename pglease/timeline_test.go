@@ -21,6 +21,7 @@ import (
 // the check the grant is returned as a lease whose fence is below fences
 // already handed out.
 func TestGrantFromOlderTimelineIsRefused(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	mark := new(pgguard.TimelineMark)
 	pool := pgtest.Pool(t)

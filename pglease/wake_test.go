@@ -20,6 +20,7 @@ const wakeChannel = "pgfence_lease_released"
 // Release and ReleaseByOwnerToken each send one notification, with the key,
 // when they release a row; a Release that matches nothing sends none.
 func TestReleaseNotifies(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	listener, err := pool.Acquire(ctx)
@@ -216,6 +217,7 @@ func TestWakeListenerPings(t *testing.T) {
 // Without the option there is no listener, and the waiter still gets the
 // lease by polling.
 func TestWithoutWakePolls(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.Pool(t)
 	holder := newClient(t, pool)
 	waiter := newClient(t, pool, pglease.WithBackoff(50*time.Millisecond, 200*time.Millisecond))
