@@ -14,9 +14,10 @@ import (
 	"github.com/pgfence/pgfence/pglease"
 )
 
-// A holder keeps a key for 1.5 s while five fair waiters, each its own
-// client and pool, start 200 ms apart: they are granted the key in the
-// order they started waiting, every time, with and without wake-on-release.
+// A holder keeps a key while five fair waiters, each its own client and
+// pool, start one after another (each once the one before has its place in
+// the queue): they are granted the key in the order they started waiting,
+// every time, with and without wake-on-release.
 func TestFairWaitingOrder(t *testing.T) {
 	for _, wake := range []bool{false, true} {
 		t.Run(fmt.Sprintf("wake=%v", wake), func(t *testing.T) {
@@ -34,6 +35,11 @@ func TestFairWaitingOrder(t *testing.T) {
 			var mu sync.Mutex
 			var order []int
 			var wg sync.WaitGroup
+			pool := pgtest.Pool(t)
+			places := func() (n int) {
+				pool.QueryRow(ctx, `SELECT count(*) FROM pgfence_waiters WHERE lock_key = $1 AND expires_at > now()`, key).Scan(&n)
+				return n
+			}
 			for i := range 5 {
 				c := newClient(t, pgtest.Pool(t), opts...)
 				wg.Go(func() {
@@ -48,9 +54,8 @@ func TestFairWaitingOrder(t *testing.T) {
 						t.Error(err)
 					}
 				})
-				time.Sleep(200 * time.Millisecond)
+				waitUntil(t, fmt.Sprintf("waiter %d queued", i+1), func() bool { return places() == i+1 })
 			}
-			time.Sleep(500 * time.Millisecond)
 			if err := h.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -378,6 +383,7 @@ func TestFairSemaphoreWaiterGivesUp(t *testing.T) {
 // and one with a queued waiter does (counted by track_functions within the
 // releasing transaction, which is rolled back).
 func TestReleaseWakesOnlyQueuedKeys(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	plain := newClient(t, pool)

@@ -261,9 +261,11 @@ func TestSweepRefusesBadInput(t *testing.T) {
 // places still live, or expired within the grace, stay, and so does each
 // key's permit count.
 func TestSweepPermitsAndPlaces(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, batch := range []int{1, 3, 1000} {
 		t.Run(fmt.Sprint(batch), func(t *testing.T) {
+			t.Parallel()
 			pool := pgtest.SchemaPool(t)
 			if _, err := pool.Exec(ctx, `
 INSERT INTO pgfence_semaphores (lock_key, permits) VALUES ('sem', 5);
