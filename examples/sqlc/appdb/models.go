@@ -24,6 +24,7 @@ type LockLease struct {
 	AcquiredAt pgtype.Timestamptz
 	ExpiresAt  pgtype.Timestamptz
 	ReleasedAt pgtype.Timestamptz
+	HasWaiters bool
 }
 
 type PayoutIntent struct {
