@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
@@ -435,34 +436,15 @@ func TestFairWakeOnClientChannel(t *testing.T) {
 	plain := newClient(t, pool)
 	waiter := newClient(t, pgtest.Pool(t), pglease.WithFairWaiting(), pglease.WithWakeOnRelease(), pglease.WithBackoff(5*time.Second, 10*time.Second))
 	key := uniqueKey(t)
-	other, err := pool.Acquire(ctx)
+	other, err := pgx.Connect(ctx, pgtest.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer other.Release()
+	defer other.Close(ctx)
 	if _, err := other.Exec(ctx, `LISTEN pgfence_lease_released`); err != nil {
 		t.Fatal(err)
 	}
-	h, err := plain.TryAcquire(ctx, key, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan time.Time, 1)
-	go func() {
-		l, err := waiter.Acquire(ctx, key, 10*time.Second)
-		got <- time.Now()
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		l.Release(ctx)
-	}()
-	time.Sleep(300 * time.Millisecond) // the waiter's first attempt failed; it sleeps its backoff
-	released := time.Now()
-	if err := h.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if d := (<-got).Sub(released); d > 150*time.Millisecond {
+	if d := wakeRound(t, plain, waiter, key, 300*time.Millisecond); d > 150*time.Millisecond {
 		t.Fatalf("granted %v after the release: not woken", d)
 	}
 	// The waiter's own Release notifies its key there (WithWakeOnRelease
@@ -470,7 +452,7 @@ func TestFairWakeOnClientChannel(t *testing.T) {
 	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	for {
-		n, err := other.Conn().WaitForNotification(wctx)
+		n, err := other.WaitForNotification(wctx)
 		if err != nil {
 			break
 		}
