@@ -119,13 +119,14 @@ func TestExecSignalKillsGroup(t *testing.T) {
 // TestExecSignalToStoppedCommand: a command stopped by SIGTTIN (as one that
 // reads the terminal from the background is) is not left stopped for ever:
 // pgfence says so, and a SIGTERM to pgfence is forwarded with a SIGCONT, so
-// that it takes effect.
+// that it takes effect. The command is a bash loop: dash's vfork can keep
+// its group from stopping as a whole (see needBash).
 func TestExecSignalToStoppedCommand(t *testing.T) {
 	t.Parallel()
 	key := randomName("stopped:")
 	log := filepath.Join(t.TempDir(), "log")
 	a := exec.Command(bin, "exec", "--database-url", pgtest.URL(), "--key", key, "--ttl", "3s",
-		"--", "sh", "-c", `trap 'echo TERM >> "$LOG"; exit 42' TERM; echo "started $$" >> "$LOG"; while :; do sleep 0.05; done`)
+		"--", needBash(t), "-c", `trap 'echo TERM >> "$LOG"; exit 42' TERM; echo "started $$" >> "$LOG"; while :; do sleep 0.05; done`)
 	a.Env = cleanEnv("LOG=" + log)
 	aErr := &syncBuffer{}
 	a.Stderr = aErr
