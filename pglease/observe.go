@@ -26,8 +26,8 @@ const defaultObserveInterval = 200 * time.Millisecond
 // channel is closed when ctx ends or the client is closed.
 //
 // Observe polls every 200ms, so a change of holder is seen within that, and
-// also reads at the moment the current lease is due to expire. With WithWakeOnRelease it also reads as
-// soon as a release of key is notified (the client's listener serves Acquire
+// also reads at the moment the current lease is due to expire. With
+// WithWakeOnRelease it also reads as soon as a release of key is notified (the client's listener serves Acquire
 // and Observe alike); the new holder, who sends no notification, is then seen
 // at the next poll. Read errors after the first are logged and retried at the
 // next poll; the first read's error is returned, as are ErrInvalidInput for a

@@ -30,8 +30,8 @@ const defaultSweepBatch = 1000
 // short transaction, so that a sweep of millions of rows never holds locks,
 // or keeps old row versions from being pruned, for longer than one batch;
 // between batches it rests as long as the last batch took (package
-// internal/batchwalk says why), so acquisitions running meanwhile stay fast. Rows inserted behind the walk
-// wait for the next sweep. When ctx ends between or during batches it
+// internal/batchwalk says why), so acquisitions running meanwhile stay
+// fast. Rows inserted behind the walk wait for the next sweep. When ctx ends between or during batches it
 // returns the rows deleted so far with ctx's error; what was deleted stays
 // deleted.
 func (c *Client) SweepExpired(ctx context.Context, olderThan time.Duration) (int64, error) {

@@ -114,14 +114,7 @@ func (l *Listener) Subscribe(channel, payload string, wake chan<- struct{}) (uns
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	cs := l.channels[channel]
-	if cs == nil {
-		cs = &channelSubs{subs: map[string]map[chan<- struct{}]int{}}
-		l.channels[channel] = cs
-	}
-	if !cs.listened && l.interrupt != nil {
-		l.interrupt() // the run loop LISTENs it before it waits again
-	}
+	cs := l.channelLocked(channel)
 	set := cs.subs[payload]
 	if set == nil {
 		set = map[chan<- struct{}]int{}
@@ -161,16 +154,23 @@ func (l *Listener) Keep(channel string) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.channelLocked(channel).kept = true
+	return nil
+}
+
+// channelLocked returns channel's subscribers, adding the channel if it is
+// new; a channel not yet LISTENed interrupts the run loop's wait, which
+// LISTENs it before it waits again. l.mu is held.
+func (l *Listener) channelLocked(channel string) *channelSubs {
 	cs := l.channels[channel]
 	if cs == nil {
 		cs = &channelSubs{subs: map[string]map[chan<- struct{}]int{}}
 		l.channels[channel] = cs
-		if l.interrupt != nil {
-			l.interrupt() // the run loop LISTENs it before it waits again
-		}
 	}
-	cs.kept = true
-	return nil
+	if !cs.listened && l.interrupt != nil {
+		l.interrupt()
+	}
+	return cs
 }
 
 // PID is the backend pid of the listening connection, 0 while not listening.
