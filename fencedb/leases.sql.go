@@ -18,8 +18,10 @@ SELECT $1::text, $2::text, $3::text,
  WHERE /* TEMPLATE: schema */pgfence_commit_durably()
    AND set_config('lock_timeout', '1s', true) IS NOT NULL
    AND NOT EXISTS (SELECT FROM /* TEMPLATE: schema */pgfence_abandoned_tokens AS a WHERE a.owner_token = $3::text)
-ON CONFLICT (lock_key) DO UPDATE
-   SET owner       = EXCLUDED.owner,
+ON CONFLICT (lock_key, slot) DO UPDATE
+   SET kind        = 'exclusive',
+       permits     = 0,
+       owner       = EXCLUDED.owner,
        owner_token = EXCLUDED.owner_token,
        fence       = EXCLUDED.fence,
        acquired_at = EXCLUDED.acquired_at,
@@ -82,9 +84,9 @@ const getLease = `-- name: GetLease :one
 SELECT lock_key, owner, fence, acquired_at, expires_at, released_at,
        (expires_at > now())::boolean AS held,
        (extract(epoch FROM GREATEST(expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros,
-       now()::timestamptz AS db_now
+       now()::timestamptz AS db_now, kind, permits
   FROM /* TEMPLATE: schema */lock_leases
- WHERE lock_key = $1
+ WHERE lock_key = $1 AND slot = 0
 `
 
 type GetLeaseRow struct {
@@ -97,10 +99,15 @@ type GetLeaseRow struct {
 	Held            bool
 	RemainingMicros int64
 	DbNow           time.Time
+	Kind            string
+	Permits         int32
 }
 
-// One lease as the database clock sees it now, held or not (held and
-// remaining_micros say which); released_at is set when its holder released
+// One key's row as the database clock sees it now, held or not (held and
+// remaining_micros say which). kind 'exclusive' is a plain (exclusive)
+// lease; 'shared' or 'permit' (owner empty, permits its number) says the
+// key is held, until expires_at at least, by shared holders or permits,
+// each in a row of its own (pgfence list shows them). released_at is set when its holder released
 // it, NULL when it is held or ran out. No row when the key has never been
 // acquired or its row was swept. It takes no lock and writes nothing.
 func (q *Queries) GetLease(ctx context.Context, lockKey string) (GetLeaseRow, error) {
@@ -116,12 +123,14 @@ func (q *Queries) GetLease(ctx context.Context, lockKey string) (GetLeaseRow, er
 		&i.Held,
 		&i.RemainingMicros,
 		&i.DbNow,
+		&i.Kind,
+		&i.Permits,
 	)
 	return i, err
 }
 
 const leaseFence = `-- name: LeaseFence :one
-SELECT fence FROM /* TEMPLATE: schema */lock_leases WHERE lock_key = $1
+SELECT fence FROM /* TEMPLATE: schema */lock_leases WHERE lock_key = $1 AND slot = 0
 `
 
 // The fence the key's row carries now, held or not; no row when the key has
@@ -139,8 +148,9 @@ const listLeases = `-- name: ListLeases :many
 SELECT lock_key, owner, fence, acquired_at, expires_at, released_at,
        (expires_at > now())::boolean AS held,
        (extract(epoch FROM GREATEST(expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros,
-       now()::timestamptz AS db_now
+       now()::timestamptz AS db_now, kind, permits
   FROM /* TEMPLATE: schema */lock_leases
+ WHERE slot = 0
  ORDER BY lock_key
 `
 
@@ -154,10 +164,12 @@ type ListLeasesRow struct {
 	Held            bool
 	RemainingMicros int64
 	DbNow           time.Time
+	Kind            string
+	Permits         int32
 }
 
-// Every lease row, held, released or expired, ordered by key, as of the
-// database clock now. It takes no lock and writes nothing.
+// Every key's row (as GetLease), held, released or expired, ordered by key,
+// as of the database clock now. It takes no lock and writes nothing.
 func (q *Queries) ListLeases(ctx context.Context) ([]ListLeasesRow, error) {
 	rows, err := q.db.Query(ctx, listLeases)
 	if err != nil {
@@ -177,6 +189,8 @@ func (q *Queries) ListLeases(ctx context.Context) ([]ListLeasesRow, error) {
 			&i.Held,
 			&i.RemainingMicros,
 			&i.DbNow,
+			&i.Kind,
+			&i.Permits,
 		); err != nil {
 			return nil, err
 		}
@@ -208,6 +222,8 @@ const release = `-- name: Release :one
 UPDATE /* TEMPLATE: schema */lock_leases
    SET expires_at = now(), released_at = now()
  WHERE lock_key = $1
+   AND slot = 0
+   AND kind = 'exclusive'
    AND fence = $2
    AND expires_at > now()
    AND CASE WHEN $3::boolean THEN /* TEMPLATE: schema */pgfence_commit_durably()
@@ -243,6 +259,8 @@ const renew = `-- name: Renew :one
 UPDATE /* TEMPLATE: schema */lock_leases
    SET expires_at = now() + $1::bigint * interval '1 microsecond'
  WHERE lock_key = $2
+   AND slot = 0
+   AND kind = 'exclusive'
    AND fence = $3
    AND expires_at > now()
    AND /* TEMPLATE: schema */pgfence_commit_durably()

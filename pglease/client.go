@@ -225,7 +225,7 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*L
 	if c.cfg.fair {
 		return c.acquireFair(ctx, key, ttl)
 	}
-	return c.waitFor(ctx, key, key, func(ctx context.Context) (*Lease, error) { return c.acquire(ctx, key, ttl) })
+	return c.acquireExclusive(ctx, key, ttl)
 }
 
 // waitFor runs attempt until it grants a lease, as Acquire describes: the

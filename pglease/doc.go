@@ -16,9 +16,11 @@
 // from writing late: pass [Lease.Fence] with each protected write and let
 // the resource refuse older fences (package pgguard).
 //
-// Beyond the mutex, on the same machinery, every grant with its own fence:
+// A key is one lock whatever kind its holders ask for; a plain lease is its
+// exclusive kind. The other kinds, each grant with its own fence:
 // [Client.Semaphore] (N permits per key, a slot each), [Client.AcquireShared]
-// and [Client.AcquireExclusive] (readers or one writer, writer preference),
+// (readers beside each other, excluded by the exclusive lease, with writer
+// preference),
 // [Client.AcquireSet] (several keys, all or none), [WithFairWaiting]
 // (waiters of every kind in arrival order), and [Lease.HoldAtLeast] with
 // [Client.OncePerPeriod] for scheduled work; docs/coordination.md says when

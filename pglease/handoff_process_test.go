@@ -29,7 +29,7 @@ const handoffWorkerEnv = "PGFENCE_HANDOFF_WORKER"
 // handoffWorkerMain runs a worker, configured as "url|key|waiters|kind|wake":
 // one client (one pool, one listener with wake) whose waiters goroutines
 // take key again and again as fair waiters (kind "mutex": Acquire; kind
-// "exclusive": AcquireExclusive), hold it 1 ms and release it. It prints
+// "exclusive": Acquire), hold it 1 ms and release it. It prints
 // "g <fence> <unix ns>" when Acquire returns, "r <fence> <unix ns>" just
 // before Release is sent and "x <fence> <unix ns>" when it returned; on each "mark" line on stdin, "s <n>": the
 // statements its pool has sent so far. It stops when stdin closes.
@@ -82,7 +82,7 @@ func runHandoffWorker(url, key string, n int, kind string, wake bool) error {
 	}()
 	acquire := func() (*pglease.Lease, error) { return c.Acquire(ctx, key, 30*time.Second) }
 	if kind == "exclusive" {
-		acquire = func() (*pglease.Lease, error) { return c.AcquireExclusive(ctx, key, 30*time.Second) }
+		acquire = func() (*pglease.Lease, error) { return c.Acquire(ctx, key, 30*time.Second) }
 	}
 	var wg sync.WaitGroup
 	var failed atomic.Value

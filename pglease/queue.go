@@ -7,10 +7,7 @@ import (
 	mrand "math/rand/v2"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/pgfence/pgfence/internal/fencesql"
-	"github.com/pgfence/pgfence/internal/pgerr"
 )
 
 // WithFairWaiting makes every Acquire wait in a first come, first served
@@ -48,48 +45,42 @@ func (c *Client) fairPlace() time.Duration {
 	return max(3*c.cfg.backoffMax, 3*time.Second)
 }
 
-// acquireFair is Acquire with WithFairWaiting.
+// acquireFair is Acquire with WithFairWaiting: an exclusive waiter in the
+// key's queue.
 func (c *Client) acquireFair(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
-	return c.waitInQueue(ctx, key, false, func(ctx context.Context, token string) (*Lease, error) {
-		return c.tryFair(ctx, key, token, ttl)
+	return c.waitInQueue(ctx, key, func(ctx context.Context, token string) (*Lease, error) {
+		return c.grantSlotAs(ctx, key, ttl, leaseRow{}, token, c.sendQueued(key, kindExclusive, 0, ttl))
 	})
 }
 
 // waitInQueue is the wait of a fair waiter of any kind: every attempt runs
-// under the waiter's owner token, which keeps its place (in the queue of
-// the semaphores' and shared/exclusive keys' namespace when permit). An
+// under the waiter's owner token, which keeps its place in the key's queue. An
 // attempt whose outcome was settled by tombstoning the token (or that
 // failed) loses the place with it, and the next attempt queues afresh under
 // a new token; a waiter that returns without a lease leaves the queue.
-func (c *Client) waitInQueue(ctx context.Context, key string, permit bool, attempt func(ctx context.Context, token string) (*Lease, error)) (*Lease, error) {
+func (c *Client) waitInQueue(ctx context.Context, key string, attempt func(ctx context.Context, token string) (*Lease, error)) (*Lease, error) {
 	token := c.fairToken()
 	l, err := c.waitWoken(ctx, key, func() wakeAddr { return c.fairAddr(token) }, func(ctx context.Context) (*Lease, error) {
 		l, err := attempt(ctx, token)
 		if err != nil && !errors.Is(err, ErrNotAcquired) {
-			c.leaveQueue(ctx, key, token, permit)
+			c.leaveQueue(ctx, key, token)
 			token = c.fairToken()
 		}
 		return l, err
 	})
 	if err != nil {
-		c.leaveQueue(ctx, key, token, permit)
+		c.leaveQueue(ctx, key, token)
 	}
 	return l, err
 }
 
-// leaveQueue removes token's place in key's queue (of the semaphores' and
-// shared/exclusive keys' namespace when permit), also when ctx has ended
+// leaveQueue removes token's place in key's queue, also when ctx has ended
 // (giving up is the usual reason to leave): within a few seconds, best
 // effort; a place left behind expires by itself.
-func (c *Client) leaveQueue(ctx context.Context, key, token string, permit bool) {
+func (c *Client) leaveQueue(ctx context.Context, key, token string) {
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	q := c.own(lctx)
-	if permit {
-		q.LeavePermitQueue(lctx, fencesql.LeavePermitQueueParams{LockKey: key, OwnerToken: token})
-		return
-	}
-	q.LeaveQueue(lctx, fencesql.LeaveQueueParams{LockKey: key, OwnerToken: token})
+	c.own(lctx).LeaveQueue(lctx, fencesql.LeaveQueueParams{LockKey: key, OwnerToken: token})
 }
 
 // queuedGrant turns a fair waiter's attempt at a slot into grantSlotAs's
@@ -110,34 +101,6 @@ func queuedGrant(key string, g slotGrant, ahead int32, err error) (slotGrant, er
 // lost on an earlier attempt) while it still waited. Not ErrNotAcquired:
 // the wait goes on under a new token.
 var errAbandonedPlace = errors.New("pglease: the waiter's place was given up; queueing again")
-
-// tryFair is one attempt of a fair waiter under token: granted only when no
-// unexpired place of the key is ahead of token's.
-func (c *Client) tryFair(ctx context.Context, key, token string, ttl time.Duration) (*Lease, error) {
-	sent := time.Now()
-	row, err := c.own(ctx).AcquireFIFO(ctx, fencesql.AcquireFIFOParams{
-		LockKey: key, Owner: c.cfg.owner, OwnerToken: token, TtlMicros: ttl.Microseconds(),
-		PlaceMicros: c.fairPlace().Microseconds()})
-	switch {
-	case err == nil && row.Fence > 0:
-		return c.startLease(key, token, row.Fence, row.ExpiresAt, ttl, sent)
-	case err == nil && row.Ahead < 0:
-		return nil, errAbandonedPlace
-	case err == nil:
-		c.stats.notAcquired.Add(1)
-		return nil, &queuedError{key: key, ahead: int(row.Ahead)}
-	case errors.Is(err, pgx.ErrNoRows):
-		return nil, notAcquired(key)
-	case pgerr.IsLockNotAvailable(err):
-		c.stats.notAcquired.Add(1)
-		return nil, fmt.Errorf("%w: %q (another acquisition was in progress)", ErrNotAcquired, key)
-	case mayHaveExecuted(err):
-		c.stats.ambiguous.Add(1)
-		return c.resolveAmbiguous(ctx, key, token, ttl, sent, err, 1)
-	default:
-		return nil, c.explain(key, err)
-	}
-}
 
 // queuedError is a fair waiter's refusal: ahead waiters are before it.
 type queuedError struct {

@@ -212,7 +212,7 @@ func TestFairSharedExclusiveOrder(t *testing.T) {
 	ctx := context.Background()
 	opts := []pglease.Option{pglease.WithFairWaiting(), pglease.WithWakeOnRelease(), pglease.WithBackoff(5*time.Millisecond, 100*time.Millisecond)}
 	key := uniqueKey(t)
-	h, err := newClient(t, pgtest.Pool(t), opts...).TryAcquireExclusive(ctx, key, 10*time.Second)
+	h, err := newClient(t, pgtest.Pool(t), opts...).TryAcquire(ctx, key, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +223,7 @@ func TestFairSharedExclusiveOrder(t *testing.T) {
 		wg.Go(func() {
 			acquire := c.AcquireShared
 			if exclusive {
-				acquire = c.AcquireExclusive
+				acquire = c.Acquire
 			}
 			l, err := acquire(ctx, key, 10*time.Second)
 			if err != nil {
@@ -276,7 +276,7 @@ func TestFairWakeFromAnyReleaser(t *testing.T) {
 		{"semaphore", func() (*pglease.Lease, error) { return sem.TryAcquire(ctx, 10*time.Second) },
 			func() (*pglease.Lease, error) { return semW.Acquire(ctx, 10*time.Second) }},
 		{"exclusive", func() (*pglease.Lease, error) { return plain.TryAcquireShared(ctx, key+"-rw", 10*time.Second) },
-			func() (*pglease.Lease, error) { return waiter.AcquireExclusive(ctx, key+"-rw", 10*time.Second) }},
+			func() (*pglease.Lease, error) { return waiter.Acquire(ctx, key+"-rw", 10*time.Second) }},
 	} {
 		t.Run(kind.name, func(t *testing.T) {
 			h, err := kind.hold()
@@ -322,7 +322,7 @@ func TestFairWaiterPermitsMismatch(t *testing.T) {
 	if _, err := semaphore(t, c, key, 3).Acquire(ctx, time.Second); !errors.Is(err, pglease.ErrPermitsMismatch) {
 		t.Fatalf("a fair waiter for 3 permits of a key held as 2: %v", err)
 	}
-	if _, err := c.AcquireExclusive(ctx, key, time.Second); !errors.Is(err, pglease.ErrPermitsMismatch) {
+	if _, err := c.Acquire(ctx, key, time.Second); !errors.Is(err, pglease.ErrPermitsMismatch) {
 		t.Fatalf("a fair exclusive waiter on a semaphore key: %v", err)
 	}
 	if n := rows(t, pool, `SELECT FROM pgfence_permit_waiters WHERE lock_key = $1`, key); n != 0 {

@@ -12,16 +12,15 @@ import (
 	"github.com/pgfence/pgfence/internal/validate"
 )
 
-// leaseRow says which row holds a lease: a mutex lease's row in lock_leases
-// (the zero value), or a slot of a semaphore or of a shared/exclusive key in
-// pgfence_permits. Renew, Release and the read after a release that found
-// nothing go to that row; everything else about a lease is the same for
-// every kind.
+// leaseRow says which row of lock_leases holds a lease: the key's row, slot
+// 0, for an exclusive lease (the zero value: a plain lease is the exclusive
+// kind), or a slot from 1 up for a shared lease or a permit. Renew, Release
+// and the read after a release that found nothing go to that row;
+// everything else about a lease is the same for every kind.
 type leaseRow struct {
-	permit  bool  // a slot in pgfence_permits
-	slot    int32 // the slot, 0..permits-1 for a semaphore
-	permits int   // the semaphore's number of permits; 0 for shared/exclusive
-	shared  bool  // a slot of a shared/exclusive key
+	slot    int32 // the row's slot: 0 for the key's row, 1 and up for a shared holder or permit
+	permits int   // the semaphore's number of permits; 0 for any other kind
+	shared  bool  // a shared lease
 
 	// hold is the minimum hold (HoldAtLeast): a release before the grant
 	// time plus hold leaves the lease held until then. Guarded by the
@@ -29,10 +28,20 @@ type leaseRow struct {
 	hold time.Duration
 }
 
+// at is r for a grant in slot: a grant of the key's row is an exclusive
+// lease, whatever kind was asked for.
+func (r leaseRow) at(slot int32) leaseRow {
+	if slot == 0 {
+		return leaseRow{hold: r.hold}
+	}
+	r.slot = slot
+	return r
+}
+
 // renewRow extends l's row by its TTL (the Renew statement of its kind).
 func (l *Lease) renewRow(ctx context.Context) (time.Time, error) {
-	if l.row.permit {
-		return l.c.own(ctx).RenewPermit(ctx, fencesql.RenewPermitParams{LockKey: l.key, Slot: l.row.slot, Fence: l.fence, TtlMicros: l.ttl.Microseconds()})
+	if l.row.slot > 0 {
+		return l.c.own(ctx).RenewSlot(ctx, fencesql.RenewSlotParams{LockKey: l.key, Fence: l.fence, TtlMicros: l.ttl.Microseconds()})
 	}
 	return l.c.queries(ctx).Renew(ctx, fencedb.RenewParams{LockKey: l.key, Fence: l.fence, TtlMicros: l.ttl.Microseconds()})
 }
@@ -45,9 +54,9 @@ func (l *Lease) releaseRow(ctx context.Context) (released bool, err error) {
 	l.mu.Unlock()
 	c, q, durable := l.c, l.c.own(ctx), l.c.cfg.durableRelease
 	switch {
-	case l.row.permit:
-		released, err = q.ReleasePermit(ctx, fencesql.ReleasePermitParams{
-			LockKey: l.key, Slot: l.row.slot, Fence: l.fence, HoldMicros: hold.Microseconds(), Durable: durable,
+	case l.row.slot > 0:
+		released, err = q.ReleaseSlot(ctx, fencesql.ReleaseSlotParams{
+			LockKey: l.key, Fence: l.fence, HoldMicros: hold.Microseconds(), Durable: durable,
 			Notify: c.cfg.wakeOnRelease})
 	case hold > 0:
 		released, err = q.ReleaseHeldAtLeast(ctx, fencesql.ReleaseHeldAtLeastParams{
@@ -61,11 +70,11 @@ func (l *Lease) releaseRow(ctx context.Context) (released bool, err error) {
 	return released, err
 }
 
-// abandonRow gives up the grant under token in the row row names (a mutex
-// lease's Abandon, or a slot's), tombstoning the token.
+// abandonRow gives up the grant under token in the row row names (the
+// key's row by Abandon, or a slot's), tombstoning the token.
 func (c *Client) abandonRow(ctx context.Context, key, token string, row leaseRow) error {
-	if row.permit {
-		_, err := c.own(ctx).AbandonPermit(ctx, fencesql.AbandonPermitParams{LockKey: key, OwnerToken: token})
+	if row.slot > 0 {
+		_, err := c.own(ctx).AbandonSlot(ctx, fencesql.AbandonSlotParams{LockKey: key, OwnerToken: token})
 		return err
 	}
 	_, err := c.abandon(ctx, key, token)
@@ -74,8 +83,8 @@ func (c *Client) abandonRow(ctx context.Context, key, token string, row leaseRow
 
 // currentFence is the fence l's row carries now, held or not.
 func (l *Lease) currentFence(ctx context.Context) (int64, error) {
-	if l.row.permit {
-		return l.c.own(ctx).PermitFence(ctx, fencesql.PermitFenceParams{LockKey: l.key, Slot: l.row.slot})
+	if l.row.slot > 0 {
+		return l.c.own(ctx).SlotFence(ctx, fencesql.SlotFenceParams{LockKey: l.key, Slot: l.row.slot})
 	}
 	return l.c.queries(ctx).LeaseFence(ctx, l.key)
 }
@@ -84,14 +93,14 @@ func (l *Lease) currentFence(ctx context.Context) (int64, error) {
 // unexpired permits of one key share a slot, so it can name one of N
 // resources (a device, a connection). A shared lease's slot tells it from
 // the key's other shared leases; a mutex or exclusive lease's slot is 0.
-func (l *Lease) Slot() int { return int(l.row.slot) }
+func (l *Lease) Slot() int { return max(int(l.row.slot)-1, 0) }
 
 // Permits is the number of permits of the semaphore l holds a permit of;
 // 0 for any other kind of lease.
 func (l *Lease) Permits() int { return l.row.permits }
 
-// Shared reports whether l is a shared lease of a shared/exclusive key
-// (false for its exclusive lease, as for a mutex or a permit).
+// Shared reports whether l is a shared lease (false for an exclusive lease,
+// a plain one included, and for a permit).
 func (l *Lease) Shared() bool { return l.row.shared }
 
 // HoldAtLeast sets l's minimum hold: when l is released earlier than d after

@@ -13,23 +13,26 @@ import (
 	"github.com/pgfence/pgfence/internal/validate"
 )
 
-// ErrPermitsMismatch: the key is held as another kind of key, or as a
-// semaphore with another number of permits, by callers that disagree with
-// this one. Nothing was granted. Every caller of one key must use the same
-// kind and number; the number may change only while no permit is held.
+// ErrPermitsMismatch: the key is held in a kind that cannot share it with
+// the one asked for (shared leases and a semaphore's permits, or two
+// semaphores of different numbers of permits). Nothing was granted. The
+// error names the kind the key is held in; the kind may change only while
+// nothing is held.
 var ErrPermitsMismatch = errors.New("pglease: callers disagree about the key's permits")
 
 // Semaphore is a key with a fixed number of permits: at most that many
 // unexpired permits are held at any time, enforced by the database (every
-// acquisition of the key is judged under the key's row lock, by the
-// database clock). Each permit is a *Lease with its own fence from the one
-// fence source, auto-renewed, with its loss context and Release, and a slot
+// acquisition of the key is judged under the key's locks, by the database
+// clock). Each permit is a *Lease with its own fence from the one fence
+// source, auto-renewed, with its loss context and Release, and a slot
 // (Lease.Slot) in 0..permits-1 that no other unexpired permit of the key
 // has. A dead holder's permit returns at its TTL.
 //
-// The key of a semaphore is not the key of a mutex lease of the same name:
-// they are separate namespaces. Shared/exclusive keys share the semaphores'
-// namespace, so a key is either a semaphore or a shared/exclusive key.
+// A key is one lock whatever kind its holders ask for: while a permit is
+// held, an exclusive (plain) lease of the key waits for every permit to be
+// given back, and a shared lease or a semaphore of another number of
+// permits is refused with ErrPermitsMismatch; while the key is held
+// exclusively, no permit is granted.
 type Semaphore struct {
 	c       *Client
 	key     string
@@ -68,22 +71,11 @@ func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration) (*Lease, err
 		return nil, err
 	}
 	if s.c.cfg.fair {
-		return s.c.waitInQueue(ctx, s.key, true, func(ctx context.Context, token string) (*Lease, error) {
-			return s.tryFair(ctx, ttl, token)
+		return s.c.waitInQueue(ctx, s.key, func(ctx context.Context, token string) (*Lease, error) {
+			return s.c.grantSlotAs(ctx, s.key, ttl, s.row(), token, s.c.sendQueued(s.key, kindPermit, s.permits, ttl))
 		})
 	}
 	return s.c.waitFor(ctx, s.key, s.key, func(ctx context.Context) (*Lease, error) { return s.try(ctx, ttl) })
-}
-
-// tryFair is one attempt of a fair waiter under token.
-func (s *Semaphore) tryFair(ctx context.Context, ttl time.Duration, token string) (*Lease, error) {
-	row := leaseRow{permit: true, permits: s.permits}
-	return s.c.grantSlotAs(ctx, s.key, ttl, row, token, func(ctx context.Context, q *fencesql.Queries, token string) (slotGrant, error) {
-		r, err := q.AcquirePermitFIFO(ctx, fencesql.AcquirePermitFIFOParams{
-			LockKey: s.key, Permits: int32(s.permits), Owner: s.c.cfg.owner, OwnerToken: token,
-			TtlMicros: ttl.Microseconds(), PlaceMicros: s.c.fairPlace().Microseconds()})
-		return queuedGrant(s.key, slotGrant{Slot: r.Slot, Fence: r.Fence, ExpiresAt: r.ExpiresAt}, r.Ahead, err)
-	})
 }
 
 // Do takes a permit (waiting), runs fn under it as Client.Do does, and
@@ -113,27 +105,54 @@ func (s *Semaphore) TryDo(ctx context.Context, ttl time.Duration, fn func(ctx co
 }
 
 func (s *Semaphore) try(ctx context.Context, ttl time.Duration) (*Lease, error) {
-	row := leaseRow{permit: true, permits: s.permits}
-	return s.c.grantSlot(ctx, s.key, ttl, row, func(ctx context.Context, q *fencesql.Queries, token string) (slotGrant, error) {
-		r, err := q.AcquirePermit(ctx, fencesql.AcquirePermitParams{
-			LockKey: s.key, Permits: int32(s.permits), Owner: s.c.cfg.owner, OwnerToken: token, TtlMicros: ttl.Microseconds()})
-		return slotGrant(r), err
-	})
+	return s.c.grantSlot(ctx, s.key, ttl, s.row(), s.c.sendKind(s.key, kindPermit, s.permits, ttl, 0))
 }
+
+func (s *Semaphore) row() leaseRow { return leaseRow{permits: s.permits} }
 
 func isNotAcquired(err error) bool { return errors.Is(err, ErrNotAcquired) }
 
-// slotGrant is what an acquisition of a slot returns.
+// The kinds a key can be held in, as pgfence_acquire_kind names them.
+const (
+	kindExclusive = "exclusive"
+	kindShared    = "shared"
+	kindPermit    = "permit"
+)
+
+// slotGrant is what an acquisition through pgfence_acquire_kind returns.
 type slotGrant struct {
 	Slot      int32
 	Fence     int64
 	ExpiresAt time.Time
 }
 
-// grantSlot sends one acquisition of a slot in pgfence_permits (send) under
+// sendKind is one attempt to take key in kind as its holders allow now
+// (with place > 0, an exclusive attempt refused while the key is held
+// shared keeps a waiter's place that long), for grantSlotAs.
+func (c *Client) sendKind(key, kind string, permits int, ttl, place time.Duration) func(context.Context, *fencesql.Queries, string) (slotGrant, error) {
+	return func(ctx context.Context, q *fencesql.Queries, token string) (slotGrant, error) {
+		r, err := q.AcquireKind(ctx, fencesql.AcquireKindParams{
+			LockKey: key, Kind: kind, Permits: int32(permits), Owner: c.cfg.owner, OwnerToken: token,
+			TtlMicros: ttl.Microseconds(), PlaceMicros: place.Microseconds()})
+		return slotGrant(r), err
+	}
+}
+
+// sendQueued is one attempt of a fair waiter of key in kind, for
+// grantSlotAs.
+func (c *Client) sendQueued(key, kind string, permits int, ttl time.Duration) func(context.Context, *fencesql.Queries, string) (slotGrant, error) {
+	return func(ctx context.Context, q *fencesql.Queries, token string) (slotGrant, error) {
+		r, err := q.AcquireQueued(ctx, fencesql.AcquireQueuedParams{
+			LockKey: key, Kind: kind, Permits: int32(permits), Owner: c.cfg.owner, OwnerToken: token,
+			TtlMicros: ttl.Microseconds(), PlaceMicros: c.fairPlace().Microseconds()})
+		return queuedGrant(key, slotGrant{Slot: r.Slot, Fence: r.Fence, ExpiresAt: r.ExpiresAt}, r.Ahead, err)
+	}
+}
+
+// grantSlot sends one acquisition through pgfence_acquire_kind (send) under
 // a new owner token and turns its answer into a lease, as tryAcquire does
-// for a mutex: no row is ErrNotAcquired, a lost answer is settled by the
-// owner token.
+// for the fast exclusive upsert: no row is ErrNotAcquired, a lost answer is
+// settled by the owner token.
 func (c *Client) grantSlot(ctx context.Context, key string, ttl time.Duration, row leaseRow,
 	send func(context.Context, *fencesql.Queries, string) (slotGrant, error)) (*Lease, error) {
 	return c.grantSlotAs(ctx, key, ttl, row, "", send)
@@ -150,8 +169,7 @@ func (c *Client) grantSlotAs(ctx context.Context, key string, ttl time.Duration,
 	g, err := send(ctx, c.own(ctx), token)
 	switch {
 	case err == nil:
-		row.slot = g.Slot
-		return c.startRow(key, token, g.Fence, g.ExpiresAt, ttl, sent, row)
+		return c.startRow(key, token, g.Fence, g.ExpiresAt, ttl, sent, row.at(g.Slot))
 	case isNotAcquired(err), errors.Is(err, errAbandonedPlace): // a fair waiter's refusal
 		c.stats.notAcquired.Add(1)
 		return nil, err
@@ -180,16 +198,15 @@ func (c *Client) resolveSlot(ctx context.Context, key, token string, ttl time.Du
 	defer cancel()
 	q := c.own(rctx)
 	if ctx.Err() == nil {
-		r, err := q.FindPermitByOwnerToken(rctx, fencesql.FindPermitByOwnerTokenParams{LockKey: key, OwnerToken: token})
+		r, err := q.FindSlotByOwnerToken(rctx, fencesql.FindSlotByOwnerTokenParams{LockKey: key, OwnerToken: token})
 		if err == nil {
-			row.slot = r.Slot
-			return c.startRow(key, token, r.Fence, r.ExpiresAt, ttl, sent, row)
+			return c.startRow(key, token, r.Fence, r.ExpiresAt, ttl, sent, row.at(r.Slot))
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return nil, &ambiguousError{key: key, ttl: ttl, err: cause, resolveErr: err}
 		}
 	}
-	if _, err := q.AbandonPermit(rctx, fencesql.AbandonPermitParams{LockKey: key, OwnerToken: token}); err != nil {
+	if _, err := q.AbandonSlot(rctx, fencesql.AbandonSlotParams{LockKey: key, OwnerToken: token}); err != nil {
 		return nil, &ambiguousError{key: key, ttl: ttl, err: cause, resolveErr: err}
 	}
 	return nil, fmt.Errorf("pglease: acquiring %q: no answer from the server, and the permit was not kept: %w", key, cause)

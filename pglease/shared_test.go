@@ -11,7 +11,7 @@ import (
 )
 
 // Three shared leases at once; the exclusive lease is refused while any is
-// held, and AcquireExclusive returns only after the last one ends; while it
+// held, and Acquire returns only after the last one ends; while it
 // waits, no new shared lease is granted (writer preference); every grant's
 // fence is above every earlier grant's of either kind.
 func TestSharedExclusive(t *testing.T) {
@@ -34,20 +34,20 @@ func TestSharedExclusive(t *testing.T) {
 			readers = append(readers, l)
 		}
 	})
-	pgtest.Step(t, "TryAcquireExclusive is refused and takes no place", func(t *testing.T) {
-		if _, err := c.TryAcquireExclusive(ctx, key, 5*time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
+	pgtest.Step(t, "TryAcquire is refused and takes no place", func(t *testing.T) {
+		if _, err := c.TryAcquire(ctx, key, 5*time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
 			t.Fatalf("exclusive while shared are held: %v", err)
 		}
 		extra, err := c.TryAcquireShared(ctx, key, 5*time.Second)
 		if err != nil {
-			t.Fatalf("shared after a refused TryAcquireExclusive: %v", err)
+			t.Fatalf("shared after a refused TryAcquire: %v", err)
 		}
 		readers = append(readers, extra)
 	})
 
 	got := make(chan *pglease.Lease, 1)
 	go func() {
-		l, err := c.AcquireExclusive(ctx, key, 5*time.Second)
+		l, err := c.Acquire(ctx, key, 5*time.Second)
 		if err != nil {
 			t.Error(err)
 		}
@@ -100,7 +100,7 @@ func TestSharedExclusive(t *testing.T) {
 		if _, err := c.TryAcquireShared(ctx, key, 5*time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
 			t.Fatalf("shared while exclusive is held: %v", err)
 		}
-		if _, err := c.TryAcquireExclusive(ctx, key, 5*time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
+		if _, err := c.TryAcquire(ctx, key, 5*time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
 			t.Fatalf("second exclusive: %v", err)
 		}
 	})
@@ -134,7 +134,7 @@ func TestExclusiveWaiterGivesUp(t *testing.T) {
 	defer r.Release(ctx)
 	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	if _, err := c.AcquireExclusive(wctx, key, 5*time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
+	if _, err := c.Acquire(wctx, key, 5*time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
 		t.Fatalf("exclusive waiter: %v", err)
 	}
 	l, err := c.TryAcquireShared(ctx, key, 5*time.Second)

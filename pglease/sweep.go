@@ -16,8 +16,8 @@ import (
 const defaultSweepBatch = 1000
 
 // SweepExpired deletes lease rows that expired more than olderThan ago
-// (mutex leases, and the permits of semaphores and shared/exclusive keys)
-// and returns how many. It is safe at any time: fences come from a
+// (keys' rows, and the rows of shared holders and permits) and returns how
+// many. It is safe at any time: fences come from a
 // sequence, not from the rows, so a deleted row never lets a fence repeat,
 // and each delete re-checks the expiry, so a row acquired or renewed during
 // the sweep stays. Run it now and then (say hourly) when keys are many and
@@ -26,7 +26,7 @@ const defaultSweepBatch = 1000
 // tombstones of abandoned acquisitions older than an hour, whatever
 // olderThan says.
 //
-// It walks the table in key order in batches of 1000 rows, each its own
+// It walks the table in key and slot order in batches of 1000 rows, each its own
 // short transaction, so that a sweep of millions of rows never holds locks,
 // or keeps old row versions from being pruned, for longer than one batch;
 // between batches it rests as long as the last batch took (package
@@ -39,11 +39,6 @@ func (c *Client) SweepExpired(ctx context.Context, olderThan time.Duration) (int
 		return 0, invalid("sweep grace must not be negative, got %v", olderThan)
 	}
 	n, err := c.sweepLeases(ctx, olderThan)
-	if err == nil {
-		var permits int64
-		permits, err = c.sweepPermits(ctx, olderThan)
-		n += permits
-	}
 	if err != nil {
 		return n, fmt.Errorf("pglease: sweep stopped after deleting %d expired leases: %w", n, err)
 	}
@@ -62,28 +57,9 @@ func (c *Client) SweepExpired(ctx context.Context, olderThan time.Duration) (int
 
 func (c *Client) sweepLeases(ctx context.Context, olderThan time.Duration) (int64, error) {
 	var total int64
-	after := ""
-	err := batchwalk.Run(ctx, func(ctx context.Context) (bool, error) {
-		r, err := c.own(ctx).SweepExpiredBatch(ctx, fencesql.SweepExpiredBatchParams{
-			AfterKey: after, BatchSize: int32(c.cfg.sweepBatch), GraceMicros: olderThan.Microseconds(),
-		})
-		if err != nil {
-			return false, err
-		}
-		total += r.Deleted
-		after = r.LastKey
-		return r.Scanned == int64(c.cfg.sweepBatch), nil
-	})
-	return total, err
-}
-
-// sweepPermits is sweepLeases for the permits of semaphores and
-// shared/exclusive keys, walked by key and slot.
-func (c *Client) sweepPermits(ctx context.Context, olderThan time.Duration) (int64, error) {
-	var total int64
 	afterKey, afterSlot := "", int32(-1)
 	err := batchwalk.Run(ctx, func(ctx context.Context) (bool, error) {
-		r, err := c.own(ctx).SweepPermitsBatch(ctx, fencesql.SweepPermitsBatchParams{
+		r, err := c.own(ctx).SweepExpiredBatch(ctx, fencesql.SweepExpiredBatchParams{
 			AfterKey: afterKey, AfterSlot: afterSlot, BatchSize: int32(c.cfg.sweepBatch), GraceMicros: olderThan.Microseconds(),
 		})
 		if err != nil {
@@ -96,8 +72,8 @@ func (c *Client) sweepPermits(ctx context.Context, olderThan time.Duration) (int
 	return total, err
 }
 
-// sweepPlaces deletes the places fair waiters left behind when they died,
-// a batch from each queue at a time.
+// sweepPlaces deletes the places waiters left behind when they died, a
+// batch at a time.
 func (c *Client) sweepPlaces(ctx context.Context, olderThan time.Duration) error {
 	return batchwalk.Run(ctx, func(ctx context.Context) (bool, error) {
 		most, err := c.own(ctx).SweepPlacesBatch(ctx, fencesql.SweepPlacesBatchParams{

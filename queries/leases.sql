@@ -30,8 +30,10 @@ SELECT sqlc.arg(lock_key)::text, sqlc.arg(owner)::text, sqlc.arg(owner_token)::t
  WHERE /* TEMPLATE: schema */pgfence_commit_durably()
    AND set_config('lock_timeout', '1s', true) IS NOT NULL
    AND NOT EXISTS (SELECT FROM /* TEMPLATE: schema */pgfence_abandoned_tokens AS a WHERE a.owner_token = sqlc.arg(owner_token)::text)
-ON CONFLICT (lock_key) DO UPDATE
-   SET owner       = EXCLUDED.owner,
+ON CONFLICT (lock_key, slot) DO UPDATE
+   SET kind        = 'exclusive',
+       permits     = 0,
+       owner       = EXCLUDED.owner,
        owner_token = EXCLUDED.owner_token,
        fence       = EXCLUDED.fence,
        acquired_at = EXCLUDED.acquired_at,
@@ -50,6 +52,8 @@ RETURNING l.fence, l.expires_at;
 UPDATE /* TEMPLATE: schema */lock_leases
    SET expires_at = now() + sqlc.arg(ttl_micros)::bigint * interval '1 microsecond'
  WHERE lock_key = sqlc.arg(lock_key)
+   AND slot = 0
+   AND kind = 'exclusive'
    AND fence = sqlc.arg(fence)
    AND expires_at > now()
    AND /* TEMPLATE: schema */pgfence_commit_durably()
@@ -70,6 +74,8 @@ RETURNING expires_at;
 UPDATE /* TEMPLATE: schema */lock_leases
    SET expires_at = now(), released_at = now()
  WHERE lock_key = sqlc.arg(lock_key)
+   AND slot = 0
+   AND kind = 'exclusive'
    AND fence = sqlc.arg(fence)
    AND expires_at > now()
    AND CASE WHEN sqlc.arg(durable)::boolean THEN /* TEMPLATE: schema */pgfence_commit_durably()
@@ -81,28 +87,32 @@ RETURNING true AS released;
 -- never been acquired (or its row was swept). After a Release that found
 -- nothing to release, it tells "had expired" (still this fence) from "another
 -- owner took the key" (another fence, or no row). It writes nothing.
-SELECT fence FROM /* TEMPLATE: schema */lock_leases WHERE lock_key = sqlc.arg(lock_key);
+SELECT fence FROM /* TEMPLATE: schema */lock_leases WHERE lock_key = sqlc.arg(lock_key) AND slot = 0;
 
 -- name: GetLease :one
--- One lease as the database clock sees it now, held or not (held and
--- remaining_micros say which); released_at is set when its holder released
+-- One key's row as the database clock sees it now, held or not (held and
+-- remaining_micros say which). kind 'exclusive' is a plain (exclusive)
+-- lease; 'shared' or 'permit' (owner empty, permits its number) says the
+-- key is held, until expires_at at least, by shared holders or permits,
+-- each in a row of its own (pgfence list shows them). released_at is set when its holder released
 -- it, NULL when it is held or ran out. No row when the key has never been
 -- acquired or its row was swept. It takes no lock and writes nothing.
 SELECT lock_key, owner, fence, acquired_at, expires_at, released_at,
        (expires_at > now())::boolean AS held,
        (extract(epoch FROM GREATEST(expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros,
-       now()::timestamptz AS db_now
+       now()::timestamptz AS db_now, kind, permits
   FROM /* TEMPLATE: schema */lock_leases
- WHERE lock_key = sqlc.arg(lock_key);
+ WHERE lock_key = sqlc.arg(lock_key) AND slot = 0;
 
 -- name: ListLeases :many
--- Every lease row, held, released or expired, ordered by key, as of the
--- database clock now. It takes no lock and writes nothing.
+-- Every key's row (as GetLease), held, released or expired, ordered by key,
+-- as of the database clock now. It takes no lock and writes nothing.
 SELECT lock_key, owner, fence, acquired_at, expires_at, released_at,
        (expires_at > now())::boolean AS held,
        (extract(epoch FROM GREATEST(expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros,
-       now()::timestamptz AS db_now
+       now()::timestamptz AS db_now, kind, permits
   FROM /* TEMPLATE: schema */lock_leases
+ WHERE slot = 0
  ORDER BY lock_key;
 
 -- name: NextFence :one

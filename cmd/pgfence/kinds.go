@@ -123,11 +123,11 @@ func (o *execOpts) acquire(ctx context.Context, c *pglease.Client) (held, error)
 			return nil, err
 		}
 	default:
+		// --exclusive is the plain lease: a key is one lock, and its
+		// exclusive kind is the default.
 		take := pick(wait, c.Acquire, c.TryAcquire)
 		if o.shared {
 			take = pick(wait, c.AcquireShared, c.TryAcquireShared)
-		} else if o.exclusive {
-			take = pick(wait, c.AcquireExclusive, c.TryAcquireExclusive)
 		}
 		var err error
 		if h, err = one(take(ctx, o.key, o.ttl)); err != nil {

@@ -42,7 +42,7 @@ func TestServePermits(t *testing.T) {
 	wctx, stopWaiting := context.WithCancel(ctx)
 	waited := make(chan error, 1)
 	go func() {
-		_, err := c.AcquireExclusive(wctx, "report", time.Minute)
+		_, err := c.Acquire(wctx, "report", time.Minute)
 		waited <- err
 	}()
 	defer func() { stopWaiting(); <-waited }()

@@ -10,19 +10,19 @@ import (
 	"time"
 )
 
-const AbandonPermit = `-- name: AbandonPermit :many
-SELECT r::bigint AS fence FROM /* TEMPLATE: schema */pgfence_abandon_permit($1::text, $2::text) AS r
+const AbandonSlot = `-- name: AbandonSlot :many
+SELECT r::bigint AS fence FROM /* TEMPLATE: schema */pgfence_abandon_slot($1::text, $2::text) AS r
 `
 
-type AbandonPermitParams struct {
+type AbandonSlotParams struct {
 	LockKey    string
 	OwnerToken string
 }
 
-// Gives up an ambiguous permit or shared/exclusive acquisition: tombstones
-// the token and releases what it holds (pgfence_abandon_permit).
-func (q *Queries) AbandonPermit(ctx context.Context, arg AbandonPermitParams) ([]int64, error) {
-	rows, err := q.db.Query(ctx, AbandonPermit, arg.LockKey, arg.OwnerToken)
+// Gives up an ambiguous attempt through AcquireKind or AcquireQueued:
+// tombstones the token and releases what it holds (pgfence_abandon_slot).
+func (q *Queries) AbandonSlot(ctx context.Context, arg AbandonSlotParams) ([]int64, error) {
+	rows, err := q.db.Query(ctx, AbandonSlot, arg.LockKey, arg.OwnerToken)
 	if err != nil {
 		return nil, err
 	}
@@ -39,43 +39,6 @@ func (q *Queries) AbandonPermit(ctx context.Context, arg AbandonPermitParams) ([
 		return nil, err
 	}
 	return items, nil
-}
-
-const AcquireFIFO = `-- name: AcquireFIFO :one
-SELECT coalesce(r.fence, 0)::bigint AS fence, coalesce(r.expires_at, now())::timestamptz AS expires_at,
-       coalesce(r.ahead, -1)::integer AS ahead
-  FROM /* TEMPLATE: schema */pgfence_acquire_fifo($1::text, $2::text,
-       $3::text, $4::bigint, $5::bigint) AS r
-`
-
-type AcquireFIFOParams struct {
-	LockKey     string
-	Owner       string
-	OwnerToken  string
-	TtlMicros   int64
-	PlaceMicros int64
-}
-
-type AcquireFIFORow struct {
-	Fence     int64
-	ExpiresAt time.Time
-	Ahead     int32
-}
-
-// One attempt of a fair waiter (pgfence_acquire_fifo): the fence when
-// granted, else fence 0 and the number of waiters ahead (-1: the owner
-// token was abandoned).
-func (q *Queries) AcquireFIFO(ctx context.Context, arg AcquireFIFOParams) (AcquireFIFORow, error) {
-	row := q.db.QueryRow(ctx, AcquireFIFO,
-		arg.LockKey,
-		arg.Owner,
-		arg.OwnerToken,
-		arg.TtlMicros,
-		arg.PlaceMicros,
-	)
-	var i AcquireFIFORow
-	err := row.Scan(&i.Fence, &i.ExpiresAt, &i.Ahead)
-	return i, err
 }
 
 const AcquireKeySet = `-- name: AcquireKeySet :many
@@ -97,8 +60,8 @@ type AcquireKeySetRow struct {
 	ExpiresAt time.Time
 }
 
-// Takes the mutex leases of several keys, all or none, each with its own
-// fence; SQLSTATE PF008 (and nothing granted) when any is held.
+// Takes several keys exclusively, all or none, each with its own
+// fence; SQLSTATE PF008 (and nothing granted) when any is held, in any kind.
 func (q *Queries) AcquireKeySet(ctx context.Context, arg AcquireKeySetParams) ([]AcquireKeySetRow, error) {
 	rows, err := q.db.Query(ctx, AcquireKeySet,
 		arg.LockKeys,
@@ -124,53 +87,17 @@ func (q *Queries) AcquireKeySet(ctx context.Context, arg AcquireKeySetParams) ([
 	return items, nil
 }
 
-const AcquirePermit = `-- name: AcquirePermit :one
+const AcquireKind = `-- name: AcquireKind :one
 SELECT r.slot::integer AS slot, r.fence::bigint AS fence, r.expires_at::timestamptz AS expires_at
-  FROM /* TEMPLATE: schema */pgfence_acquire_permit($1::text, $2::integer,
-       $3::text, $4::text, $5::bigint) AS r
+  FROM /* TEMPLATE: schema */pgfence_acquire_kind($1::text, $2::text, $3::integer,
+       $4::text, $5::text, $6::bigint,
+       $7::bigint, false) AS r
+ WHERE r.fence IS NOT NULL
 `
 
-type AcquirePermitParams struct {
-	LockKey    string
-	Permits    int32
-	Owner      string
-	OwnerToken string
-	TtlMicros  int64
-}
-
-type AcquirePermitRow struct {
-	Slot      int32
-	Fence     int64
-	ExpiresAt time.Time
-}
-
-// Grants the lowest free permit slot (0..permits-1) of a semaphore, with a
-// new fence; no row when all permits are held or the owner token was
-// abandoned. SQLSTATE PF007 when the key's holders agreed on another number
-// of permits (see pgfence_acquire_permit in migration 000009).
-func (q *Queries) AcquirePermit(ctx context.Context, arg AcquirePermitParams) (AcquirePermitRow, error) {
-	row := q.db.QueryRow(ctx, AcquirePermit,
-		arg.LockKey,
-		arg.Permits,
-		arg.Owner,
-		arg.OwnerToken,
-		arg.TtlMicros,
-	)
-	var i AcquirePermitRow
-	err := row.Scan(&i.Slot, &i.Fence, &i.ExpiresAt)
-	return i, err
-}
-
-const AcquirePermitFIFO = `-- name: AcquirePermitFIFO :one
-SELECT coalesce(r.slot, 0)::integer AS slot, coalesce(r.fence, 0)::bigint AS fence,
-       coalesce(r.expires_at, now())::timestamptz AS expires_at, coalesce(r.ahead, -1)::integer AS ahead
-  FROM /* TEMPLATE: schema */pgfence_acquire_permit_fifo($1::text, $2::integer,
-       $3::text, $4::text, $5::bigint,
-       $6::bigint) AS r
-`
-
-type AcquirePermitFIFOParams struct {
+type AcquireKindParams struct {
 	LockKey     string
+	Kind        string
 	Permits     int32
 	Owner       string
 	OwnerToken  string
@@ -178,110 +105,73 @@ type AcquirePermitFIFOParams struct {
 	PlaceMicros int64
 }
 
-type AcquirePermitFIFORow struct {
+type AcquireKindRow struct {
 	Slot      int32
 	Fence     int64
 	ExpiresAt time.Time
-	Ahead     int32
 }
 
-// One attempt of a fair waiter for a permit (pgfence_acquire_permit_fifo in
-// migration 000011): slot and fence when granted, else fence 0 and the
-// number of waiters ahead (-1: the owner token was abandoned).
-func (q *Queries) AcquirePermitFIFO(ctx context.Context, arg AcquirePermitFIFOParams) (AcquirePermitFIFORow, error) {
-	row := q.db.QueryRow(ctx, AcquirePermitFIFO,
+// One attempt to take a key in a kind ('exclusive', 'shared', 'permit' with
+// its number of permits) as the key's holders allow now
+// (pgfence_acquire_kind in migration 000013): slot, fence and expiry when
+// granted; no row when refused. With place_micros > 0, a refused exclusive
+// attempt on a key held shared keeps a place that keeps new shared leases
+// out for that long. SQLSTATE PF007 when the key is held in a kind that
+// cannot share it.
+func (q *Queries) AcquireKind(ctx context.Context, arg AcquireKindParams) (AcquireKindRow, error) {
+	row := q.db.QueryRow(ctx, AcquireKind,
 		arg.LockKey,
+		arg.Kind,
 		arg.Permits,
 		arg.Owner,
 		arg.OwnerToken,
 		arg.TtlMicros,
 		arg.PlaceMicros,
 	)
-	var i AcquirePermitFIFORow
-	err := row.Scan(
-		&i.Slot,
-		&i.Fence,
-		&i.ExpiresAt,
-		&i.Ahead,
-	)
-	return i, err
-}
-
-const AcquireShared = `-- name: AcquireShared :one
-SELECT r.slot::integer AS slot, r.fence::bigint AS fence, r.expires_at::timestamptz AS expires_at
-  FROM /* TEMPLATE: schema */pgfence_acquire_shared($1::text, $2::boolean,
-       $3::text, $4::text, $5::bigint,
-       $6::bigint) AS r
-`
-
-type AcquireSharedParams struct {
-	LockKey    string
-	Exclusive  bool
-	Owner      string
-	OwnerToken string
-	TtlMicros  int64
-	WaitMicros int64
-}
-
-type AcquireSharedRow struct {
-	Slot      int32
-	Fence     int64
-	ExpiresAt time.Time
-}
-
-// Grants a shared or the exclusive lease of a shared/exclusive key; no row
-// when refused. A refused exclusive request with wait_micros > 0 holds a
-// waiter's place for that long, which keeps new shared leases out.
-func (q *Queries) AcquireShared(ctx context.Context, arg AcquireSharedParams) (AcquireSharedRow, error) {
-	row := q.db.QueryRow(ctx, AcquireShared,
-		arg.LockKey,
-		arg.Exclusive,
-		arg.Owner,
-		arg.OwnerToken,
-		arg.TtlMicros,
-		arg.WaitMicros,
-	)
-	var i AcquireSharedRow
+	var i AcquireKindRow
 	err := row.Scan(&i.Slot, &i.Fence, &i.ExpiresAt)
 	return i, err
 }
 
-const AcquireSharedFIFO = `-- name: AcquireSharedFIFO :one
+const AcquireQueued = `-- name: AcquireQueued :one
 SELECT coalesce(r.slot, 0)::integer AS slot, coalesce(r.fence, 0)::bigint AS fence,
        coalesce(r.expires_at, now())::timestamptz AS expires_at, coalesce(r.ahead, -1)::integer AS ahead
-  FROM /* TEMPLATE: schema */pgfence_acquire_shared_fifo($1::text, $2::boolean,
-       $3::text, $4::text, $5::bigint,
-       $6::bigint) AS r
+  FROM /* TEMPLATE: schema */pgfence_acquire_kind($1::text, $2::text, $3::integer,
+       $4::text, $5::text, $6::bigint,
+       $7::bigint, true) AS r
 `
 
-type AcquireSharedFIFOParams struct {
+type AcquireQueuedParams struct {
 	LockKey     string
-	Exclusive   bool
+	Kind        string
+	Permits     int32
 	Owner       string
 	OwnerToken  string
 	TtlMicros   int64
 	PlaceMicros int64
 }
 
-type AcquireSharedFIFORow struct {
+type AcquireQueuedRow struct {
 	Slot      int32
 	Fence     int64
 	ExpiresAt time.Time
 	Ahead     int32
 }
 
-// One attempt of a fair waiter for a shared or the exclusive lease
-// (pgfence_acquire_shared_fifo), answered as AcquirePermitFIFO.
-func (q *Queries) AcquireSharedFIFO(ctx context.Context, arg AcquireSharedFIFOParams) (AcquireSharedFIFORow, error) {
-	row := q.db.QueryRow(ctx, AcquireSharedFIFO,
+// One attempt of a fair waiter of any kind: slot, fence and expiry when
+// granted, else fence 0 and the number of waiters ahead (-1: the owner
+// token was abandoned).
+func (q *Queries) AcquireQueued(ctx context.Context, arg AcquireQueuedParams) (AcquireQueuedRow, error) {
+	row := q.db.QueryRow(ctx, AcquireQueued,
 		arg.LockKey,
-		arg.Exclusive,
+		arg.Kind,
+		arg.Permits,
 		arg.Owner,
 		arg.OwnerToken,
 		arg.TtlMicros,
 		arg.PlaceMicros,
 	)
-	var i AcquireSharedFIFORow
+	var i AcquireQueuedRow
 	err := row.Scan(
 		&i.Slot,
 		&i.Fence,
@@ -291,69 +181,32 @@ func (q *Queries) AcquireSharedFIFO(ctx context.Context, arg AcquireSharedFIFOPa
 	return i, err
 }
 
-const FindPermitByOwnerToken = `-- name: FindPermitByOwnerToken :one
+const FindSlotByOwnerToken = `-- name: FindSlotByOwnerToken :one
 SELECT slot, fence, expires_at
-  FROM /* TEMPLATE: schema */pgfence_permits
+  FROM /* TEMPLATE: schema */lock_leases
  WHERE lock_key = $1
    AND owner_token = $2
    AND expires_at > now()
 `
 
-type FindPermitByOwnerTokenParams struct {
+type FindSlotByOwnerTokenParams struct {
 	LockKey    string
 	OwnerToken string
 }
 
-type FindPermitByOwnerTokenRow struct {
+type FindSlotByOwnerTokenRow struct {
 	Slot      int32
 	Fence     int64
 	ExpiresAt time.Time
 }
 
-// Resolves an ambiguous permit or shared/exclusive acquisition.
-func (q *Queries) FindPermitByOwnerToken(ctx context.Context, arg FindPermitByOwnerTokenParams) (FindPermitByOwnerTokenRow, error) {
-	row := q.db.QueryRow(ctx, FindPermitByOwnerToken, arg.LockKey, arg.OwnerToken)
-	var i FindPermitByOwnerTokenRow
+// Resolves an ambiguous attempt through AcquireKind or AcquireQueued: the
+// unexpired grant under the owner token, in whichever slot.
+func (q *Queries) FindSlotByOwnerToken(ctx context.Context, arg FindSlotByOwnerTokenParams) (FindSlotByOwnerTokenRow, error) {
+	row := q.db.QueryRow(ctx, FindSlotByOwnerToken, arg.LockKey, arg.OwnerToken)
+	var i FindSlotByOwnerTokenRow
 	err := row.Scan(&i.Slot, &i.Fence, &i.ExpiresAt)
 	return i, err
-}
-
-const LeaveExclusiveQueue = `-- name: LeaveExclusiveQueue :one
-SELECT /* TEMPLATE: schema */pgfence_leave_exclusive_queue($1::text, $2::text)::boolean AS left_queue
-`
-
-type LeaveExclusiveQueueParams struct {
-	LockKey    string
-	OwnerToken string
-}
-
-// An exclusive waiter that gives up gives its place back.
-func (q *Queries) LeaveExclusiveQueue(ctx context.Context, arg LeaveExclusiveQueueParams) (bool, error) {
-	row := q.db.QueryRow(ctx, LeaveExclusiveQueue, arg.LockKey, arg.OwnerToken)
-	var left_queue bool
-	err := row.Scan(&left_queue)
-	return left_queue, err
-}
-
-const LeavePermitQueue = `-- name: LeavePermitQueue :exec
-WITH x AS (
-  DELETE FROM /* TEMPLATE: schema */pgfence_exclusive_waiters AS x
-   WHERE x.lock_key = $1::text AND x.owner_token = $2::text
-)
-DELETE FROM /* TEMPLATE: schema */pgfence_permit_waiters AS w
- WHERE w.lock_key = $1::text AND w.owner_token = $2::text
-`
-
-type LeavePermitQueueParams struct {
-	LockKey    string
-	OwnerToken string
-}
-
-// A fair waiter of a semaphore or shared/exclusive key that gives up leaves
-// the queue, and the exclusive waiters.
-func (q *Queries) LeavePermitQueue(ctx context.Context, arg LeavePermitQueueParams) error {
-	_, err := q.db.Exec(ctx, LeavePermitQueue, arg.LockKey, arg.OwnerToken)
-	return err
 }
 
 const LeaveQueue = `-- name: LeaveQueue :exec
@@ -365,7 +218,7 @@ type LeaveQueueParams struct {
 	OwnerToken string
 }
 
-// A fair waiter that gives up (or was granted another way) leaves the queue.
+// A waiter that gives up (or was granted another way) gives its place back.
 func (q *Queries) LeaveQueue(ctx context.Context, arg LeaveQueueParams) error {
 	_, err := q.db.Exec(ctx, LeaveQueue, arg.LockKey, arg.OwnerToken)
 	return err
@@ -373,8 +226,8 @@ func (q *Queries) LeaveQueue(ctx context.Context, arg LeaveQueueParams) error {
 
 const ListExclusiveWaiters = `-- name: ListExclusiveWaiters :many
 SELECT lock_key, count(*)::bigint AS waiting
-  FROM /* TEMPLATE: schema */pgfence_exclusive_waiters
- WHERE expires_at > now()
+  FROM /* TEMPLATE: schema */pgfence_waiters
+ WHERE NOT queued AND expires_at > now()
  GROUP BY lock_key
  ORDER BY lock_key
 `
@@ -384,7 +237,8 @@ type ListExclusiveWaitersRow struct {
 	Waiting int64
 }
 
-// Exclusive waiters whose place has not expired, by key.
+// Exclusive waiters that do not queue, whose place has not expired, by key:
+// while one waits, no new shared lease of its key is granted.
 func (q *Queries) ListExclusiveWaiters(ctx context.Context) ([]ListExclusiveWaitersRow, error) {
 	rows, err := q.db.Query(ctx, ListExclusiveWaiters)
 	if err != nil {
@@ -406,12 +260,12 @@ func (q *Queries) ListExclusiveWaiters(ctx context.Context) ([]ListExclusiveWait
 }
 
 const ListPermits = `-- name: ListPermits :many
-SELECT p.lock_key, s.permits, p.slot, p.exclusive, p.owner, p.fence, p.acquired_at, p.expires_at,
+SELECT p.lock_key, p.permits, (p.slot - 1)::integer AS slot, (p.kind = 'exclusive')::boolean AS exclusive,
+       p.owner, p.fence, p.acquired_at, p.expires_at,
        (extract(epoch FROM GREATEST(p.expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros,
        now()::timestamptz AS db_now
-  FROM /* TEMPLATE: schema */pgfence_permits AS p
-  JOIN /* TEMPLATE: schema */pgfence_semaphores AS s USING (lock_key)
- WHERE p.expires_at > now()
+  FROM /* TEMPLATE: schema */lock_leases AS p
+ WHERE p.slot > 0 AND p.expires_at > now()
  ORDER BY p.lock_key, p.slot
 `
 
@@ -428,8 +282,9 @@ type ListPermitsRow struct {
 	DbNow           time.Time
 }
 
-// Every unexpired permit and shared/exclusive lease, by key and slot, with
-// the number of permits its key's holders agreed on (0: shared/exclusive).
+// Every unexpired shared holder and permit, by key and slot, with its key's
+// number of permits (0: shared). slot is the holder's slot among its key's,
+// from 0.
 func (q *Queries) ListPermits(ctx context.Context) ([]ListPermitsRow, error) {
 	rows, err := q.db.Query(ctx, ListPermits)
 	if err != nil {
@@ -463,19 +318,13 @@ func (q *Queries) ListPermits(ctx context.Context) ([]ListPermitsRow, error) {
 
 const ListWaiters = `-- name: ListWaiters :many
 SELECT q.kind, q.lock_key, q.owner, q.ticket,
-       (row_number() OVER (PARTITION BY q.kind = 'lease', q.lock_key ORDER BY q.ticket) - 1)::bigint AS position,
+       (row_number() OVER (PARTITION BY q.lock_key ORDER BY q.ticket) - 1)::bigint AS position,
        (extract(epoch FROM GREATEST(q.expires_at - now(), interval '0')) * 1000000)::bigint AS place_micros,
        q.expires_at, now()::timestamptz AS db_now
-  FROM (SELECT 'lease'::text AS kind, w.lock_key, w.owner, w.ticket, w.expires_at
+  FROM (SELECT w.kind, w.lock_key, w.owner, w.ticket, w.expires_at
           FROM /* TEMPLATE: schema */pgfence_waiters AS w
-         WHERE w.expires_at > now()
-        UNION ALL
-        SELECT CASE WHEN s.permits > 0 THEN 'permit' WHEN w.exclusive THEN 'exclusive' ELSE 'shared' END,
-               w.lock_key, w.owner, w.ticket, w.expires_at
-          FROM /* TEMPLATE: schema */pgfence_permit_waiters AS w
-          JOIN /* TEMPLATE: schema */pgfence_semaphores AS s ON s.lock_key = w.lock_key
-         WHERE w.expires_at > now()) AS q
- ORDER BY q.lock_key, q.kind = 'lease' DESC, q.ticket
+         WHERE w.queued AND w.expires_at > now()) AS q
+ ORDER BY q.lock_key, q.ticket
 `
 
 type ListWaitersRow struct {
@@ -489,10 +338,8 @@ type ListWaitersRow struct {
 	DbNow       time.Time
 }
 
-// The fair waiters whose place has not expired, by key and in queue order:
-// kind is 'lease' for a mutex lease's waiter, 'permit' for a semaphore's,
-// 'shared' or 'exclusive' for a shared/exclusive key's (the mutex leases
-// and the other kinds are separate namespaces, so one key may have both).
+// The fair waiters whose place has not expired, by key and in queue order,
+// with the kind each asked for ('exclusive', 'shared' or 'permit').
 func (q *Queries) ListWaiters(ctx context.Context) ([]ListWaitersRow, error) {
 	rows, err := q.db.Query(ctx, ListWaiters)
 	if err != nil {
@@ -522,29 +369,13 @@ func (q *Queries) ListWaiters(ctx context.Context) ([]ListWaitersRow, error) {
 	return items, nil
 }
 
-const PermitFence = `-- name: PermitFence :one
-SELECT fence FROM /* TEMPLATE: schema */pgfence_permits WHERE lock_key = $1 AND slot = $2
-`
-
-type PermitFenceParams struct {
-	LockKey string
-	Slot    int32
-}
-
-// The fence a permit slot's row carries now, held or not (after a release
-// that found nothing: expired, or taken by another holder).
-func (q *Queries) PermitFence(ctx context.Context, arg PermitFenceParams) (int64, error) {
-	row := q.db.QueryRow(ctx, PermitFence, arg.LockKey, arg.Slot)
-	var fence int64
-	err := row.Scan(&fence)
-	return fence, err
-}
-
 const ReleaseHeldAtLeast = `-- name: ReleaseHeldAtLeast :one
 UPDATE /* TEMPLATE: schema */lock_leases
    SET expires_at = GREATEST(now(), acquired_at + $1::bigint * interval '1 microsecond'),
        released_at = now()
  WHERE lock_key = $2
+   AND slot = 0
+   AND kind = 'exclusive'
    AND fence = $3
    AND expires_at > now()
    AND CASE WHEN $4::boolean THEN /* TEMPLATE: schema */pgfence_commit_durably()
@@ -580,7 +411,7 @@ WITH k AS (
          unnest($5::bigint[]) AS hold_micros
 ), locked AS (
   SELECT r.lock_key FROM /* TEMPLATE: schema */lock_leases AS r
-   WHERE r.lock_key IN (SELECT k.lock_key FROM k)
+   WHERE r.lock_key IN (SELECT k.lock_key FROM k) AND r.slot = 0
    ORDER BY r.lock_key
      FOR UPDATE
 )
@@ -589,6 +420,8 @@ UPDATE /* TEMPLATE: schema */lock_leases AS l
        released_at = now()
   FROM k
  WHERE l.lock_key = k.lock_key
+   AND l.slot = 0
+   AND l.kind = 'exclusive'
    AND l.lock_key IN (SELECT locked.lock_key FROM locked)
    AND l.fence = k.fence
    AND l.expires_at > now()
@@ -640,41 +473,29 @@ func (q *Queries) ReleaseKeySet(ctx context.Context, arg ReleaseKeySetParams) ([
 	return items, nil
 }
 
-const ReleasePermit = `-- name: ReleasePermit :one
-UPDATE /* TEMPLATE: schema */pgfence_permits
-   SET expires_at = GREATEST(now(), acquired_at + $1::bigint * interval '1 microsecond')
- WHERE lock_key = $2
-   AND slot = $3
-   AND fence = $4
-   AND expires_at > now()
-   AND CASE WHEN $5::boolean THEN /* TEMPLATE: schema */pgfence_commit_durably()
-            ELSE set_config('synchronous_commit', 'off', true) = 'off' END
-RETURNING CASE WHEN $6::boolean THEN pg_notify('pgfence_lease_released', lock_key) IS NOT NULL
-               ELSE true END AS released
+const ReleaseSlot = `-- name: ReleaseSlot :one
+SELECT r.released::boolean AS released
+  FROM /* TEMPLATE: schema */pgfence_release_slot($1::text, $2::bigint, $3::bigint,
+       $4::boolean, $5::boolean) AS r
 `
 
-type ReleasePermitParams struct {
-	HoldMicros int64
+type ReleaseSlotParams struct {
 	LockKey    string
-	Slot       int32
 	Fence      int64
+	HoldMicros int64
 	Durable    bool
 	Notify     bool
 }
 
-// Gives a permit (or shared/exclusive lease) back, matched on key, slot and
-// fence, so that a newer holder's is never touched. With a minimum hold, it
-// stays held until its grant time plus hold_micros by the database clock,
-// if that is later than now. Asynchronous commit unless durable, as the
-// mutex's Release. With notify, the key is sent as NOTIFY
-// pgfence_lease_released's payload, as ReleaseNotify does, for waiters
-// that do not queue (the fair ones are woken by the release's trigger).
-func (q *Queries) ReleasePermit(ctx context.Context, arg ReleasePermitParams) (bool, error) {
-	row := q.db.QueryRow(ctx, ReleasePermit,
-		arg.HoldMicros,
+// Gives a shared holder's or permit's grant back (pgfence_release_slot),
+// matched on key and fence, with its minimum hold; asynchronous commit unless
+// durable; with notify, NOTIFY pgfence_lease_released with the key for
+// waiters that do not queue. No row: it was not held any more.
+func (q *Queries) ReleaseSlot(ctx context.Context, arg ReleaseSlotParams) (bool, error) {
+	row := q.db.QueryRow(ctx, ReleaseSlot,
 		arg.LockKey,
-		arg.Slot,
 		arg.Fence,
+		arg.HoldMicros,
 		arg.Durable,
 		arg.Notify,
 	)
@@ -688,7 +509,7 @@ WITH k AS (
   SELECT unnest($2::text[]) AS lock_key, unnest($3::bigint[]) AS fence
 ), locked AS (
   SELECT r.lock_key FROM /* TEMPLATE: schema */lock_leases AS r
-   WHERE r.lock_key IN (SELECT k.lock_key FROM k)
+   WHERE r.lock_key IN (SELECT k.lock_key FROM k) AND r.slot = 0
    ORDER BY r.lock_key
      FOR UPDATE
 )
@@ -696,6 +517,8 @@ UPDATE /* TEMPLATE: schema */lock_leases AS l
    SET expires_at = now() + $1::bigint * interval '1 microsecond'
   FROM k
  WHERE l.lock_key = k.lock_key
+   AND l.slot = 0
+   AND l.kind = 'exclusive'
    AND l.lock_key IN (SELECT locked.lock_key FROM locked)
    AND l.fence = k.fence
    AND l.expires_at > now()
@@ -738,43 +561,49 @@ func (q *Queries) RenewKeySet(ctx context.Context, arg RenewKeySetParams) ([]Ren
 	return items, nil
 }
 
-const RenewPermit = `-- name: RenewPermit :one
-UPDATE /* TEMPLATE: schema */pgfence_permits
-   SET expires_at = now() + $1::bigint * interval '1 microsecond'
- WHERE lock_key = $2
-   AND slot = $3
-   AND fence = $4
-   AND expires_at > now()
-   AND /* TEMPLATE: schema */pgfence_commit_durably()
-RETURNING expires_at
+const RenewSlot = `-- name: RenewSlot :one
+SELECT r.expires_at::timestamptz AS expires_at
+  FROM /* TEMPLATE: schema */pgfence_renew_slot($1::text, $2::bigint, $3::bigint) AS r
 `
 
-type RenewPermitParams struct {
-	TtlMicros int64
+type RenewSlotParams struct {
 	LockKey   string
-	Slot      int32
 	Fence     int64
+	TtlMicros int64
 }
 
-// Extends a permit (or shared/exclusive lease) only while it is unexpired
-// and carries this fence: never resurrects one. It commits durably.
-func (q *Queries) RenewPermit(ctx context.Context, arg RenewPermitParams) (time.Time, error) {
-	row := q.db.QueryRow(ctx, RenewPermit,
-		arg.TtlMicros,
-		arg.LockKey,
-		arg.Slot,
-		arg.Fence,
-	)
+// Extends a shared holder's or permit's grant (pgfence_renew_slot), matched
+// on key and fence, only while unexpired: never resurrects one. No row: lost.
+func (q *Queries) RenewSlot(ctx context.Context, arg RenewSlotParams) (time.Time, error) {
+	row := q.db.QueryRow(ctx, RenewSlot, arg.LockKey, arg.Fence, arg.TtlMicros)
 	var expires_at time.Time
 	err := row.Scan(&expires_at)
 	return expires_at, err
 }
 
+const SlotFence = `-- name: SlotFence :one
+SELECT fence FROM /* TEMPLATE: schema */lock_leases WHERE lock_key = $1 AND slot = $2
+`
+
+type SlotFenceParams struct {
+	LockKey string
+	Slot    int32
+}
+
+// The fence a slot's row carries now, held or not (after a release that
+// found nothing: expired, or taken by another holder).
+func (q *Queries) SlotFence(ctx context.Context, arg SlotFenceParams) (int64, error) {
+	row := q.db.QueryRow(ctx, SlotFence, arg.LockKey, arg.Slot)
+	var fence int64
+	err := row.Scan(&fence)
+	return fence, err
+}
+
 const WatchPermitHolders = `-- name: WatchPermitHolders :many
-SELECT p.lock_key, p.slot, p.exclusive, p.owner, p.fence,
+SELECT p.lock_key, (p.slot - 1)::integer AS slot, (p.kind = 'exclusive')::boolean AS exclusive, p.owner, p.fence,
        (extract(epoch FROM GREATEST(p.expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros
-  FROM /* TEMPLATE: schema */pgfence_permits AS p
- WHERE p.expires_at > now()
+  FROM /* TEMPLATE: schema */lock_leases AS p
+ WHERE p.slot > 0 AND p.expires_at > now()
  ORDER BY p.lock_key, p.slot
  LIMIT $1
 `
@@ -788,7 +617,7 @@ type WatchPermitHoldersRow struct {
 	RemainingMicros int64
 }
 
-// The unexpired permits and shared/exclusive leases, by key and slot, at
+// The unexpired shared holders and permits, by key and slot (from 0), at
 // most row_limit of them, for the live page.
 func (q *Queries) WatchPermitHolders(ctx context.Context, rowLimit int32) ([]WatchPermitHoldersRow, error) {
 	rows, err := q.db.Query(ctx, WatchPermitHolders, rowLimit)
@@ -818,17 +647,17 @@ func (q *Queries) WatchPermitHolders(ctx context.Context, rowLimit int32) ([]Wat
 }
 
 const WatchPermits = `-- name: WatchPermits :many
-SELECT s.lock_key, s.permits,
-       (SELECT count(*) FROM /* TEMPLATE: schema */pgfence_permits AS p
-         WHERE p.lock_key = s.lock_key AND p.expires_at > now() AND NOT p.exclusive)::bigint AS in_use,
-       (SELECT count(*) FROM /* TEMPLATE: schema */pgfence_permits AS p
-         WHERE p.lock_key = s.lock_key AND p.expires_at > now() AND p.exclusive)::bigint AS exclusive_held,
-       (SELECT count(*) FROM /* TEMPLATE: schema */pgfence_exclusive_waiters AS w
-         WHERE w.lock_key = s.lock_key AND w.expires_at > now())::bigint AS waiters
-  FROM /* TEMPLATE: schema */pgfence_semaphores AS s
- WHERE EXISTS (SELECT FROM /* TEMPLATE: schema */pgfence_permits AS p WHERE p.lock_key = s.lock_key AND p.expires_at > now())
-    OR EXISTS (SELECT FROM /* TEMPLATE: schema */pgfence_exclusive_waiters AS w WHERE w.lock_key = s.lock_key AND w.expires_at > now())
- ORDER BY s.lock_key
+SELECT h.lock_key, h.permits,
+       (SELECT count(*) FROM /* TEMPLATE: schema */lock_leases AS p
+         WHERE p.lock_key = h.lock_key AND p.slot > 0 AND p.expires_at > now())::bigint AS in_use,
+       0::bigint AS exclusive_held,
+       (SELECT count(*) FROM /* TEMPLATE: schema */pgfence_waiters AS w
+         WHERE w.lock_key = h.lock_key AND NOT w.queued AND w.expires_at > now())::bigint AS waiters
+  FROM /* TEMPLATE: schema */lock_leases AS h
+ WHERE h.slot = 0 AND h.kind <> 'exclusive'
+   AND (h.expires_at > now()
+        OR EXISTS (SELECT FROM /* TEMPLATE: schema */pgfence_waiters AS w WHERE w.lock_key = h.lock_key AND NOT w.queued AND w.expires_at > now()))
+ ORDER BY h.lock_key
  LIMIT $1
 `
 
@@ -840,11 +669,11 @@ type WatchPermitsRow struct {
 	Waiters       int64
 }
 
-// Per semaphore or shared/exclusive key with a holder or a waiter now (by
-// the database clock), at most row_limit keys in key order: its number of
-// permits (0: shared/exclusive), the unexpired permits or shared leases, the
-// exclusive lease (0 or 1) and the exclusive waiters (the fair waiters are
-// WatchWaiters').
+// Per key held shared or as permits now (by the database clock), or with an
+// exclusive waiter that does not queue, at most row_limit keys in key order:
+// its number of permits (0: shared), the unexpired shared holders or permits,
+// exclusive_held (always 0 here: an exclusive holder is a lease) and the
+// exclusive waiters that do not queue (the fair waiters are WatchWaiters').
 func (q *Queries) WatchPermits(ctx context.Context, rowLimit int32) ([]WatchPermitsRow, error) {
 	rows, err := q.db.Query(ctx, WatchPermits, rowLimit)
 	if err != nil {
@@ -873,19 +702,13 @@ func (q *Queries) WatchPermits(ctx context.Context, rowLimit int32) ([]WatchPerm
 
 const WatchWaiters = `-- name: WatchWaiters :many
 SELECT q.kind, q.lock_key, q.owner,
-       (row_number() OVER (PARTITION BY q.kind = 'lease', q.lock_key ORDER BY q.ticket) - 1)::bigint AS position,
-       (count(*) OVER (PARTITION BY q.kind = 'lease', q.lock_key))::bigint AS depth,
+       (row_number() OVER (PARTITION BY q.lock_key ORDER BY q.ticket) - 1)::bigint AS position,
+       (count(*) OVER (PARTITION BY q.lock_key))::bigint AS depth,
        (extract(epoch FROM GREATEST(q.expires_at - now(), interval '0')) * 1000000)::bigint AS place_micros
-  FROM (SELECT 'lease'::text AS kind, w.lock_key, w.owner, w.ticket, w.expires_at
+  FROM (SELECT w.kind, w.lock_key, w.owner, w.ticket, w.expires_at
           FROM /* TEMPLATE: schema */pgfence_waiters AS w
-         WHERE w.expires_at > now()
-        UNION ALL
-        SELECT CASE WHEN s.permits > 0 THEN 'permit' WHEN w.exclusive THEN 'exclusive' ELSE 'shared' END,
-               w.lock_key, w.owner, w.ticket, w.expires_at
-          FROM /* TEMPLATE: schema */pgfence_permit_waiters AS w
-          JOIN /* TEMPLATE: schema */pgfence_semaphores AS s ON s.lock_key = w.lock_key
-         WHERE w.expires_at > now()) AS q
- ORDER BY q.lock_key, q.kind = 'lease' DESC, q.ticket
+         WHERE w.queued AND w.expires_at > now()) AS q
+ ORDER BY q.lock_key, q.ticket
  LIMIT $1
 `
 
@@ -898,9 +721,9 @@ type WatchWaitersRow struct {
 	PlaceMicros int64
 }
 
-// The fair waiters of every kind whose place has not expired, by key and in
-// queue order (as ListWaiters), at most row_limit of them, and the depth of
-// each key's queue.
+// The fair waiters whose place has not expired, by key and in queue order
+// (as ListWaiters), at most row_limit of them, and the depth of each key's
+// queue.
 func (q *Queries) WatchWaiters(ctx context.Context, rowLimit int32) ([]WatchWaitersRow, error) {
 	rows, err := q.db.Query(ctx, WatchWaiters, rowLimit)
 	if err != nil {

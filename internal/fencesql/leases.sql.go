@@ -23,7 +23,7 @@ WITH tombstone AS (
          released_at = CASE WHEN l.owner_token = $2::text AND l.expires_at > now()
                               THEN now()
                               ELSE l.released_at END
-   WHERE l.lock_key = $3
+   WHERE l.lock_key = $3 AND l.slot = 0
   RETURNING l.lock_key, l.fence, (l.owner_token = $2::text AND l.expires_at = now()) AS ours
 )
 SELECT r.fence
@@ -70,8 +70,10 @@ SELECT r.lock_key, $1::text, r.owner_token,
    AND set_config('lock_timeout', '1s', true) IS NOT NULL
    AND NOT EXISTS (SELECT FROM /* TEMPLATE: schema */pgfence_abandoned_tokens AS a WHERE a.owner_token = r.owner_token)
  ORDER BY r.lock_key
-ON CONFLICT (lock_key) DO UPDATE
-   SET owner       = EXCLUDED.owner,
+ON CONFLICT (lock_key, slot) DO UPDATE
+   SET kind        = 'exclusive',
+       permits     = 0,
+       owner       = EXCLUDED.owner,
        owner_token = EXCLUDED.owner_token,
        fence       = EXCLUDED.fence,
        acquired_at = EXCLUDED.acquired_at,
@@ -159,6 +161,8 @@ const ReleaseNotify = `-- name: ReleaseNotify :one
 UPDATE /* TEMPLATE: schema */lock_leases
    SET expires_at = now(), released_at = now()
  WHERE lock_key = $1
+   AND slot = 0
+   AND kind = 'exclusive'
    AND fence = $2
    AND expires_at > now()
    AND CASE WHEN $3::boolean THEN /* TEMPLATE: schema */pgfence_commit_durably()
@@ -231,70 +235,16 @@ func (q *Queries) SweepAbandonedTokensBatch(ctx context.Context, arg SweepAbando
 
 const SweepExpiredBatch = `-- name: SweepExpiredBatch :one
 WITH batch AS (
-  SELECT lock_key, expires_at
-    FROM /* TEMPLATE: schema */lock_leases
-   WHERE lock_key > $1::text
-   ORDER BY lock_key
-   LIMIT $2::int
-), deleted AS (
-  DELETE FROM /* TEMPLATE: schema */lock_leases
-   WHERE lock_key = ANY (ARRAY(SELECT b.lock_key FROM batch AS b
-                                WHERE b.expires_at < now() - $3::bigint * interval '1 microsecond'))
-     AND expires_at < now() - $3::bigint * interval '1 microsecond'
-  RETURNING 1
-)
-SELECT (SELECT count(*) FROM batch)::bigint AS scanned,
-       COALESCE((SELECT max(lock_key) FROM batch), '')::text AS last_key,
-       (SELECT count(*) FROM deleted)::bigint AS deleted
- WHERE set_config('synchronous_commit', 'off', true) = 'off'
-`
-
-type SweepExpiredBatchParams struct {
-	AfterKey    string
-	BatchSize   int32
-	GraceMicros int64
-}
-
-type SweepExpiredBatchRow struct {
-	Scanned int64
-	LastKey string
-	Deleted int64
-}
-
-// One batch of pglease's SweepExpired, in its own short transaction: it
-// reads the next batch_size rows in key order after after_key (a cursor on
-// the primary key, so no index on expires_at is needed; the schema has none,
-// which keeps acquire's updates HOT) and deletes those expired longer
-// than the grace period. The DELETE re-checks the expiry on the newest row
-// version (READ COMMITTED re-evaluates its WHERE on a row updated since the
-// snapshot), so a row acquired or renewed meanwhile is never deleted.
-// Deleting is safe at any time: fences come from a sequence, not from the
-// row. It returns how many rows it read (fewer than batch_size: the walk is
-// done), the last key read (the next cursor) and how many it deleted.
-//
-// It commits asynchronously (synchronous_commit = off for this transaction
-// only): a delete lost in a crash leaves an expired row that the next sweep
-// deletes, and an acquisition that reuses the key commits durably, which
-// flushes the WAL up to and past this delete first.
-func (q *Queries) SweepExpiredBatch(ctx context.Context, arg SweepExpiredBatchParams) (SweepExpiredBatchRow, error) {
-	row := q.db.QueryRow(ctx, SweepExpiredBatch, arg.AfterKey, arg.BatchSize, arg.GraceMicros)
-	var i SweepExpiredBatchRow
-	err := row.Scan(&i.Scanned, &i.LastKey, &i.Deleted)
-	return i, err
-}
-
-const SweepPermitsBatch = `-- name: SweepPermitsBatch :one
-WITH batch AS (
   SELECT lock_key, slot, expires_at
-    FROM /* TEMPLATE: schema */pgfence_permits
+    FROM /* TEMPLATE: schema */lock_leases
    WHERE (lock_key, slot) > ($1::text, $2::integer)
    ORDER BY lock_key, slot
    LIMIT $3::int
 ), deleted AS (
-  DELETE FROM /* TEMPLATE: schema */pgfence_permits AS p
-   WHERE (p.lock_key, p.slot) IN (SELECT b.lock_key, b.slot FROM batch AS b
+  DELETE FROM /* TEMPLATE: schema */lock_leases AS l
+   WHERE (l.lock_key, l.slot) IN (SELECT b.lock_key, b.slot FROM batch AS b
                                    WHERE b.expires_at < now() - $4::bigint * interval '1 microsecond')
-     AND p.expires_at < now() - $4::bigint * interval '1 microsecond'
+     AND l.expires_at < now() - $4::bigint * interval '1 microsecond'
   RETURNING 1
 ), last AS (
   SELECT b.lock_key, b.slot FROM batch AS b ORDER BY b.lock_key DESC, b.slot DESC LIMIT 1
@@ -306,35 +256,45 @@ SELECT (SELECT count(*) FROM batch)::bigint AS scanned,
  WHERE set_config('synchronous_commit', 'off', true) = 'off'
 `
 
-type SweepPermitsBatchParams struct {
+type SweepExpiredBatchParams struct {
 	AfterKey    string
 	AfterSlot   int32
 	BatchSize   int32
 	GraceMicros int64
 }
 
-type SweepPermitsBatchRow struct {
+type SweepExpiredBatchRow struct {
 	Scanned  int64
 	LastKey  string
 	LastSlot int32
 	Deleted  int64
 }
 
-// SweepExpiredBatch for the permits of semaphores and shared/exclusive keys
-// (pgfence_permits), walked by (lock_key, slot) after (after_key,
-// after_slot): it deletes the permits of the batch that expired longer than
-// the grace period, re-checking each on its newest row version, and commits
-// asynchronously, for the reasons SweepExpiredBatch gives. A key's permit
-// count (pgfence_semaphores) stays: a concurrent acquisition relies on it
-// to refuse a caller that disagrees.
-func (q *Queries) SweepPermitsBatch(ctx context.Context, arg SweepPermitsBatchParams) (SweepPermitsBatchRow, error) {
-	row := q.db.QueryRow(ctx, SweepPermitsBatch,
+// One batch of pglease's SweepExpired, in its own short transaction: it
+// reads the next batch_size rows in (lock_key, slot) order after (after_key,
+// after_slot) (a cursor on the primary key, so no index on expires_at is
+// needed; the schema has none, which keeps acquire's updates HOT) and deletes
+// those expired longer than the grace period: keys' rows, shared holders and
+// permits alike. The DELETE re-checks the expiry on the newest row version
+// (READ COMMITTED re-evaluates its WHERE on a row updated since the
+// snapshot), so a row acquired or renewed meanwhile is never deleted. A
+// key's row expires no earlier than its holders', so an expired one has none
+// left. Deleting is safe at any time: fences come from a sequence, not from
+// the row. It returns how many rows it read (fewer than batch_size: the walk
+// is done), the last row read (the next cursor) and how many it deleted.
+//
+// It commits asynchronously (synchronous_commit = off for this transaction
+// only): a delete lost in a crash leaves an expired row that the next sweep
+// deletes, and an acquisition that reuses the key commits durably, which
+// flushes the WAL up to and past this delete first.
+func (q *Queries) SweepExpiredBatch(ctx context.Context, arg SweepExpiredBatchParams) (SweepExpiredBatchRow, error) {
+	row := q.db.QueryRow(ctx, SweepExpiredBatch,
 		arg.AfterKey,
 		arg.AfterSlot,
 		arg.BatchSize,
 		arg.GraceMicros,
 	)
-	var i SweepPermitsBatchRow
+	var i SweepExpiredBatchRow
 	err := row.Scan(
 		&i.Scanned,
 		&i.LastKey,
@@ -347,27 +307,14 @@ func (q *Queries) SweepPermitsBatch(ctx context.Context, arg SweepPermitsBatchPa
 const SweepPlacesBatch = `-- name: SweepPlacesBatch :one
 WITH cutoff AS (
   SELECT now() - $1::bigint * interval '1 microsecond' AS at
-), lease_places AS (
+), places AS (
   DELETE FROM /* TEMPLATE: schema */pgfence_waiters AS w
    WHERE w.ctid = ANY (ARRAY(SELECT x.ctid FROM /* TEMPLATE: schema */pgfence_waiters AS x
                               WHERE x.expires_at < (SELECT c.at FROM cutoff AS c) LIMIT $2::int))
      AND w.expires_at < (SELECT c.at FROM cutoff AS c)
   RETURNING 1
-), permit_places AS (
-  DELETE FROM /* TEMPLATE: schema */pgfence_permit_waiters AS w
-   WHERE w.ctid = ANY (ARRAY(SELECT x.ctid FROM /* TEMPLATE: schema */pgfence_permit_waiters AS x
-                              WHERE x.expires_at < (SELECT c.at FROM cutoff AS c) LIMIT $2::int))
-     AND w.expires_at < (SELECT c.at FROM cutoff AS c)
-  RETURNING 1
-), exclusive_places AS (
-  DELETE FROM /* TEMPLATE: schema */pgfence_exclusive_waiters AS w
-   WHERE w.ctid = ANY (ARRAY(SELECT x.ctid FROM /* TEMPLATE: schema */pgfence_exclusive_waiters AS x
-                              WHERE x.expires_at < (SELECT c.at FROM cutoff AS c) LIMIT $2::int))
-     AND w.expires_at < (SELECT c.at FROM cutoff AS c)
-  RETURNING 1
 )
-SELECT GREATEST((SELECT count(*) FROM lease_places), (SELECT count(*) FROM permit_places),
-                (SELECT count(*) FROM exclusive_places))::bigint AS most_deleted
+SELECT (SELECT count(*) FROM places)::bigint AS most_deleted
  WHERE set_config('synchronous_commit', 'off', true) = 'off'
 `
 
@@ -376,16 +323,15 @@ type SweepPlacesBatchParams struct {
 	BatchSize   int32
 }
 
-// Deletes up to batch_size expired places of fair waiters from each of the
-// three queues (mutex leases, permits, exclusive waiters of shared/exclusive
-// keys), those expired longer than the grace period: a waiter that died
-// leaves its place behind until a grant of its key deletes it, and a key
-// never granted again would keep it. Places are few (one per live waiter),
-// so each batch finds its rows by scanning; it reports the most deleted
-// from one queue (batch_size: run it again). An expired place is dead, so
-// deleting one never changes an order; each delete re-checks the expiry on
-// the newest row version, so a place refreshed meanwhile stays. It commits
-// asynchronously: a place that outlives a crash waits for the next sweep.
+// Deletes up to batch_size places of waiters expired longer than the grace
+// period: a waiter that died leaves its place behind until a grant of its
+// key deletes it, and a key never granted again would keep it. Places are
+// few (one per live waiter), so each batch finds its rows by scanning; it
+// reports how many it deleted (batch_size: run it again). An expired place
+// is dead, so deleting one never changes an order; each delete re-checks the
+// expiry on the newest row version, so a place refreshed meanwhile stays.
+// It commits asynchronously: a place that outlives a crash waits for the
+// next sweep.
 func (q *Queries) SweepPlacesBatch(ctx context.Context, arg SweepPlacesBatchParams) (int64, error) {
 	row := q.db.QueryRow(ctx, SweepPlacesBatch, arg.GraceMicros, arg.BatchSize)
 	var most_deleted int64

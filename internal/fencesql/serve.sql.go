@@ -14,7 +14,7 @@ const WatchHeldLeases = `-- name: WatchHeldLeases :many
 SELECT lock_key, owner, fence, acquired_at, expires_at,
        (extract(epoch FROM expires_at - now()) * 1000000)::bigint AS remaining_micros
   FROM /* TEMPLATE: schema */lock_leases
- WHERE expires_at > now()
+ WHERE expires_at > now() AND slot = 0 AND kind = 'exclusive'
  ORDER BY lock_key
  LIMIT $1
 `
@@ -98,6 +98,7 @@ SELECT now()::timestamptz AS db_now,
        count(*) FILTER (WHERE expires_at > now()
                           AND expires_at <= now() + $1::bigint * interval '1 microsecond') AS expiring_soon
   FROM /* TEMPLATE: schema */lock_leases
+ WHERE slot = 0 AND kind = 'exclusive'
 `
 
 type WatchLeaseSummaryRow struct {

@@ -1,77 +1,68 @@
--- name: AcquirePermit :one
--- Grants the lowest free permit slot (0..permits-1) of a semaphore, with a
--- new fence; no row when all permits are held or the owner token was
--- abandoned. SQLSTATE PF007 when the key's holders agreed on another number
--- of permits (see pgfence_acquire_permit in migration 000009).
+-- name: AcquireKind :one
+-- One attempt to take a key in a kind ('exclusive', 'shared', 'permit' with
+-- its number of permits) as the key's holders allow now
+-- (pgfence_acquire_kind in migration 000013): slot, fence and expiry when
+-- granted; no row when refused. With place_micros > 0, a refused exclusive
+-- attempt on a key held shared keeps a place that keeps new shared leases
+-- out for that long. SQLSTATE PF007 when the key is held in a kind that
+-- cannot share it.
 SELECT r.slot::integer AS slot, r.fence::bigint AS fence, r.expires_at::timestamptz AS expires_at
-  FROM /* TEMPLATE: schema */pgfence_acquire_permit(sqlc.arg(lock_key)::text, sqlc.arg(permits)::integer,
-       sqlc.arg(owner)::text, sqlc.arg(owner_token)::text, sqlc.arg(ttl_micros)::bigint) AS r;
-
--- name: AcquireShared :one
--- Grants a shared or the exclusive lease of a shared/exclusive key; no row
--- when refused. A refused exclusive request with wait_micros > 0 holds a
--- waiter's place for that long, which keeps new shared leases out.
-SELECT r.slot::integer AS slot, r.fence::bigint AS fence, r.expires_at::timestamptz AS expires_at
-  FROM /* TEMPLATE: schema */pgfence_acquire_shared(sqlc.arg(lock_key)::text, sqlc.arg(exclusive)::boolean,
+  FROM /* TEMPLATE: schema */pgfence_acquire_kind(sqlc.arg(lock_key)::text, sqlc.arg(kind)::text, sqlc.arg(permits)::integer,
        sqlc.arg(owner)::text, sqlc.arg(owner_token)::text, sqlc.arg(ttl_micros)::bigint,
-       sqlc.arg(wait_micros)::bigint) AS r;
+       sqlc.arg(place_micros)::bigint, false) AS r
+ WHERE r.fence IS NOT NULL;
 
--- name: LeaveExclusiveQueue :one
--- An exclusive waiter that gives up gives its place back.
-SELECT /* TEMPLATE: schema */pgfence_leave_exclusive_queue(sqlc.arg(lock_key)::text, sqlc.arg(owner_token)::text)::boolean AS left_queue;
+-- name: AcquireQueued :one
+-- One attempt of a fair waiter of any kind: slot, fence and expiry when
+-- granted, else fence 0 and the number of waiters ahead (-1: the owner
+-- token was abandoned).
+SELECT coalesce(r.slot, 0)::integer AS slot, coalesce(r.fence, 0)::bigint AS fence,
+       coalesce(r.expires_at, now())::timestamptz AS expires_at, coalesce(r.ahead, -1)::integer AS ahead
+  FROM /* TEMPLATE: schema */pgfence_acquire_kind(sqlc.arg(lock_key)::text, sqlc.arg(kind)::text, sqlc.arg(permits)::integer,
+       sqlc.arg(owner)::text, sqlc.arg(owner_token)::text, sqlc.arg(ttl_micros)::bigint,
+       sqlc.arg(place_micros)::bigint, true) AS r;
 
--- name: RenewPermit :one
--- Extends a permit (or shared/exclusive lease) only while it is unexpired
--- and carries this fence: never resurrects one. It commits durably.
-UPDATE /* TEMPLATE: schema */pgfence_permits
-   SET expires_at = now() + sqlc.arg(ttl_micros)::bigint * interval '1 microsecond'
- WHERE lock_key = sqlc.arg(lock_key)
-   AND slot = sqlc.arg(slot)
-   AND fence = sqlc.arg(fence)
-   AND expires_at > now()
-   AND /* TEMPLATE: schema */pgfence_commit_durably()
-RETURNING expires_at;
+-- name: LeaveQueue :exec
+-- A waiter that gives up (or was granted another way) gives its place back.
+DELETE FROM /* TEMPLATE: schema */pgfence_waiters WHERE lock_key = sqlc.arg(lock_key) AND owner_token = sqlc.arg(owner_token);
 
--- name: ReleasePermit :one
--- Gives a permit (or shared/exclusive lease) back, matched on key, slot and
--- fence, so that a newer holder's is never touched. With a minimum hold, it
--- stays held until its grant time plus hold_micros by the database clock,
--- if that is later than now. Asynchronous commit unless durable, as the
--- mutex's Release. With notify, the key is sent as NOTIFY
--- pgfence_lease_released's payload, as ReleaseNotify does, for waiters
--- that do not queue (the fair ones are woken by the release's trigger).
-UPDATE /* TEMPLATE: schema */pgfence_permits
-   SET expires_at = GREATEST(now(), acquired_at + sqlc.arg(hold_micros)::bigint * interval '1 microsecond')
- WHERE lock_key = sqlc.arg(lock_key)
-   AND slot = sqlc.arg(slot)
-   AND fence = sqlc.arg(fence)
-   AND expires_at > now()
-   AND CASE WHEN sqlc.arg(durable)::boolean THEN /* TEMPLATE: schema */pgfence_commit_durably()
-            ELSE set_config('synchronous_commit', 'off', true) = 'off' END
-RETURNING CASE WHEN sqlc.arg(notify)::boolean THEN pg_notify('pgfence_lease_released', lock_key) IS NOT NULL
-               ELSE true END AS released;
+-- name: RenewSlot :one
+-- Extends a shared holder's or permit's grant (pgfence_renew_slot), matched
+-- on key and fence, only while unexpired: never resurrects one. No row: lost.
+SELECT r.expires_at::timestamptz AS expires_at
+  FROM /* TEMPLATE: schema */pgfence_renew_slot(sqlc.arg(lock_key)::text, sqlc.arg(fence)::bigint, sqlc.arg(ttl_micros)::bigint) AS r;
 
--- name: PermitFence :one
--- The fence a permit slot's row carries now, held or not (after a release
--- that found nothing: expired, or taken by another holder).
-SELECT fence FROM /* TEMPLATE: schema */pgfence_permits WHERE lock_key = sqlc.arg(lock_key) AND slot = sqlc.arg(slot);
+-- name: ReleaseSlot :one
+-- Gives a shared holder's or permit's grant back (pgfence_release_slot),
+-- matched on key and fence, with its minimum hold; asynchronous commit unless
+-- durable; with notify, NOTIFY pgfence_lease_released with the key for
+-- waiters that do not queue. No row: it was not held any more.
+SELECT r.released::boolean AS released
+  FROM /* TEMPLATE: schema */pgfence_release_slot(sqlc.arg(lock_key)::text, sqlc.arg(fence)::bigint, sqlc.arg(hold_micros)::bigint,
+       sqlc.arg(durable)::boolean, sqlc.arg(notify)::boolean) AS r;
 
--- name: FindPermitByOwnerToken :one
--- Resolves an ambiguous permit or shared/exclusive acquisition.
+-- name: SlotFence :one
+-- The fence a slot's row carries now, held or not (after a release that
+-- found nothing: expired, or taken by another holder).
+SELECT fence FROM /* TEMPLATE: schema */lock_leases WHERE lock_key = sqlc.arg(lock_key) AND slot = sqlc.arg(slot);
+
+-- name: FindSlotByOwnerToken :one
+-- Resolves an ambiguous attempt through AcquireKind or AcquireQueued: the
+-- unexpired grant under the owner token, in whichever slot.
 SELECT slot, fence, expires_at
-  FROM /* TEMPLATE: schema */pgfence_permits
+  FROM /* TEMPLATE: schema */lock_leases
  WHERE lock_key = sqlc.arg(lock_key)
    AND owner_token = sqlc.arg(owner_token)
    AND expires_at > now();
 
--- name: AbandonPermit :many
--- Gives up an ambiguous permit or shared/exclusive acquisition: tombstones
--- the token and releases what it holds (pgfence_abandon_permit).
-SELECT r::bigint AS fence FROM /* TEMPLATE: schema */pgfence_abandon_permit(sqlc.arg(lock_key)::text, sqlc.arg(owner_token)::text) AS r;
+-- name: AbandonSlot :many
+-- Gives up an ambiguous attempt through AcquireKind or AcquireQueued:
+-- tombstones the token and releases what it holds (pgfence_abandon_slot).
+SELECT r::bigint AS fence FROM /* TEMPLATE: schema */pgfence_abandon_slot(sqlc.arg(lock_key)::text, sqlc.arg(owner_token)::text) AS r;
 
 -- name: AcquireKeySet :many
--- Takes the mutex leases of several keys, all or none, each with its own
--- fence; SQLSTATE PF008 (and nothing granted) when any is held.
+-- Takes several keys exclusively, all or none, each with its own
+-- fence; SQLSTATE PF008 (and nothing granted) when any is held, in any kind.
 SELECT r.lock_key::text AS lock_key, r.fence::bigint AS fence, r.expires_at::timestamptz AS expires_at
   FROM /* TEMPLATE: schema */pgfence_acquire_set(sqlc.arg(lock_keys)::text[], sqlc.arg(owner)::text,
        sqlc.arg(owner_token)::text, sqlc.arg(ttl_micros)::bigint) AS r;
@@ -84,111 +75,13 @@ UPDATE /* TEMPLATE: schema */lock_leases
    SET expires_at = GREATEST(now(), acquired_at + sqlc.arg(hold_micros)::bigint * interval '1 microsecond'),
        released_at = now()
  WHERE lock_key = sqlc.arg(lock_key)
+   AND slot = 0
+   AND kind = 'exclusive'
    AND fence = sqlc.arg(fence)
    AND expires_at > now()
    AND CASE WHEN sqlc.arg(durable)::boolean THEN /* TEMPLATE: schema */pgfence_commit_durably()
             ELSE set_config('synchronous_commit', 'off', true) = 'off' END
 RETURNING true AS released;
-
--- name: ListPermits :many
--- Every unexpired permit and shared/exclusive lease, by key and slot, with
--- the number of permits its key's holders agreed on (0: shared/exclusive).
-SELECT p.lock_key, s.permits, p.slot, p.exclusive, p.owner, p.fence, p.acquired_at, p.expires_at,
-       (extract(epoch FROM GREATEST(p.expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros,
-       now()::timestamptz AS db_now
-  FROM /* TEMPLATE: schema */pgfence_permits AS p
-  JOIN /* TEMPLATE: schema */pgfence_semaphores AS s USING (lock_key)
- WHERE p.expires_at > now()
- ORDER BY p.lock_key, p.slot;
-
--- name: ListExclusiveWaiters :many
--- Exclusive waiters whose place has not expired, by key.
-SELECT lock_key, count(*)::bigint AS waiting
-  FROM /* TEMPLATE: schema */pgfence_exclusive_waiters
- WHERE expires_at > now()
- GROUP BY lock_key
- ORDER BY lock_key;
-
--- name: WatchPermits :many
--- Per semaphore or shared/exclusive key with a holder or a waiter now (by
--- the database clock), at most row_limit keys in key order: its number of
--- permits (0: shared/exclusive), the unexpired permits or shared leases, the
--- exclusive lease (0 or 1) and the exclusive waiters (the fair waiters are
--- WatchWaiters').
-SELECT s.lock_key, s.permits,
-       (SELECT count(*) FROM /* TEMPLATE: schema */pgfence_permits AS p
-         WHERE p.lock_key = s.lock_key AND p.expires_at > now() AND NOT p.exclusive)::bigint AS in_use,
-       (SELECT count(*) FROM /* TEMPLATE: schema */pgfence_permits AS p
-         WHERE p.lock_key = s.lock_key AND p.expires_at > now() AND p.exclusive)::bigint AS exclusive_held,
-       (SELECT count(*) FROM /* TEMPLATE: schema */pgfence_exclusive_waiters AS w
-         WHERE w.lock_key = s.lock_key AND w.expires_at > now())::bigint AS waiters
-  FROM /* TEMPLATE: schema */pgfence_semaphores AS s
- WHERE EXISTS (SELECT FROM /* TEMPLATE: schema */pgfence_permits AS p WHERE p.lock_key = s.lock_key AND p.expires_at > now())
-    OR EXISTS (SELECT FROM /* TEMPLATE: schema */pgfence_exclusive_waiters AS w WHERE w.lock_key = s.lock_key AND w.expires_at > now())
- ORDER BY s.lock_key
- LIMIT sqlc.arg(row_limit);
-
--- name: AcquireFIFO :one
--- One attempt of a fair waiter (pgfence_acquire_fifo): the fence when
--- granted, else fence 0 and the number of waiters ahead (-1: the owner
--- token was abandoned).
-SELECT coalesce(r.fence, 0)::bigint AS fence, coalesce(r.expires_at, now())::timestamptz AS expires_at,
-       coalesce(r.ahead, -1)::integer AS ahead
-  FROM /* TEMPLATE: schema */pgfence_acquire_fifo(sqlc.arg(lock_key)::text, sqlc.arg(owner)::text,
-       sqlc.arg(owner_token)::text, sqlc.arg(ttl_micros)::bigint, sqlc.arg(place_micros)::bigint) AS r;
-
--- name: LeaveQueue :exec
--- A fair waiter that gives up (or was granted another way) leaves the queue.
-DELETE FROM /* TEMPLATE: schema */pgfence_waiters WHERE lock_key = sqlc.arg(lock_key) AND owner_token = sqlc.arg(owner_token);
-
--- name: ListWaiters :many
--- The fair waiters whose place has not expired, by key and in queue order:
--- kind is 'lease' for a mutex lease's waiter, 'permit' for a semaphore's,
--- 'shared' or 'exclusive' for a shared/exclusive key's (the mutex leases
--- and the other kinds are separate namespaces, so one key may have both).
-SELECT q.kind, q.lock_key, q.owner, q.ticket,
-       (row_number() OVER (PARTITION BY q.kind = 'lease', q.lock_key ORDER BY q.ticket) - 1)::bigint AS position,
-       (extract(epoch FROM GREATEST(q.expires_at - now(), interval '0')) * 1000000)::bigint AS place_micros,
-       q.expires_at, now()::timestamptz AS db_now
-  FROM (SELECT 'lease'::text AS kind, w.lock_key, w.owner, w.ticket, w.expires_at
-          FROM /* TEMPLATE: schema */pgfence_waiters AS w
-         WHERE w.expires_at > now()
-        UNION ALL
-        SELECT CASE WHEN s.permits > 0 THEN 'permit' WHEN w.exclusive THEN 'exclusive' ELSE 'shared' END,
-               w.lock_key, w.owner, w.ticket, w.expires_at
-          FROM /* TEMPLATE: schema */pgfence_permit_waiters AS w
-          JOIN /* TEMPLATE: schema */pgfence_semaphores AS s ON s.lock_key = w.lock_key
-         WHERE w.expires_at > now()) AS q
- ORDER BY q.lock_key, q.kind = 'lease' DESC, q.ticket;
-
--- name: AcquirePermitFIFO :one
--- One attempt of a fair waiter for a permit (pgfence_acquire_permit_fifo in
--- migration 000011): slot and fence when granted, else fence 0 and the
--- number of waiters ahead (-1: the owner token was abandoned).
-SELECT coalesce(r.slot, 0)::integer AS slot, coalesce(r.fence, 0)::bigint AS fence,
-       coalesce(r.expires_at, now())::timestamptz AS expires_at, coalesce(r.ahead, -1)::integer AS ahead
-  FROM /* TEMPLATE: schema */pgfence_acquire_permit_fifo(sqlc.arg(lock_key)::text, sqlc.arg(permits)::integer,
-       sqlc.arg(owner)::text, sqlc.arg(owner_token)::text, sqlc.arg(ttl_micros)::bigint,
-       sqlc.arg(place_micros)::bigint) AS r;
-
--- name: AcquireSharedFIFO :one
--- One attempt of a fair waiter for a shared or the exclusive lease
--- (pgfence_acquire_shared_fifo), answered as AcquirePermitFIFO.
-SELECT coalesce(r.slot, 0)::integer AS slot, coalesce(r.fence, 0)::bigint AS fence,
-       coalesce(r.expires_at, now())::timestamptz AS expires_at, coalesce(r.ahead, -1)::integer AS ahead
-  FROM /* TEMPLATE: schema */pgfence_acquire_shared_fifo(sqlc.arg(lock_key)::text, sqlc.arg(exclusive)::boolean,
-       sqlc.arg(owner)::text, sqlc.arg(owner_token)::text, sqlc.arg(ttl_micros)::bigint,
-       sqlc.arg(place_micros)::bigint) AS r;
-
--- name: LeavePermitQueue :exec
--- A fair waiter of a semaphore or shared/exclusive key that gives up leaves
--- the queue, and the exclusive waiters.
-WITH x AS (
-  DELETE FROM /* TEMPLATE: schema */pgfence_exclusive_waiters AS x
-   WHERE x.lock_key = sqlc.arg(lock_key)::text AND x.owner_token = sqlc.arg(owner_token)::text
-)
-DELETE FROM /* TEMPLATE: schema */pgfence_permit_waiters AS w
- WHERE w.lock_key = sqlc.arg(lock_key)::text AND w.owner_token = sqlc.arg(owner_token)::text;
 
 -- name: ReleaseKeySet :many
 -- Release of a key set's mutex leases in one statement, each matched on its
@@ -203,7 +96,7 @@ WITH k AS (
          unnest(sqlc.arg(hold_micros)::bigint[]) AS hold_micros
 ), locked AS (
   SELECT r.lock_key FROM /* TEMPLATE: schema */lock_leases AS r
-   WHERE r.lock_key IN (SELECT k.lock_key FROM k)
+   WHERE r.lock_key IN (SELECT k.lock_key FROM k) AND r.slot = 0
    ORDER BY r.lock_key
      FOR UPDATE
 )
@@ -212,6 +105,8 @@ UPDATE /* TEMPLATE: schema */lock_leases AS l
        released_at = now()
   FROM k
  WHERE l.lock_key = k.lock_key
+   AND l.slot = 0
+   AND l.kind = 'exclusive'
    AND l.lock_key IN (SELECT locked.lock_key FROM locked)
    AND l.fence = k.fence
    AND l.expires_at > now()
@@ -230,7 +125,7 @@ WITH k AS (
   SELECT unnest(sqlc.arg(lock_keys)::text[]) AS lock_key, unnest(sqlc.arg(fences)::bigint[]) AS fence
 ), locked AS (
   SELECT r.lock_key FROM /* TEMPLATE: schema */lock_leases AS r
-   WHERE r.lock_key IN (SELECT k.lock_key FROM k)
+   WHERE r.lock_key IN (SELECT k.lock_key FROM k) AND r.slot = 0
    ORDER BY r.lock_key
      FOR UPDATE
 )
@@ -238,38 +133,86 @@ UPDATE /* TEMPLATE: schema */lock_leases AS l
    SET expires_at = now() + sqlc.arg(ttl_micros)::bigint * interval '1 microsecond'
   FROM k
  WHERE l.lock_key = k.lock_key
+   AND l.slot = 0
+   AND l.kind = 'exclusive'
    AND l.lock_key IN (SELECT locked.lock_key FROM locked)
    AND l.fence = k.fence
    AND l.expires_at > now()
    AND /* TEMPLATE: schema */pgfence_commit_durably()
 RETURNING l.lock_key, l.expires_at;
 
+-- name: ListPermits :many
+-- Every unexpired shared holder and permit, by key and slot, with its key's
+-- number of permits (0: shared). slot is the holder's slot among its key's,
+-- from 0.
+SELECT p.lock_key, p.permits, (p.slot - 1)::integer AS slot, (p.kind = 'exclusive')::boolean AS exclusive,
+       p.owner, p.fence, p.acquired_at, p.expires_at,
+       (extract(epoch FROM GREATEST(p.expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros,
+       now()::timestamptz AS db_now
+  FROM /* TEMPLATE: schema */lock_leases AS p
+ WHERE p.slot > 0 AND p.expires_at > now()
+ ORDER BY p.lock_key, p.slot;
+
+-- name: ListExclusiveWaiters :many
+-- Exclusive waiters that do not queue, whose place has not expired, by key:
+-- while one waits, no new shared lease of its key is granted.
+SELECT lock_key, count(*)::bigint AS waiting
+  FROM /* TEMPLATE: schema */pgfence_waiters
+ WHERE NOT queued AND expires_at > now()
+ GROUP BY lock_key
+ ORDER BY lock_key;
+
+-- name: ListWaiters :many
+-- The fair waiters whose place has not expired, by key and in queue order,
+-- with the kind each asked for ('exclusive', 'shared' or 'permit').
+SELECT q.kind, q.lock_key, q.owner, q.ticket,
+       (row_number() OVER (PARTITION BY q.lock_key ORDER BY q.ticket) - 1)::bigint AS position,
+       (extract(epoch FROM GREATEST(q.expires_at - now(), interval '0')) * 1000000)::bigint AS place_micros,
+       q.expires_at, now()::timestamptz AS db_now
+  FROM (SELECT w.kind, w.lock_key, w.owner, w.ticket, w.expires_at
+          FROM /* TEMPLATE: schema */pgfence_waiters AS w
+         WHERE w.queued AND w.expires_at > now()) AS q
+ ORDER BY q.lock_key, q.ticket;
+
+-- name: WatchPermits :many
+-- Per key held shared or as permits now (by the database clock), or with an
+-- exclusive waiter that does not queue, at most row_limit keys in key order:
+-- its number of permits (0: shared), the unexpired shared holders or permits,
+-- exclusive_held (always 0 here: an exclusive holder is a lease) and the
+-- exclusive waiters that do not queue (the fair waiters are WatchWaiters').
+SELECT h.lock_key, h.permits,
+       (SELECT count(*) FROM /* TEMPLATE: schema */lock_leases AS p
+         WHERE p.lock_key = h.lock_key AND p.slot > 0 AND p.expires_at > now())::bigint AS in_use,
+       0::bigint AS exclusive_held,
+       (SELECT count(*) FROM /* TEMPLATE: schema */pgfence_waiters AS w
+         WHERE w.lock_key = h.lock_key AND NOT w.queued AND w.expires_at > now())::bigint AS waiters
+  FROM /* TEMPLATE: schema */lock_leases AS h
+ WHERE h.slot = 0 AND h.kind <> 'exclusive'
+   AND (h.expires_at > now()
+        OR EXISTS (SELECT FROM /* TEMPLATE: schema */pgfence_waiters AS w WHERE w.lock_key = h.lock_key AND NOT w.queued AND w.expires_at > now()))
+ ORDER BY h.lock_key
+ LIMIT sqlc.arg(row_limit);
+
 -- name: WatchPermitHolders :many
--- The unexpired permits and shared/exclusive leases, by key and slot, at
+-- The unexpired shared holders and permits, by key and slot (from 0), at
 -- most row_limit of them, for the live page.
-SELECT p.lock_key, p.slot, p.exclusive, p.owner, p.fence,
+SELECT p.lock_key, (p.slot - 1)::integer AS slot, (p.kind = 'exclusive')::boolean AS exclusive, p.owner, p.fence,
        (extract(epoch FROM GREATEST(p.expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros
-  FROM /* TEMPLATE: schema */pgfence_permits AS p
- WHERE p.expires_at > now()
+  FROM /* TEMPLATE: schema */lock_leases AS p
+ WHERE p.slot > 0 AND p.expires_at > now()
  ORDER BY p.lock_key, p.slot
  LIMIT sqlc.arg(row_limit);
 
 -- name: WatchWaiters :many
--- The fair waiters of every kind whose place has not expired, by key and in
--- queue order (as ListWaiters), at most row_limit of them, and the depth of
--- each key's queue.
+-- The fair waiters whose place has not expired, by key and in queue order
+-- (as ListWaiters), at most row_limit of them, and the depth of each key's
+-- queue.
 SELECT q.kind, q.lock_key, q.owner,
-       (row_number() OVER (PARTITION BY q.kind = 'lease', q.lock_key ORDER BY q.ticket) - 1)::bigint AS position,
-       (count(*) OVER (PARTITION BY q.kind = 'lease', q.lock_key))::bigint AS depth,
+       (row_number() OVER (PARTITION BY q.lock_key ORDER BY q.ticket) - 1)::bigint AS position,
+       (count(*) OVER (PARTITION BY q.lock_key))::bigint AS depth,
        (extract(epoch FROM GREATEST(q.expires_at - now(), interval '0')) * 1000000)::bigint AS place_micros
-  FROM (SELECT 'lease'::text AS kind, w.lock_key, w.owner, w.ticket, w.expires_at
+  FROM (SELECT w.kind, w.lock_key, w.owner, w.ticket, w.expires_at
           FROM /* TEMPLATE: schema */pgfence_waiters AS w
-         WHERE w.expires_at > now()
-        UNION ALL
-        SELECT CASE WHEN s.permits > 0 THEN 'permit' WHEN w.exclusive THEN 'exclusive' ELSE 'shared' END,
-               w.lock_key, w.owner, w.ticket, w.expires_at
-          FROM /* TEMPLATE: schema */pgfence_permit_waiters AS w
-          JOIN /* TEMPLATE: schema */pgfence_semaphores AS s ON s.lock_key = w.lock_key
-         WHERE w.expires_at > now()) AS q
- ORDER BY q.lock_key, q.kind = 'lease' DESC, q.ticket
+         WHERE w.queued AND w.expires_at > now()) AS q
+ ORDER BY q.lock_key, q.ticket
  LIMIT sqlc.arg(row_limit);

@@ -5,7 +5,8 @@ SELECT now()::timestamptz AS db_now,
        count(*) FILTER (WHERE expires_at > now()) AS held,
        count(*) FILTER (WHERE expires_at > now()
                           AND expires_at <= now() + sqlc.arg(soon_micros)::bigint * interval '1 microsecond') AS expiring_soon
-  FROM /* TEMPLATE: schema */lock_leases;
+  FROM /* TEMPLATE: schema */lock_leases
+ WHERE slot = 0 AND kind = 'exclusive';
 
 -- name: WatchHeldLeases :many
 -- The held leases, at most row_limit of them, in key order (a stable set of
@@ -13,7 +14,7 @@ SELECT now()::timestamptz AS db_now,
 SELECT lock_key, owner, fence, acquired_at, expires_at,
        (extract(epoch FROM expires_at - now()) * 1000000)::bigint AS remaining_micros
   FROM /* TEMPLATE: schema */lock_leases
- WHERE expires_at > now()
+ WHERE expires_at > now() AND slot = 0 AND kind = 'exclusive'
  ORDER BY lock_key
  LIMIT sqlc.arg(row_limit);
 
