@@ -122,7 +122,11 @@ SELECT x.lock_key, x.owner_token, '', 'exclusive', 0, false, nextval('pgfence_wa
 ON CONFLICT ON CONSTRAINT pgfence_waiters_pkey DO NOTHING;
 
 -- v0.1.0's functions of the separate kinds, and their tables.
-DROP TABLE pgfence_permit_waiters, pgfence_exclusive_waiters, pgfence_permits, pgfence_semaphores;
+DROP INDEX pgfence_permit_waiters_order;
+DROP TABLE pgfence_permit_waiters;
+DROP TABLE pgfence_exclusive_waiters;
+DROP TABLE pgfence_permits;
+DROP TABLE pgfence_semaphores;
 DROP FUNCTION IF EXISTS pgfence_acquire_fifo(text, text, text, bigint, bigint);
 DROP FUNCTION IF EXISTS pgfence_acquire_permit_fifo(text, integer, text, text, bigint, bigint);
 DROP FUNCTION IF EXISTS pgfence_acquire_shared_fifo(text, boolean, text, text, bigint, bigint);
@@ -599,6 +603,45 @@ CREATE CONSTRAINT TRIGGER pgfence_leaving_wakes_waiters
 --   pgfence_release(key, fence [, hold])                any grant, by its fence
 --
 -- Acquisitions return no row when the key's holders exclude the caller now.
+-- A slot is the grant's among its key's, from 0 (as pglease's Lease.Slot):
+-- a permit's names one of N resources; an exclusive lease's is 0.
+
+-- pgfence_check_lease_call, as in the baseline, knows the contract's new
+-- functions. (A schema some other way brought to the baseline's version may
+-- lack it: it is created then.)
+CREATE OR REPLACE FUNCTION pgfence_check_lease_call(fn text, key text, ttl interval, owner text, fence bigint) RETURNS boolean
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+  IF statement_timestamp() - transaction_timestamp() > interval '1 second' THEN
+    RAISE EXCEPTION '%: called in a transaction that began % before this statement', fn, statement_timestamp() - transaction_timestamp()
+      USING ERRCODE = 'PF006',
+            HINT = 'Call it on its own, in autocommit (psql: no BEGIN; psycopg: autocommit=True): expiry is judged by now(), the start time of the transaction, which is past.';
+  END IF;
+  IF key IS NULL OR key = '' THEN
+    RAISE EXCEPTION '%: the key is empty', fn USING ERRCODE = 'PF005';
+  END IF;
+  IF octet_length(key) > 512 THEN
+    RAISE EXCEPTION '%: the key is % bytes, at most 512', fn, octet_length(key) USING ERRCODE = 'PF005';
+  END IF;
+  IF fn IN ('pgfence_acquire', 'pgfence_renew', 'pgfence_acquire_shared', 'pgfence_acquire_permit', 'pgfence_acquire_set')
+     AND (ttl IS NULL OR ttl < interval '10 milliseconds' OR ttl > interval '24 hours') THEN
+    RAISE EXCEPTION '%: the TTL % is outside [10 ms, 24 h]', fn, coalesce(ttl::text, 'NULL')
+      USING ERRCODE = 'PF005',
+            HINT = 'A TTL must outlive a round trip to the server and be short enough that a crashed holder does not block the key for long; renew a shorter lease instead of taking a long one.';
+  END IF;
+  IF fn IN ('pgfence_acquire', 'pgfence_acquire_shared', 'pgfence_acquire_permit', 'pgfence_acquire_set')
+     AND (owner IS NULL OR owner = '' OR octet_length(owner) > 256) THEN
+    RAISE EXCEPTION '%: the owner label must be 1 to 256 bytes, got %', fn, coalesce(octet_length(owner)::text || ' bytes', 'NULL')
+      USING ERRCODE = 'PF005';
+  END IF;
+  IF fn IN ('pgfence_renew', 'pgfence_release') AND (fence IS NULL OR fence <= 0) THEN
+    RAISE EXCEPTION '%: the fence must be positive, got %', fn, coalesce(fence::text, 'NULL')
+      USING ERRCODE = 'PF005';
+  END IF;
+  RETURN true;
+END
+$$;
 
 -- pgfence_token: a new owner token, 244 random bits.
 CREATE FUNCTION pgfence_token() RETURNS text
@@ -641,7 +684,7 @@ CREATE FUNCTION pgfence_acquire_shared(key text, exclusive boolean, ttl interval
 RETURNS TABLE (slot integer, fence bigint, expires_at timestamptz)
 LANGUAGE sql VOLATILE
 AS $$
-  SELECT r.slot, r.fence, r.expires_at
+  SELECT GREATEST(r.slot - 1, 0), r.fence, r.expires_at
     FROM pgfence_acquire_kind($1, CASE WHEN $2 THEN 'exclusive' ELSE 'shared' END, 0, $4, pgfence_token(),
                               pgfence_micros($3), 0, false) AS r
    WHERE pgfence_check_lease_call('pgfence_acquire_shared', $1, $3, $4, NULL)
@@ -653,7 +696,7 @@ CREATE FUNCTION pgfence_acquire_permit(key text, permits integer, ttl interval, 
 RETURNS TABLE (slot integer, fence bigint, expires_at timestamptz)
 LANGUAGE sql VOLATILE
 AS $$
-  SELECT r.slot, r.fence, r.expires_at
+  SELECT r.slot - 1, r.fence, r.expires_at
     FROM pgfence_acquire_kind($1, 'permit', $2, $4, pgfence_token(), pgfence_micros($3), 0, false) AS r
    WHERE pgfence_check_lease_call('pgfence_acquire_permit', $1, $3, $4, NULL)
      AND r.fence IS NOT NULL
@@ -723,41 +766,6 @@ BEGIN
 END
 $$;
 
--- The new argument names of pgfence_check_lease_call's callers.
-CREATE OR REPLACE FUNCTION pgfence_check_lease_call(fn text, key text, ttl interval, owner text, fence bigint) RETURNS boolean
-LANGUAGE plpgsql STABLE
-AS $$
-BEGIN
-  IF statement_timestamp() - transaction_timestamp() > interval '1 second' THEN
-    RAISE EXCEPTION '%: called in a transaction that began % before this statement', fn, statement_timestamp() - transaction_timestamp()
-      USING ERRCODE = 'PF006',
-            HINT = 'Call it on its own, in autocommit (psql: no BEGIN; psycopg: autocommit=True): expiry is judged by now(), the start time of the transaction, which is past.';
-  END IF;
-  IF key IS NULL OR key = '' THEN
-    RAISE EXCEPTION '%: the key is empty', fn USING ERRCODE = 'PF005';
-  END IF;
-  IF octet_length(key) > 512 THEN
-    RAISE EXCEPTION '%: the key is % bytes, at most 512', fn, octet_length(key) USING ERRCODE = 'PF005';
-  END IF;
-  IF fn IN ('pgfence_acquire', 'pgfence_renew', 'pgfence_acquire_shared', 'pgfence_acquire_permit', 'pgfence_acquire_set')
-     AND (ttl IS NULL OR ttl < interval '10 milliseconds' OR ttl > interval '24 hours') THEN
-    RAISE EXCEPTION '%: the TTL % is outside [10 ms, 24 h]', fn, coalesce(ttl::text, 'NULL')
-      USING ERRCODE = 'PF005',
-            HINT = 'A TTL must outlive a round trip to the server and be short enough that a crashed holder does not block the key for long; renew a shorter lease instead of taking a long one.';
-  END IF;
-  IF fn IN ('pgfence_acquire', 'pgfence_acquire_shared', 'pgfence_acquire_permit', 'pgfence_acquire_set')
-     AND (owner IS NULL OR owner = '' OR octet_length(owner) > 256) THEN
-    RAISE EXCEPTION '%: the owner label must be 1 to 256 bytes, got %', fn, coalesce(octet_length(owner)::text || ' bytes', 'NULL')
-      USING ERRCODE = 'PF005';
-  END IF;
-  IF fn IN ('pgfence_renew', 'pgfence_release') AND (fence IS NULL OR fence <= 0) THEN
-    RAISE EXCEPTION '%: the fence must be positive, got %', fn, coalesce(fence::text, 'NULL')
-      USING ERRCODE = 'PF005';
-  END IF;
-  RETURN true;
-END
-$$;
-
 -- Pin the search_path of every function above to pgfence's schema (then
 -- pg_temp, searched last, so that no temporary object can stand in for one
 -- of pgfence's). The functions of earlier migrations name their objects
@@ -768,7 +776,7 @@ DECLARE
   f regprocedure;
 BEGIN
   FOR f IN SELECT p.oid::regprocedure FROM pg_proc AS p
-            WHERE p.pronamespace = current_schema()::regnamespace
+            WHERE p.pronamespace = (SELECT n.oid FROM pg_namespace AS n WHERE n.nspname = current_schema())
               AND p.proname IN ('pgfence_kind_name', 'pgfence_lock_key', 'pgfence_grant', 'pgfence_take_place',
                                 'pgfence_acquire_kind', 'pgfence_refuse', 'pgfence_summarise', 'pgfence_renew_slot',
                                 'pgfence_release_slot', 'pgfence_abandon_slot', 'pgfence_acquire_set',

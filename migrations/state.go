@@ -137,14 +137,13 @@ SELECT n.oid IS NOT NULL,
        EXISTS (SELECT FROM pg_class c WHERE c.relnamespace = n.oid AND c.relname = $3 AND c.relkind = 'r')
   FROM (SELECT (SELECT oid FROM pg_namespace WHERE nspname = $1) AS oid) AS n`
 
-var (
-	createRe = regexp.MustCompile(`(?m)^CREATE (?:OR REPLACE )?(?:TABLE|SEQUENCE|DOMAIN|FUNCTION|INDEX) (?:IF NOT EXISTS )?([a-z_][a-z0-9_]*)`)
-	dropRe   = regexp.MustCompile(`(?m)^DROP (?:TABLE|SEQUENCE|DOMAIN|FUNCTION|INDEX) (?:IF EXISTS )?([a-z_][a-z0-9_]*)`)
-)
+// objectRe matches a statement that creates (group 1) or drops (group 2)
+// one object.
+var objectRe = regexp.MustCompile(`(?m)^(?:(CREATE) (?:OR REPLACE )?(?:TABLE|SEQUENCE|DOMAIN|FUNCTION|INDEX) (?:IF NOT EXISTS )?|(DROP) (?:TABLE|SEQUENCE|DOMAIN|FUNCTION|INDEX) (?:IF EXISTS )?)([a-z_][a-z0-9_]*)`)
 
 // objectNames lists the objects the up migrations leave behind, in name
-// order: each file's CREATE statements (those inside DO blocks too, which
-// start a line as well), less what a later file drops.
+// order: each file's CREATE and DROP statements (those inside DO blocks
+// too, which start a line as well) in the order they run.
 func objectNames() ([]string, error) {
 	entries, err := fs.ReadDir(files, ".")
 	if err != nil {
@@ -159,16 +158,15 @@ func objectNames() ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		for _, m := range createRe.FindAllSubmatch(b, -1) {
-			set[string(m[1])] = true
-		}
-		for _, m := range dropRe.FindAllSubmatch(b, -1) {
-			delete(set, string(m[1]))
+		for _, m := range objectRe.FindAllSubmatch(b, -1) {
+			set[string(m[3])] = len(m[1]) > 0
 		}
 	}
 	names := make([]string, 0, len(set))
-	for n := range set {
-		names = append(names, n)
+	for n, exists := range set {
+		if exists {
+			names = append(names, n)
+		}
 	}
 	sort.Strings(names)
 	return names, nil

@@ -26,13 +26,13 @@ func TestAmbiguousCoordinationAcquisitions(t *testing.T) {
 		pool, proxy := proxiedPool(t)
 		key := uniqueKey(t)
 		sem := semaphore(t, newClient(t, pool), key, 2)
-		fired := proxy.CutAfterSending("pgfence_acquire_permit(", 200*time.Millisecond)
+		fired := proxy.CutAfterSending("pgfence_acquire_kind(", 200*time.Millisecond)
 		l, err := sem.TryAcquire(ctx, 5*time.Second)
 		<-fired
 		if err != nil {
 			t.Fatalf("an ambiguous permit that was granted was not adopted: %v", err)
 		}
-		if n := held(t, `SELECT count(*) FROM pgfence_permits WHERE lock_key = $1 AND expires_at > now()`, key); n != 1 {
+		if n := held(t, `SELECT count(*) FROM lock_leases WHERE slot > 0 AND lock_key = $1 AND expires_at > now()`, key); n != 1 {
 			t.Fatalf("%d permits held, want the adopted one", n)
 		}
 		if err := l.Renew(ctx); err != nil {
@@ -44,13 +44,13 @@ func TestAmbiguousCoordinationAcquisitions(t *testing.T) {
 		pool, proxy := proxiedPool(t)
 		key := uniqueKey(t)
 		sem := semaphore(t, newClient(t, pool), key, 1)
-		proxy.CutAfterSending("pgfence_acquire_permit(", time.Minute)
+		proxy.CutAfterSending("pgfence_acquire_kind(", time.Minute)
 		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		defer cancel()
 		if _, err := sem.TryAcquire(cctx, time.Hour); err == nil {
 			t.Fatal("a permit with no answer was granted")
 		}
-		if n := held(t, `SELECT count(*) FROM pgfence_permits WHERE lock_key = $1`, key); n != 1 {
+		if n := held(t, `SELECT count(*) FROM lock_leases WHERE slot > 0 AND lock_key = $1`, key); n != 1 {
 			t.Fatalf("the statement should have run: %d rows", n)
 		}
 		l, err := semaphore(t, newClient(t, direct), key, 1).TryAcquire(ctx, time.Second)

@@ -188,7 +188,7 @@ func TestFairSemaphoreOrder(t *testing.T) {
 			// come late on a loaded machine) before the permit is freed.
 			queued := 0
 			for deadline := time.Now().Add(5 * time.Second); queued != 5 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-				queued = rows(t, pgtest.Pool(t), `SELECT FROM pgfence_permit_waiters WHERE lock_key = $1 AND expires_at > now()`, key)
+				queued = rows(t, pgtest.Pool(t), `SELECT FROM pgfence_waiters WHERE lock_key = $1 AND expires_at > now()`, key)
 			}
 			if queued != 5 {
 				t.Fatalf("%d waiters queued, want 5", queued)
@@ -306,8 +306,8 @@ func TestFairWakeFromAnyReleaser(t *testing.T) {
 }
 
 // A fair waiter that disagrees with the key's holders about its kind or
-// number of permits gets ErrPermitsMismatch at once, and leaves no place in
-// the queue.
+// number of permits gets ErrPermitsMismatch at once, an exclusive one waits
+// for every permit, and neither leaves a place in the queue.
 func TestFairWaiterPermitsMismatch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -322,10 +322,16 @@ func TestFairWaiterPermitsMismatch(t *testing.T) {
 	if _, err := semaphore(t, c, key, 3).Acquire(ctx, time.Second); !errors.Is(err, pglease.ErrPermitsMismatch) {
 		t.Fatalf("a fair waiter for 3 permits of a key held as 2: %v", err)
 	}
-	if _, err := c.Acquire(ctx, key, time.Second); !errors.Is(err, pglease.ErrPermitsMismatch) {
-		t.Fatalf("a fair exclusive waiter on a semaphore key: %v", err)
+	if _, err := c.AcquireShared(ctx, key, time.Second); !errors.Is(err, pglease.ErrPermitsMismatch) {
+		t.Fatalf("a fair shared waiter on a semaphore key: %v", err)
 	}
-	if n := rows(t, pool, `SELECT FROM pgfence_permit_waiters WHERE lock_key = $1`, key); n != 0 {
+	// An exclusive waiter is not refused: it waits for every permit.
+	wctx, wcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer wcancel()
+	if _, err := c.Acquire(wctx, key, time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
+		t.Fatalf("a fair exclusive waiter on a key held as permits: %v, want ErrNotAcquired after waiting", err)
+	}
+	if n := rows(t, pool, `SELECT FROM pgfence_waiters WHERE lock_key = $1`, key); n != 0 {
 		t.Fatalf("%d places left in the queue by refused waiters", n)
 	}
 }
@@ -351,7 +357,7 @@ func TestFairSemaphoreWaiterGivesUp(t *testing.T) {
 	if _, err := sem.TryAcquire(ctx, time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
 		t.Fatalf("TryAcquire of a held semaphore: %v", err)
 	}
-	if n := rows(t, pool, `SELECT FROM pgfence_permit_waiters WHERE lock_key = $1`, key); n != 0 {
+	if n := rows(t, pool, `SELECT FROM pgfence_waiters WHERE lock_key = $1`, key); n != 0 {
 		t.Fatalf("%d places left after the waiter gave up and a TryAcquire", n)
 	}
 	got := make(chan time.Time, 1)
@@ -406,8 +412,11 @@ func TestReleaseWakesOnlyQueuedKeys(t *testing.T) {
 		if err == nil {
 			_, err = tx.Exec(ctx, `UPDATE lock_leases SET expires_at = now() WHERE lock_key = $1`, key)
 		}
+		if err == nil { // the wake-up trigger is deferred to the commit
+			_, err = tx.Exec(ctx, `SET CONSTRAINTS ALL IMMEDIATE`)
+		}
 		if err == nil {
-			err = tx.QueryRow(ctx, `SELECT coalesce(pg_stat_get_xact_function_calls('pgfence_wake_lease_waiter(text)'::regprocedure), 0)`).Scan(&calls)
+			err = tx.QueryRow(ctx, `SELECT coalesce(pg_stat_get_xact_function_calls('pgfence_wake_waiters(text)'::regprocedure), 0)`).Scan(&calls)
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -418,7 +427,7 @@ func TestReleaseWakesOnlyQueuedKeys(t *testing.T) {
 		t.Fatalf("a release with no waiter called the wake-up %d times, want 0", n)
 	}
 	var ahead int
-	if err := pool.QueryRow(ctx, `SELECT ahead FROM pgfence_acquire_fifo($1, 'waiter', $2, 10000000, 10000000)`,
+	if err := pool.QueryRow(ctx, `SELECT ahead FROM pgfence_acquire_kind($1, 'exclusive', 0, 'waiter', $2, 10000000, 10000000, true)`,
 		key, key+"-waiter").Scan(&ahead); err != nil || ahead != 0 {
 		t.Fatalf("fair attempt on a held key: ahead %d, %v; want 0 (refused)", ahead, err)
 	}

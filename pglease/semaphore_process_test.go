@@ -251,7 +251,7 @@ func watchPermits(t *testing.T, pool *pgxpool.Pool, key string, stop <-chan stru
 			}
 			var held, fences int64
 			err := pool.QueryRow(context.Background(),
-				`SELECT count(*), count(DISTINCT fence) FROM pgfence_permits WHERE lock_key = $1 AND expires_at > now()`, key).Scan(&held, &fences)
+				`SELECT count(*), count(DISTINCT fence) FROM lock_leases WHERE slot > 0 AND lock_key = $1 AND expires_at > now()`, key).Scan(&held, &fences)
 			if err != nil {
 				t.Error(err)
 				return

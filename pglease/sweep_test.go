@@ -255,11 +255,11 @@ func TestSweepRefusesBadInput(t *testing.T) {
 	}
 }
 
-// SweepExpired deletes, with the mutex leases, the permits that expired
+// SweepExpired deletes, with the plain leases, the permits that expired
 // longer than the grace ago (counted), whatever the batch size, and the
-// places dead fair waiters left in each queue (not counted); permits and
-// places still live, or expired within the grace, stay, and so does each
-// key's permit count.
+// places dead waiters left in the queue (not counted); permits and places
+// still live, or expired within the grace, stay, and so does the key's row
+// with its number of permits.
 func TestSweepPermitsAndPlaces(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -268,20 +268,21 @@ func TestSweepPermitsAndPlaces(t *testing.T) {
 			t.Parallel()
 			pool := pgtest.SchemaPool(t)
 			if _, err := pool.Exec(ctx, `
-INSERT INTO pgfence_semaphores (lock_key, permits) VALUES ('sem', 5);
-INSERT INTO pgfence_permits (lock_key, slot, exclusive, owner, owner_token, fence, acquired_at, expires_at)
-SELECT 'sem', g, false, 'filler', 'filler-' || g, nextval('pgfence_fence_seq'), now() - interval '3 days',
-       CASE WHEN g < 3 THEN now() - interval '2 days' WHEN g = 3 THEN now() - interval '1 minute' ELSE now() + interval '1 hour' END
-  FROM generate_series(0, 4) g;
-INSERT INTO pgfence_waiters (lock_key, owner_token, owner, ticket, expires_at)
-VALUES ('m', 'dead', 'filler', nextval('pgfence_waiter_seq'), now() - interval '2 days'),
-       ('m', 'live', 'filler', nextval('pgfence_waiter_seq'), now() + interval '1 hour');
-INSERT INTO pgfence_permit_waiters (lock_key, owner_token, owner, exclusive, ticket, expires_at)
-VALUES ('sem', 'dead', 'filler', false, nextval('pgfence_waiter_seq'), now() - interval '2 days'),
-       ('sem', 'dead2', 'filler', true, nextval('pgfence_waiter_seq'), now() - interval '2 days'),
-       ('sem', 'recent', 'filler', false, nextval('pgfence_waiter_seq'), now() - interval '1 minute');
-INSERT INTO pgfence_exclusive_waiters (lock_key, owner_token, expires_at)
-VALUES ('sem', 'dead', now() - interval '2 days'), ('sem', 'live', now() + interval '1 hour');`); err != nil {
+INSERT INTO lock_leases (lock_key, slot, kind, permits, owner, owner_token, fence, acquired_at, expires_at)
+SELECT 'sem', g, 'permit', 5, CASE WHEN g = 0 THEN '' ELSE 'filler' END, CASE WHEN g = 0 THEN '' ELSE 'filler-' || g END,
+       nextval('pgfence_fence_seq'), now() - interval '3 days',
+       CASE WHEN g < 4 THEN now() - interval '2 days' WHEN g = 4 THEN now() - interval '1 minute' ELSE now() + interval '1 hour' END
+  FROM generate_series(1, 5) g;
+INSERT INTO lock_leases (lock_key, slot, kind, permits, owner, owner_token, fence, acquired_at, expires_at)
+VALUES ('sem', 0, 'permit', 5, '', '', nextval('pgfence_fence_seq'), now() - interval '3 days', now() + interval '1 hour');
+INSERT INTO pgfence_waiters (lock_key, owner_token, owner, kind, permits, queued, ticket, expires_at)
+VALUES ('m', 'dead', 'filler', 'exclusive', 0, true, nextval('pgfence_waiter_seq'), now() - interval '2 days'),
+       ('m', 'live', 'filler', 'exclusive', 0, true, nextval('pgfence_waiter_seq'), now() + interval '1 hour'),
+       ('sem', 'dead', 'filler', 'permit', 5, true, nextval('pgfence_waiter_seq'), now() - interval '2 days'),
+       ('sem', 'dead2', 'filler', 'permit', 5, true, nextval('pgfence_waiter_seq'), now() - interval '2 days'),
+       ('sem', 'recent', 'filler', 'permit', 5, true, nextval('pgfence_waiter_seq'), now() - interval '1 minute'),
+       ('x', 'dead', '', 'exclusive', 0, false, nextval('pgfence_waiter_seq'), now() - interval '2 days'),
+       ('x', 'live', '', 'exclusive', 0, false, nextval('pgfence_waiter_seq'), now() + interval '1 hour');`); err != nil {
 				t.Fatal(err)
 			}
 			insertLeases(t, pool, "old", 2, 48*time.Hour)
@@ -295,15 +296,13 @@ VALUES ('sem', 'dead', now() - interval '2 days'), ('sem', 'live', now() + inter
 			}
 			var left string
 			if err := pool.QueryRow(ctx, `
-SELECT (SELECT string_agg(slot::text, ',' ORDER BY slot) FROM pgfence_permits) || ' | ' ||
-       (SELECT string_agg(owner_token, ',' ORDER BY owner_token) FROM pgfence_waiters) || ' | ' ||
-       (SELECT string_agg(owner_token, ',' ORDER BY owner_token) FROM pgfence_permit_waiters) || ' | ' ||
-       (SELECT string_agg(owner_token, ',' ORDER BY owner_token) FROM pgfence_exclusive_waiters) || ' | ' ||
-       (SELECT permits::text FROM pgfence_semaphores WHERE lock_key = 'sem')`).Scan(&left); err != nil {
+SELECT (SELECT string_agg(slot::text, ',' ORDER BY slot) FROM lock_leases WHERE lock_key = 'sem') || ' | ' ||
+       (SELECT string_agg(lock_key || ':' || owner_token, ',' ORDER BY lock_key, owner_token) FROM pgfence_waiters) || ' | ' ||
+       (SELECT permits::text FROM lock_leases WHERE lock_key = 'sem' AND slot = 0)`).Scan(&left); err != nil {
 				t.Fatal(err)
 			}
-			if want := "3,4 | live | recent | live | 5"; left != want {
-				t.Fatalf("left permits | places | permit places | exclusive places | permits: %q, want %q", left, want)
+			if want := "0,4,5 | m:live,sem:recent,x:live | 5"; left != want {
+				t.Fatalf("left slots | places | permits: %q, want %q", left, want)
 			}
 		})
 	}

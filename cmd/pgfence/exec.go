@@ -21,70 +21,46 @@ import (
 	"github.com/pgfence/pgfence/pglease"
 )
 
-const execUsage = `Usage: pgfence exec --key KEY [--ttl 30s] [--wait D | --skip-if-held] [flags] -- COMMAND [ARGS...]
+const execUsage = `Usage: pgfence exec --key KEY [--ttl 30s] [--wait D | --skip-if-held] [--shared | --permits N] [flags] -- COMMAND [ARGS...]
 
-Runs COMMAND while holding the lease on KEY, renewing it, like flock,
+Runs COMMAND while holding a lease on KEY, renewing it, like flock,
 etcdctl lock and consul lock, with a fencing token. The command gets:
   PGFENCE_KEY    the key
   PGFENCE_FENCE  the lease's fencing token: pass it to every protected write
                  (UPDATE ... WHERE last_fence <= $fence) so that a write made
                  after the lease was lost is refused
   PGFENCE_OWNER  the owner label stored with the lease
-SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to the command (it runs in
-its own process group; signals go to the whole group, followed by SIGCONT so
-that a stopped command acts on them). When the command ends the lease is
-released and pgfence exits with the command's code.
+When the command ends the lease is released and pgfence exits with the
+command's code.
 
-With a terminal on stdin, when pgfence's process group is the terminal's
-foreground group and no other process shares that group but a shell
-waiting for pgfence (sh -c; not in a pipeline), the command's group is
-made the foreground group, as a shell does for a job:
-it can read the terminal, and Ctrl-C and Ctrl-Z reach it, not pgfence.
-When the command is stopped from the terminal (Ctrl-Z, or reading it from
-the background), pgfence takes the terminal back and stops too, so the shell
-sees the job stopped; fg continues both (if the lease ran out meanwhile,
-the command gets SIGTERM instead and pgfence exits 83). Started with &, the
-command gets the terminal once fg brings pgfence to the foreground. In a
-pipeline, or with stdin not a terminal, the terminal is left as it is, and
-pgfence reports a stopped command on stderr while it renews the lease.
-A stop that reaches pgfence itself (Ctrl-Z in a pipeline, kill -TSTP) first
-stops the command's group with SIGSTOP, so that nothing of it runs while
-renewals stop; when pgfence is continued, so is the command (on Linux).
-A script run by dash (Debian's sh) can miss a stop: dash starts each program
-with vfork, and a stop that lands before the program runs stops it but not
-dash, so the group never stops as a whole (the same script hangs the same
-way under a shell); bash scripts do not have this.
-
-If the lease is lost while the command runs (renewals failed until the local
-deadline, TTL minus a tenth, or the process was frozen past the TTL),
-pgfence sends SIGTERM to the command's process group, SIGKILL after --grace,
-and exits 83. The grace holds for the whole group: a process of the group
-still running when it ends is killed, even if the command itself has exited.
-After a forwarded signal, processes the command leaves behind in its group
-get --grace too, then SIGKILL; the lease is held until they are gone. Work
-the command already sent may still land: only the fence checked at the
-resource stops it.
-
-With --wait, waiters of one key run in the order they started waiting, for
-every kind (a mutex lease, --permits, --shared and --exclusive): each takes a
-place in a queue kept by the database, and gives it up when it stops
-waiting. A release wakes the first waiters at once (a --shared waiter behind
-an --exclusive one waits for it; --shared waiters next to each other run
-together).
-
---permits N takes one of N permits of KEY (at most N holders at once, each
-with its own fence; PGFENCE_SLOT is the permit's slot, 0 to N-1); --shared
-and --exclusive take a shared lease or the exclusive lease of KEY (a waiting
---exclusive keeps new --shared leases out). These keys are apart from the
-mutex leases of the same name. --key given several times takes all the keys
-at once or none (PGFENCE_FENCES lists "FENCE KEY" per line; PGFENCE_FENCE is
-the first key's). --hold-at-least D keeps the key held until D after the
-grant even when the command ends sooner, so that a scheduled run that fires a
-little later elsewhere finds it held.
+A key is one lock, whatever kind its holders ask for (as in Go and SQL):
+  (default)     the exclusive lease: one holder, beside no other of any kind
+                (--exclusive says the same)
+  --shared      a shared lease: any number at once, none beside an exclusive
+                one; a waiting exclusive lease keeps new shared ones out
+  --permits N   one of N permits (PGFENCE_SLOT is its slot, 0 to N-1); a key
+                held shared, or as permits of another N, refuses it (exit 1,
+                naming the kind it is held in), and the other way round
+  --key K --key L ...  all the keys at once, exclusively, or none
+                (PGFENCE_FENCES lists "FENCE KEY" per line)
+--hold-at-least D keeps the key held until D after the grant even when the
+command ends sooner, so that a scheduled run that fires a little later
+elsewhere finds it held.
 
 Without --wait, a key held by another owner ends pgfence at once, with exit
 code 81 or the one --conflict-exit-code sets (0 for cron and systemd, where
-"someone else is doing it" is not a failure).
+"someone else is doing it" is not a failure). With --wait, waiters of one
+key run in the order they started waiting, every kind in one queue kept by
+the database; a release wakes the first waiters at once.
+
+SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to the command (it runs in
+its own process group). If the lease is lost while the command runs
+(renewals failed until the local deadline, TTL minus a tenth, or the
+process was frozen past the TTL), pgfence sends SIGTERM to the command's
+process group, SIGKILL after --grace, and exits 83. Work the command already
+sent may still land: only the fence checked at the resource stops it. On a
+terminal the command gets the terminal as a shell's job would (Ctrl-C,
+Ctrl-Z, fg): docs/cli.md says how.
 
 Exit codes: the command's own, or
   80  usage: missing --key, bad duration, no command, malformed URL
@@ -121,8 +97,8 @@ func (a *app) cmdExec(ctx context.Context, args []string) int {
 		return nil
 	})
 	fset.IntVar(&o.permits, "permits", 0, "take one of `N` permits of the key (a semaphore): at most N holders at once, each with its own fence; PGFENCE_SLOT is the permit's slot, 0 to N-1")
-	fset.BoolVar(&o.shared, "shared", false, "take a shared lease of a shared/exclusive key: any number of shared holders, or one --exclusive")
-	fset.BoolVar(&o.exclusive, "exclusive", false, "take the exclusive lease of a shared/exclusive key; while it waits (--wait), no new --shared lease is granted")
+	fset.BoolVar(&o.shared, "shared", false, "take a shared lease: any number of shared holders at once, none beside an exclusive (plain) lease")
+	fset.BoolVar(&o.exclusive, "exclusive", false, "take the exclusive lease, as without a kind flag (the default kind): it excludes every other holder; while it waits (--wait), no new --shared lease is granted")
 	durVar(fset, &o.holdAtLeast, "hold-at-least", 0, "keep the key held until this `duration` after the grant, by the database clock, even when the command ends sooner (scheduled work)")
 	durVar(fset, &o.ttl, "ttl", 30*time.Second, "lease length, a `duration` such as 30s; renewed while the command runs")
 	durVar(fset, &o.wait, "wait", 0, "wait up to this `duration` for a held key (default: do not wait)")

@@ -114,7 +114,9 @@ func (a *app) cmdList(ctx context.Context, args []string) error {
 	}
 	out := []leaseJSON{}
 	for _, r := range rows {
-		if heldOnly && !r.Held {
+		if heldOnly && !r.Held || r.Kind != "exclusive" {
+			// A key's row of another kind only summarises the key's shared
+			// holders or permits, which are listed one by one below.
 			continue
 		}
 		out = append(out, toJSON(r.LockKey, r.Owner, r.Fence, r.Held, r.RemainingMicros, r.AcquiredAt, r.ExpiresAt, r.ReleasedAt, r.DbNow))
@@ -179,6 +181,9 @@ func (a *app) cmdShow(ctx context.Context, args []string) error {
 	}
 	defer pool.Close()
 	r, err := a.queries(pool).GetLease(ctx, key)
+	if err == nil && r.Kind != "exclusive" && !asJSON {
+		err = pgx.ErrNoRows // held shared or as permits: its holders are listed one by one
+	}
 	if errors.Is(err, pgx.ErrNoRows) && !asJSON {
 		// Perhaps a semaphore or shared/exclusive key, or a key waited for.
 		var b strings.Builder
@@ -197,6 +202,9 @@ func (a *app) cmdShow(ctx context.Context, args []string) error {
 		return dbError(where, err)
 	}
 	l := toJSON(r.LockKey, r.Owner, r.Fence, r.Held, r.RemainingMicros, r.AcquiredAt, r.ExpiresAt, r.ReleasedAt, r.DbNow)
+	if r.Kind != "exclusive" {
+		l.Kind = r.Kind // the key's row of a key held shared or as permits
+	}
 	if asJSON {
 		enc := json.NewEncoder(a.stdout)
 		enc.SetIndent("", "  ")
