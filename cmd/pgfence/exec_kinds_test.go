@@ -271,7 +271,7 @@ func TestListShowsKinds(t *testing.T) {
 	for _, l := range strings.Split(out, "\n") {
 		lines = append(lines, strings.Join(strings.Fields(l), " "))
 	}
-	for _, want := range []string{p + "dev permit of 2 0 ", p + "rw shared 0 ", p + "m first 0 lease ", p + "m second 1 lease ", p + "rw writer 0 exclusive "} {
+	for _, want := range []string{p + "dev permit of 2 0 ", p + "rw shared 0 ", p + "m first 0 exclusive ", p + "m second 1 exclusive ", p + "rw writer 0 exclusive "} {
 		found := false
 		for _, l := range lines {
 			found = found || strings.HasPrefix(l, want)

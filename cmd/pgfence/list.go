@@ -20,8 +20,8 @@ holder, or expired (its holder stopped renewing: gone, stalled or cut off).
 Then the held permits of semaphores and the shared/exclusive leases by key
 and slot, and the waiters: fair (--wait) waiters of every kind in queue
 order, and exclusive waiters. With --json, one array: each entry has a kind
-("lease", "permit", "shared" or "exclusive"); a permit's has its slot (and
-permits, the semaphore's number), a shared or exclusive lease's its slot; a
+("lease" for a plain, exclusive lease, "permit" or "shared"); a permit's has
+its slot (and permits, the semaphore's number), a shared lease's its slot; a
 fair waiter's has "waiting": true and its position in the key's queue (0
 first), with remaining_seconds the time its place lasts. --held leaves the
 waiters out.
@@ -39,8 +39,9 @@ no lease row.
 // --json a permit or a fair waiter (kindsJSON).
 type leaseJSON struct {
 	Key string `json:"key"`
-	// Kind is "lease" (a mutex lease), "permit" (of a semaphore of Permits
-	// permits), "shared" or "exclusive"; a waiter's is its queue's.
+	// Kind is "lease" (a plain lease: the exclusive kind), "permit" (of a
+	// semaphore of Permits permits) or "shared"; a waiter's is the kind it
+	// asked for ("exclusive" for a plain lease).
 	Kind             string     `json:"kind"`
 	Owner            string     `json:"owner"`
 	Fence            int64      `json:"fence"`

@@ -163,7 +163,7 @@ func TestServePageInBrowser(t *testing.T) {
 		waited := make(chan struct{})
 		go func() { defer close(waited); fc.Acquire(wctx, "serve/page-key", time.Minute) }()
 		defer func() { stop(); <-waited }()
-		want := fmt.Sprintf("serve/page-sem|1 of 2|0: page-holder, %d#serve/page-key|lease|0|page-waiter", p.Fence())
+		want := fmt.Sprintf("serve/page-sem|1 of 2|0: page-holder, %d#serve/page-key|exclusive|0|page-waiter", p.Fence())
 		eventually(t, "the page shows the permit and the waiter", func() string {
 			got, err := chromedp.Run(browser, chromedp.Evaluate[string](`(() => {
   const p = [...document.querySelectorAll("#permits tr")].find((tr) => tr.dataset.key === "serve/page-sem");

@@ -84,7 +84,7 @@ func TestServePermits(t *testing.T) {
 			{"pgfence_permits_in_use", []string{"key", "report", "kind", "shared"}, 2},
 			{"pgfence_permits_in_use", []string{"key", "report", "kind", "exclusive"}, 0},
 			{"pgfence_exclusive_waiters", []string{"key", "report"}, 1},
-			{"pgfence_queue_waiters", []string{"key", "job", "kind", "lease"}, 2},
+			{"pgfence_queue_waiters", []string{"key", "job", "kind", "exclusive"}, 2},
 		} {
 			if v, ok := metricValue(body, w.name, w.labels...); !ok || v != w.value {
 				return fmt.Sprintf("%s%q = %v (found %v), want %v\n%s", w.name, w.labels, v, ok, w.value, body)

@@ -3,6 +3,11 @@
   holder.py DSN contend KEYS SECONDS   take, write under and release leases
                                        on the keys until SECONDS pass; print
                                        "grants N writes N refused N"
+  holder.py DSN take KIND KEY [N]      take KEY once in KIND (plain, shared,
+                                       or permit of N), keep it 30 s or
+                                       until stdin closes; print "granted
+                                       SLOT FENCE", "held" or "error
+                                       SQLSTATE"
   holder.py DSN frozen KEY TTL         take the lease on KEY, print
                                        "fence F", work 0.5 s, then write
                                        under the fence; print "written" or
@@ -63,6 +68,32 @@ def contend(dsn, keys, seconds):
     print("grants %d writes %d refused %d" % (grants, writes, refused), flush=True)
 
 
+TAKE = {
+    "plain": ("SELECT 0, fence FROM pgfence_acquire(%s, '30 s', 'python')", 1),
+    "shared": ("SELECT slot, fence FROM pgfence_acquire_shared(%s, false, '30 s', 'python')", 1),
+    "permit": ("SELECT slot, fence FROM pgfence_acquire_permit(%s, %s, '30 s', 'python')", 2),
+}
+
+
+def take(dsn, kind, key, n):
+    conn = connect(dsn)
+    cur = conn.cursor()
+    sql, nargs = TAKE[kind]
+    try:
+        cur.execute(sql, (key, int(n)) if nargs == 2 else (key,))
+    except Exception as e:  # the SQLSTATE is the answer
+        code = getattr(e, "sqlstate", None) or getattr(e, "pgcode", None)
+        print("error %s" % code, flush=True)
+        return
+    row = cur.fetchone()
+    if row is None:
+        print("held", flush=True)
+        return
+    print("granted %d %d" % (row[0], row[1]), flush=True)
+    sys.stdin.read()  # hold it until the test closes stdin
+    cur.execute("SELECT released FROM pgfence_release(%s, %s)", (key, row[1]))
+
+
 def frozen(dsn, key, ttl):
     conn = connect(dsn)
     cur = conn.cursor()
@@ -79,6 +110,8 @@ if __name__ == "__main__":
     dsn, mode = sys.argv[1], sys.argv[2]
     if mode == "contend":
         contend(dsn, sys.argv[3].split(","), float(sys.argv[4]))
+    elif mode == "take":
+        take(dsn, sys.argv[3], sys.argv[4], sys.argv[5] if len(sys.argv) > 5 else "0")
     elif mode == "frozen":
         frozen(dsn, sys.argv[3], sys.argv[4])
     else:

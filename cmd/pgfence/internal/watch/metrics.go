@@ -93,7 +93,7 @@ func (m *Metrics) exposition() []byte {
 			depth = append(depth, point{labels: []string{"key", w.Key, "kind", w.Kind}, value: float64(w.Depth)})
 		}
 	}
-	e.family("pgfence_queue_waiters", "gauge", "Fair waiters in a key's queue, by key and kind (lease, permit, shared, exclusive); keys of the first --limit waiters",
+	e.family("pgfence_queue_waiters", "gauge", "Fair waiters in a key's queue, by key and kind asked for (exclusive, shared, permit); keys of the first --limit waiters",
 		depth...)
 	if s.Stale.Present {
 		e.family("pgfence_stale_refusals_total", "counter", "Stale writes refused by the fencing trigger (sequence pgfence_stale_refusals); absent when the sequence is",

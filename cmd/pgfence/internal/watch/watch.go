@@ -267,8 +267,8 @@ type Snapshot struct {
 // Waiter is one fair waiter in a snapshot.
 type Waiter struct {
 	Key string `json:"key"`
-	// Kind is the queue's: "lease" (a mutex lease), "permit", "shared" or
-	// "exclusive".
+	// Kind is the kind the waiter asked for: "exclusive" (a plain lease),
+	// "shared" or "permit".
 	Kind     string `json:"kind"`
 	Owner    string `json:"owner"`
 	Position int64  `json:"position"` // 0 first
