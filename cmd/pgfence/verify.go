@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/cmd/pgfence/internal/dsn"
@@ -592,9 +594,9 @@ func stopWorkers(workers []*worker) {
 }
 
 // outcome is what became of one statement: ok (acknowledged), refused (the
-// fenced write met a newer fence), failed (the server refused it or it was
-// never sent: not applied), unknown (no answer: it may have been applied),
-// or "" (not tried).
+// fenced write met a newer fence), failed (the server refused it with an
+// ERROR, or it was never sent: not applied), unknown (no answer, or the
+// session ended: it may have been applied), or "" (not tried).
 type outcome string
 
 const (
@@ -605,13 +607,21 @@ const (
 )
 
 func outcomeOf(err error) outcome {
+	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
 		return outOK
-	case pgerr.FromServer(err), pgdb.NotSent(err):
-		// A single statement outside a transaction: an error from the
-		// server means it was rolled back.
-		return outFailed
+	case errors.As(err, &pgErr):
+		// A single statement outside a transaction that the server
+		// refused with an ERROR was rolled back. A FATAL one may come
+		// after the commit: a backend terminated while it waited for a
+		// synchronous standby says the transaction committed locally.
+		if sev := cmp.Or(pgErr.SeverityUnlocalized, pgErr.Severity); sev == "ERROR" && !pgerr.IsUnavailable(err) {
+			return outFailed
+		}
+		return outUnknown
+	case pgdb.NotSent(err), pgconn.SafeToRetry(err):
+		return outFailed // nothing was sent
 	}
 	return outUnknown
 }

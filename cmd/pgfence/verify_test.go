@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,7 +18,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgfence/pgfence/internal/pgdb"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
 
@@ -406,4 +410,27 @@ func TestVerifyChecksFail(t *testing.T) {
 	t.Run("nothing recorded", func(t *testing.T) {
 		failedOnly(t, run(nil, nil, []resourceRow{{key: 0}}), checkWorkload)
 	})
+}
+
+// A statement's outcome: an ERROR rolled it back, nothing sent did
+// nothing, and anything else may have committed.
+func TestVerifyOutcomeOf(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want outcome
+	}{
+		{nil, outOK},
+		{&pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "23505"}, outFailed},
+		{fmt.Errorf("wrapped: %w", &pgconn.PgError{Severity: "ERROR", Code: "42P01"}), outFailed},
+		// Terminated while waiting for a synchronous standby: committed locally.
+		{&pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "57P01"}, outUnknown},
+		{&pgconn.PgError{Severity: "ERROR", Code: "08006"}, outUnknown},
+		{&pgdb.NotSentError{Err: context.DeadlineExceeded}, outFailed},
+		{io.ErrUnexpectedEOF, outUnknown},
+		{context.DeadlineExceeded, outUnknown},
+	} {
+		if got := outcomeOf(tc.err); got != tc.want {
+			t.Errorf("outcomeOf(%v) = %q, want %q", tc.err, got, tc.want)
+		}
+	}
 }
