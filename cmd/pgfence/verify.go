@@ -265,12 +265,12 @@ func (a *app) verifyRun(ctx context.Context, o verifyOpts) int {
 	q := newVerifySQL(run.scratch, o.keys)
 	db := pgdb.Wrap(pool, "")
 
-	// One grant first, so that a missing schema or a refused login is told
-	// here, with what to do, rather than by every worker.
 	wake, err := wakeUps(ctx, pool)
 	if err != nil {
 		return a.exitCode(dbError(where, err))
 	}
+	// One grant first, so that a missing schema or a refused permission is
+	// told here, with what to do, rather than by every worker.
 	client, err := a.verifyClient(pool, wake)
 	if err != nil {
 		return a.exitCode(fail(exitUsage, "pgfence verify: %v", err))
