@@ -10,6 +10,10 @@
 // lost with synchronous replication, clients recover by themselves within
 // a stated bound, and every call returns within its bound.
 //
+// Before the scenarios, pgfence verify runs through the same DSN with
+// synchronous replication, undisturbed and across a switchover, and must
+// pass both times.
+//
 // A scenario that pgfence cannot make safe (a paused primary with
 // asynchronous replication) stays in the suite, with the violation asserted
 // as expected. docs/failover.md explains the results and the configuration

@@ -30,7 +30,7 @@ import (
 // the command's.
 const (
 	exitOK          = 0
-	exitFailed      = 1  // show: no such key; other runtime failures
+	exitFailed      = 1  // show: no such key; verify: a check failed; other runtime failures
 	exitUsage       = 80 // bad flags or arguments: missing --key, bad duration, malformed URL, no command
 	exitHeld        = 81 // exec: the key is held by another owner (--skip-if-held, or no --wait)
 	exitWaitExpired = 82 // exec --wait D: still held after D
@@ -84,6 +84,7 @@ Commands:
   plan     size a TTL and renew interval: freezes absorbed, renewals that may fail
   migrate  create (up), drop (down), inspect (version) or print (sql) pgfence's schema
   serve    a live page, Prometheus /metrics and /healthz on 127.0.0.1:9187 (read-only)
+  verify   run a short contended workload through your DSN and check it on the database's record
   version  print pgfence's release (and VCS revision) and exit
 
 The demo is an example: go run ./examples/demo in a checkout
@@ -101,7 +102,7 @@ is involved, so it works behind PgBouncer too.
 
 Exit codes of pgfence itself (exec otherwise exits with the command's code):
   0    success
-  1    show: no such key; other failures
+  1    show: no such key; verify: a check failed; other failures
   80   usage: bad flag or argument, missing --key, bad duration, malformed URL, no command
   81   exec: the key is held by another owner (--skip-if-held, or no --wait given)
   82   exec --wait: still held when the wait ran out
@@ -156,6 +157,8 @@ func (a *app) run(ctx context.Context, args []string) int {
 		return exitOK
 	case "serve":
 		err = a.cmdServe(ctx, rest[1:])
+	case "verify":
+		return a.cmdVerify(ctx, rest[1:])
 	case "help", "-h", "--help":
 		fmt.Fprint(a.stdout, usageText)
 		return exitOK
@@ -228,6 +231,11 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 // connect resolves the database, opens a small pool and checks that the
 // server answers. Errors are exitErrors with the codes of the table above.
 func (a *app) connect(ctx context.Context, flagURL string) (*pgxpool.Pool, string, error) {
+	return a.connectConns(ctx, flagURL, 4)
+}
+
+// connectConns is connect with a pool of at most maxConns connections.
+func (a *app) connectConns(ctx context.Context, flagURL string, maxConns int32) (*pgxpool.Pool, string, error) {
 	if flagURL == "" {
 		flagURL = a.globalURL
 	}
@@ -241,7 +249,7 @@ func (a *app) connect(ctx context.Context, flagURL string) (*pgxpool.Pool, strin
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
 	}
-	cfg.MaxConns = 4
+	cfg.MaxConns = maxConns
 	if s := a.schemaName(); s != "" {
 		// The schema travels in each statement (the clients' WithSchema
 		// options), not in a search_path: that works behind PgBouncer too.
