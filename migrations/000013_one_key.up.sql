@@ -97,10 +97,11 @@ ON CONFLICT (lock_key, slot) DO UPDATE
 
 -- The waiters: one queue per key, every kind in it.
 --   queued true:  a fair waiter; its ticket orders it among the key's.
---   queued false: an exclusive waiter that does not queue (a plain or
---                 exclusive Acquire refused while shared holders hold the
+--   queued false: an exclusive waiter that does not queue (a plain
+--                 Acquire refused while shared holders or permits hold the
 --                 key): it takes no turn, but while its place is unexpired
---                 no new shared lease is granted (writer preference).
+--                 no new shared lease or permit is granted (writer
+--                 preference).
 ALTER TABLE pgfence_waiters
   ADD COLUMN kind    text    NOT NULL DEFAULT 'exclusive',
   ADD COLUMN permits integer NOT NULL DEFAULT 0,
@@ -183,8 +184,8 @@ $$;
 -- pgfence_grant: the grant rules of every kind, written once. Under the
 -- key's locks (pgfence_lock_key, taken by the caller), it grants key in
 -- p_kind for p_ttl_micros and returns the grant's slot, fence and expiry, or
--- no row when the key's holders exclude it now. A shared grant is also
--- refused while an exclusive waiter waits (writer preference), unless
+-- no row when the key's holders exclude it now. A shared lease or a permit
+-- is also refused while an exclusive waiter waits (writer preference), unless
 -- p_queue_ok says the queue's rules were applied already. PF007 when the
 -- key is held in a kind that cannot share it with p_kind.
 CREATE FUNCTION pgfence_grant(p_key text, p_kind text, p_permits integer, p_owner text, p_token text,
@@ -218,7 +219,7 @@ BEGIN
     RETURNING l.slot, l.fence, l.expires_at;
     RETURN;
   END IF;
-  IF p_kind = 'shared' AND NOT p_queue_ok
+  IF p_kind <> 'exclusive' AND NOT p_queue_ok
      AND EXISTS (SELECT FROM pgfence_waiters AS w
                   WHERE w.lock_key = p_key AND w.kind = 'exclusive' AND w.owner_token <> p_token AND w.expires_at > now()) THEN
     RETURN;
@@ -272,13 +273,13 @@ $$;
 -- token was abandoned).
 --   p_queued false: a grant as the key's holders allow now. With
 --     p_place_micros > 0, a refused exclusive request while shared holders
---     hold the key keeps (or refreshes) a place that keeps new shared
---     leases out for that long.
+--     or permits hold the key keeps (or refreshes) a place that keeps new
+--     shared leases and permits out for that long.
 --   p_queued true: a fair waiter's attempt: it takes (or refreshes) its place
 --     in the key's queue and is granted only in queue order: an exclusive
---     waiter first in the queue; a shared waiter with no exclusive or
---     permit waiter ahead (consecutive shared waiters are granted together);
---     a permit waiter with fewer waiters ahead than permits are free.
+--     waiter first in the queue; a shared waiter with only shared waiters
+--     ahead (consecutive shared waiters are granted together); a permit
+--     waiter with only permit waiters ahead, fewer than permits are free.
 -- A grant removes the waiter's place and the key's expired places. Every
 -- grant commits durably; a refused attempt commits asynchronously (it wrote
 -- only a place, which a crash may lose at no cost but the waiter's turn).
@@ -291,7 +292,7 @@ DECLARE
   h     lock_leases;
   mine  bigint;
   n     integer := 0;
-  apart integer := 0;  -- waiters ahead that a shared waiter cannot be granted with
+  apart integer := 0;  -- waiters ahead of another kind, which a shared waiter or permit waiter never passes
   g     record;
 BEGIN
   IF p_kind IS NULL OR p_kind NOT IN ('exclusive', 'shared', 'permit') THEN
@@ -315,7 +316,7 @@ BEGIN
   END IF;
   IF p_queued THEN
     mine := pgfence_take_place(p_key, p_kind, p_permits, p_owner, p_token, true, p_place_micros);
-    SELECT count(*), count(*) FILTER (WHERE w.kind <> 'shared')
+    SELECT count(*), count(*) FILTER (WHERE w.kind <> p_kind)
       INTO n, apart
       FROM pgfence_waiters AS w
      WHERE w.lock_key = p_key AND w.queued AND w.ticket < mine AND w.expires_at > now();
@@ -323,6 +324,7 @@ BEGIN
        OR (p_kind = 'shared' AND (apart > 0
            OR EXISTS (SELECT FROM pgfence_waiters AS w
                        WHERE w.lock_key = p_key AND NOT w.queued AND w.kind = 'exclusive' AND w.expires_at > now())))
+       OR (p_kind = 'permit' AND apart > 0)
        OR (p_kind = 'permit' AND n >= p_permits - (SELECT count(*) FROM lock_leases AS l
                                                   WHERE l.lock_key = p_key AND l.slot > 0 AND l.expires_at > now()
                                                     AND h.expires_at > now())) THEN
@@ -333,7 +335,7 @@ BEGIN
   END IF;
   SELECT * INTO g FROM pgfence_grant(p_key, p_kind, p_permits, p_owner, p_token, p_ttl_micros, p_queued, h) AS r;
   IF g.fence IS NULL THEN
-    IF NOT p_queued AND p_kind = 'exclusive' AND p_place_micros > 0 AND h.kind = 'shared' AND h.expires_at > now() THEN
+    IF NOT p_queued AND p_kind = 'exclusive' AND p_place_micros > 0 AND h.kind <> 'exclusive' AND h.expires_at > now() THEN
       PERFORM pgfence_take_place(p_key, 'exclusive', 0, p_owner, p_token, false, p_place_micros);
     END IF;
     IF p_queued THEN

@@ -13,9 +13,9 @@ import (
 // records the newest fence it accepted refuses a stale reader's write as it
 // refuses a stale writer's.
 //
-// Writer preference: while an Acquire of a key held shared waits, no new
-// shared lease of it is granted (TryAcquireShared and AcquireShared are
-// refused), so a stream of shared acquirers cannot starve it. The waiter's
+// Writer preference: while an Acquire of a key held shared (or as permits)
+// waits, no new shared lease (or permit) of it is granted, so a stream of
+// shared acquirers cannot starve it. The waiter's
 // place is a row with an expiry of its own, refreshed on every attempt: a
 // waiter that gives up removes it, one that dies stops blocking shared
 // acquirers when it expires (exclusiveWaitPlace after its last attempt).
@@ -31,7 +31,8 @@ func (c *Client) exclusiveWaitPlace() time.Duration {
 }
 
 // TryAcquireShared takes a shared lease on key for ttl, or returns
-// ErrNotAcquired at once when an exclusive lease is held or waited for.
+// ErrNotAcquired at once when an exclusive lease is held or waited for
+// (ErrPermitsMismatch when the key is held as a semaphore).
 func (c *Client) TryAcquireShared(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
 	if err := c.checkArgs(key, ttl); err != nil {
 		return nil, err
@@ -62,8 +63,8 @@ func (c *Client) AcquireShared(ctx context.Context, key string, ttl time.Duratio
 
 // acquireExclusive is Acquire without WithFairWaiting: the first attempt is
 // TryAcquire's; a refused one goes on as an exclusive waiter, whose place,
-// keyed by one owner token for every attempt, keeps new shared leases out
-// while the key is held shared. When it returns without a lease, it gives
+// keyed by one owner token for every attempt, keeps new shared leases and
+// permits out while the key is held shared or as permits. When it returns without a lease, it gives
 // its place up.
 func (c *Client) acquireExclusive(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
 	first := true

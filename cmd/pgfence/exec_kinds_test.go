@@ -308,8 +308,8 @@ func TestListShowsKinds(t *testing.T) {
 		got[desc] = true
 	}
 	for _, want := range []string{"dev permit held=true waiting=false permits=2 slot=0", "rw shared held=true waiting=false slot=0",
-		"m lease held=true waiting=false", "m lease held=false waiting=true position=0 owner=first",
-		"m lease held=false waiting=true position=1 owner=second", "rw exclusive held=false waiting=true position=0 owner=writer"} {
+		"m lease held=true waiting=false", "m exclusive held=false waiting=true position=0 owner=first",
+		"m exclusive held=false waiting=true position=1 owner=second", "rw exclusive held=false waiting=true position=0 owner=writer"} {
 		if !got[want] {
 			t.Errorf("list --json lacks %q; has %v", want, got)
 		}

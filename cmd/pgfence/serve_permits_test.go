@@ -110,7 +110,7 @@ func TestServePermits(t *testing.T) {
 	for _, w := range st.Data.Waiters {
 		queue = append(queue, fmt.Sprintf("%s %s %d %s", w.Key, w.Kind, w.Position, w.Owner))
 	}
-	if fmt.Sprint(queue) != "[job lease 0 first job lease 1 second]" {
+	if fmt.Sprint(queue) != "[job exclusive 0 first job exclusive 1 second]" {
 		t.Fatalf("/api/state waiters: %q", queue)
 	}
 }
