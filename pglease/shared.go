@@ -94,7 +94,10 @@ func (c *Client) exclusiveAttempt(ctx context.Context, key string, ttl time.Dura
 	}
 	l, err := c.grantSlotAs(ctx, key, ttl, leaseRow{}, *token, c.sendKind(key, kindExclusive, 0, ttl, c.exclusiveWaitPlace()))
 	if err != nil && !isNotAcquired(err) {
-		*token = "" // settled (tombstoned) or failed: the next attempt starts afresh
+		// Settled (tombstoned) or failed: its place, if it has one, goes
+		// now, and the next attempt starts afresh.
+		c.leaveQueue(ctx, key, *token)
+		*token = ""
 	}
 	return l, err
 }
