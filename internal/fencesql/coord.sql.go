@@ -406,8 +406,13 @@ func (q *Queries) ListExclusiveWaiters(ctx context.Context) ([]ListExclusiveWait
 }
 
 const ListPermits = `-- name: ListPermits :many
-SELECT p.lock_key, s.permits, p.slot, p.exclusive, p.owner, p.fence, p.acquired_at, p.expires_at,
-       (extract(epoch FROM GREATEST(p.expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros,
+SELECT p.lock_key, s.permits, p.slot, p.exclusive, p.owner, p.fence,
+       COALESCE(CASE p.acquired_at WHEN 'infinity' THEN timestamptz '294276-12-31 23:59:59.999999+00'
+                                   WHEN '-infinity' THEN timestamptz '4714-11-24 00:00:00+00 BC' END, p.acquired_at) AS acquired_at,
+       COALESCE(CASE p.expires_at WHEN 'infinity' THEN timestamptz '294276-12-31 23:59:59.999999+00'
+                                  WHEN '-infinity' THEN timestamptz '4714-11-24 00:00:00+00 BC' END, p.expires_at) AS expires_at,
+       (CASE WHEN isfinite(p.expires_at) THEN LEAST(GREATEST(extract(epoch FROM p.expires_at - now()) * 1000000, 0), 9223372036854775)
+             WHEN p.expires_at > now() THEN 9223372036854775 ELSE 0 END)::bigint AS remaining_micros,
        now()::timestamptz AS db_now
   FROM /* TEMPLATE: schema */pgfence_permits AS p
   JOIN /* TEMPLATE: schema */pgfence_semaphores AS s USING (lock_key)
@@ -430,6 +435,7 @@ type ListPermitsRow struct {
 
 // Every unexpired permit and shared/exclusive lease, by key and slot, with
 // the number of permits its key's holders agreed on (0: shared/exclusive).
+// Infinite timestamps read as fencedb's GetLease reads them.
 func (q *Queries) ListPermits(ctx context.Context) ([]ListPermitsRow, error) {
 	rows, err := q.db.Query(ctx, ListPermits)
 	if err != nil {
@@ -464,8 +470,11 @@ func (q *Queries) ListPermits(ctx context.Context) ([]ListPermitsRow, error) {
 const ListWaiters = `-- name: ListWaiters :many
 SELECT q.kind, q.lock_key, q.owner, q.ticket,
        (row_number() OVER (PARTITION BY q.kind = 'lease', q.lock_key ORDER BY q.ticket) - 1)::bigint AS position,
-       (extract(epoch FROM GREATEST(q.expires_at - now(), interval '0')) * 1000000)::bigint AS place_micros,
-       q.expires_at, now()::timestamptz AS db_now
+       (CASE WHEN isfinite(q.expires_at) THEN LEAST(GREATEST(extract(epoch FROM q.expires_at - now()) * 1000000, 0), 9223372036854775)
+             WHEN q.expires_at > now() THEN 9223372036854775 ELSE 0 END)::bigint AS place_micros,
+       COALESCE(CASE q.expires_at WHEN 'infinity' THEN timestamptz '294276-12-31 23:59:59.999999+00'
+                                  WHEN '-infinity' THEN timestamptz '4714-11-24 00:00:00+00 BC' END, q.expires_at) AS expires_at,
+       now()::timestamptz AS db_now
   FROM (SELECT 'lease'::text AS kind, w.lock_key, w.owner, w.ticket, w.expires_at
           FROM /* TEMPLATE: schema */pgfence_waiters AS w
          WHERE w.expires_at > now()
@@ -493,6 +502,7 @@ type ListWaitersRow struct {
 // kind is 'lease' for a mutex lease's waiter, 'permit' for a semaphore's,
 // 'shared' or 'exclusive' for a shared/exclusive key's (the mutex leases
 // and the other kinds are separate namespaces, so one key may have both).
+// An infinite place expiry reads as fencedb's GetLease reads an expiry.
 func (q *Queries) ListWaiters(ctx context.Context) ([]ListWaitersRow, error) {
 	rows, err := q.db.Query(ctx, ListWaiters)
 	if err != nil {
@@ -772,7 +782,8 @@ func (q *Queries) RenewPermit(ctx context.Context, arg RenewPermitParams) (time.
 
 const WatchPermitHolders = `-- name: WatchPermitHolders :many
 SELECT p.lock_key, p.slot, p.exclusive, p.owner, p.fence,
-       (extract(epoch FROM GREATEST(p.expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros
+       (CASE WHEN isfinite(p.expires_at) THEN LEAST(GREATEST(extract(epoch FROM p.expires_at - now()) * 1000000, 0), 9223372036854775)
+             WHEN p.expires_at > now() THEN 9223372036854775 ELSE 0 END)::bigint AS remaining_micros
   FROM /* TEMPLATE: schema */pgfence_permits AS p
  WHERE p.expires_at > now()
  ORDER BY p.lock_key, p.slot
@@ -789,7 +800,8 @@ type WatchPermitHoldersRow struct {
 }
 
 // The unexpired permits and shared/exclusive leases, by key and slot, at
-// most row_limit of them, for the live page.
+// most row_limit of them, for the live page. An infinite expiry's time left
+// saturates as fencedb's GetLease says.
 func (q *Queries) WatchPermitHolders(ctx context.Context, rowLimit int32) ([]WatchPermitHoldersRow, error) {
 	rows, err := q.db.Query(ctx, WatchPermitHolders, rowLimit)
 	if err != nil {
@@ -875,7 +887,8 @@ const WatchWaiters = `-- name: WatchWaiters :many
 SELECT q.kind, q.lock_key, q.owner,
        (row_number() OVER (PARTITION BY q.kind = 'lease', q.lock_key ORDER BY q.ticket) - 1)::bigint AS position,
        (count(*) OVER (PARTITION BY q.kind = 'lease', q.lock_key))::bigint AS depth,
-       (extract(epoch FROM GREATEST(q.expires_at - now(), interval '0')) * 1000000)::bigint AS place_micros
+       (CASE WHEN isfinite(q.expires_at) THEN LEAST(GREATEST(extract(epoch FROM q.expires_at - now()) * 1000000, 0), 9223372036854775)
+             WHEN q.expires_at > now() THEN 9223372036854775 ELSE 0 END)::bigint AS place_micros
   FROM (SELECT 'lease'::text AS kind, w.lock_key, w.owner, w.ticket, w.expires_at
           FROM /* TEMPLATE: schema */pgfence_waiters AS w
          WHERE w.expires_at > now()
@@ -900,7 +913,8 @@ type WatchWaitersRow struct {
 
 // The fair waiters of every kind whose place has not expired, by key and in
 // queue order (as ListWaiters), at most row_limit of them, and the depth of
-// each key's queue.
+// each key's queue. An infinite place expiry saturates as fencedb's
+// GetLease says.
 func (q *Queries) WatchWaiters(ctx context.Context, rowLimit int32) ([]WatchWaitersRow, error) {
 	rows, err := q.db.Query(ctx, WatchWaiters, rowLimit)
 	if err != nil {
