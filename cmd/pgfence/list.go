@@ -285,7 +285,7 @@ func (a *app) cmdList(ctx context.Context, args []string) error {
 		table = append(table, row{cells: []string{key, owner, fmt.Sprint(l.Fence), state(l)}, flags: flags})
 	}
 	r.table([]string{"KEY", "OWNER", "FENCE", "STATE"}, table)
-	r.kinds(k, "")
+	r.kinds(k, nil)
 	return r.writeTo(a.stdout)
 }
 
@@ -329,7 +329,7 @@ func (a *app) cmdShow(ctx context.Context, args []string) error {
 			return dbError(where, err)
 		}
 		var r report
-		r.kinds(k, key)
+		r.kinds(k, &key)
 		if r.b.Len() > 0 {
 			r.b.Next(1) // the blank line that separates it from a lease
 			return r.writeTo(a.stdout)
@@ -373,6 +373,6 @@ func (a *app) cmdShow(ctx context.Context, args []string) error {
 		fmt.Fprintf(tw, "%s\t%s\n", line[0], line[1])
 	}
 	tw.Flush()
-	r.kinds(k, key)
+	r.kinds(k, &key)
 	return r.writeTo(a.stdout)
 }

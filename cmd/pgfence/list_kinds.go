@@ -55,13 +55,14 @@ func permitKind(permits int32, exclusive bool) string {
 	return "permit"
 }
 
-// kinds adds, after the mutex leases, the kinds' rows (kindRows); key,
-// when not empty, limits it to that key. Each table is preceded by a blank
-// line; nothing is added for what has no rows.
-func (r *report) kinds(k kindRows, key string) {
+// kinds adds, after the mutex leases, the kinds' rows (kindRows); only,
+// when not nil, limits it to that key (which may be "", a key another tool
+// wrote). Each table is preceded by a blank line; nothing is added for what
+// has no rows.
+func (r *report) kinds(k kindRows, only *string) {
 	var permits []row
 	for _, p := range k.permits {
-		if key != "" && p.LockKey != key {
+		if only != nil && p.LockKey != *only {
 			continue
 		}
 		l := permitJSON(p)
@@ -79,7 +80,7 @@ func (r *report) kinds(k kindRows, key string) {
 	}
 	var waiters []row
 	for _, w := range k.waiters {
-		if key != "" && w.LockKey != key {
+		if only != nil && w.LockKey != *only {
 			continue
 		}
 		flags := oddrow.WaiterFlags(w.LockKey, w.ExpiresAt, w.PlaceMicros)
@@ -91,7 +92,7 @@ func (r *report) kinds(k kindRows, key string) {
 		r.table([]string{"KEY", "WAITER", "POSITION", "KIND", "PLACE EXPIRES IN"}, waiters)
 	}
 	for _, x := range k.exclusive {
-		if key != "" && x.LockKey != key {
+		if only != nil && x.LockKey != *only {
 			continue
 		}
 		var flags []oddrow.Flag

@@ -42,7 +42,8 @@ var oddLong = "odd/" + strings.Repeat("k", 508) // 512 bytes, the longest key
 // lease whose expiry is 'infinity', one whose expiry is '-infinity', a
 // fence near 2^63, an expiry in the year 200000, an acquisition after the
 // expiry (and in the future), a 512-byte key, a key and owner with control
-// characters, escape sequences and a bidirectional mark; a semaphore
+// characters, escape sequences and a bidirectional mark, an empty key
+// (which pglease refuses, another tool may write); a semaphore
 // permit whose expiry is 'infinity', and a fair waiter whose place never
 // expires.
 func oddDatabase(t *testing.T) (string, *pgxpool.Pool) {
@@ -64,6 +65,7 @@ VALUES ($1, $2, $1, $3, now() + $4::interval, $5::timestamptz)`
 		{oddBackward, "other-tool", 104, "1 hour", "now() + interval '10 minutes'"},
 		{oddLong, "other-tool", 105, "-1 minute", "now() + interval '1 hour'"},
 		{oddCtl, oddCtlOwner, 106, "-1 minute", "now() + interval '1 hour'"},
+		{"", "other-tool", 107, "-1 minute", "now() - interval '1 second'"},
 	} {
 		stmt, args := insert, []any{r.key, r.owner, r.fence, r.acquired, r.expires}
 		if strings.HasPrefix(r.expires, "now()") {
@@ -123,6 +125,7 @@ func TestOddRows(t *testing.T) {
 			shownCtl:                {strconv.Quote(oddCtlOwner), "held, ", "escaped"},
 			oddSem:                  {"permit of 2", "never expires", "expires-infinity"},
 			oddWaited + "  waiter ": {"never (infinity)", "expires-infinity"},
+			`"" `:                   {"other-tool", "107", "expired ", "key-refused,escaped"},
 		} {
 			line := lineWith(r.stdout, key)
 			for _, w := range want {
@@ -190,6 +193,7 @@ func TestOddRows(t *testing.T) {
 			oddLong:     {"key           " + oddLong},
 			oddCtl:      {"key           " + shownCtl, "owner         " + strconv.Quote(oddCtlOwner), "flags         escaped"},
 			oddSem:      {"permit of 2", "never expires", "expires-infinity"},
+			"":          {`key           ""`, "flags         key-refused,escaped"},
 		} {
 			r := pgfence(t, nil, "show", "--database-url", db, key)
 			wantCode(t, r, 0)
@@ -200,6 +204,9 @@ func TestOddRows(t *testing.T) {
 				if !strings.Contains(r.stdout, w) {
 					t.Errorf("show %q does not say %q:\n%s", key, w, r.stdout)
 				}
+			}
+			if key != oddSem && strings.Contains(r.stdout, oddSem) {
+				t.Errorf("show %q shows another key's permit:\n%s", key, r.stdout)
 			}
 		}
 		r := pgfence(t, nil, "show", "--json", "--database-url", db, oddInfinity)
