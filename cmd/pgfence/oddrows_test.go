@@ -103,7 +103,8 @@ func rawControl(out string) string {
 
 // TestOddRows: list, show and serve (the JSON and the metrics) answer in
 // full and exit 0 on rows pgfence's clients never write, show each with
-// its flags, and never put a raw control character on the terminal.
+// its flags, and never put a raw control character on the terminal; nor
+// does exec when it names the holder of such a key.
 func TestOddRows(t *testing.T) {
 	t.Parallel()
 	db, _ := oddDatabase(t)
@@ -214,6 +215,20 @@ func TestOddRows(t *testing.T) {
 		var one leaseJSON
 		if err := json.Unmarshal([]byte(r.stdout), &one); err != nil || !one.ExpiresAt.Equal(oddrow.Infinity) || !slices.Contains(one.Flags, oddrow.ExpiresInfinity) {
 			t.Errorf("show --json: %+v, %v\n%s", one, err, r.stdout)
+		}
+	})
+
+	pgtest.Step(t, "exec names the holder of an odd row safely", func(t *testing.T) {
+		for key, want := range map[string]string{
+			oddInfinity: "held by other-tool (fence 101, it never expires: its expiry is infinity)",
+			oddCtl:      "held by " + strconv.Quote(oddCtlOwner) + " (fence 106, ",
+			oddFar:      "years left by the database clock",
+		} {
+			r := pgfence(t, nil, "exec", "--database-url", db, "--key", key, "--", "true")
+			wantCode(t, r, exitHeld)
+			if c := rawControl(r.stderr); c != "" || !strings.Contains(r.stderr, want) {
+				t.Errorf("exec --key %q: want %q and no raw character (found %s):\n%s", key, want, c, r.stderr)
+			}
 		}
 	})
 
