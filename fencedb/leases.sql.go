@@ -81,9 +81,16 @@ func (q *Queries) Acquire(ctx context.Context, arg AcquireParams) (AcquireRow, e
 }
 
 const getLease = `-- name: GetLease :one
-SELECT lock_key, owner, fence, acquired_at, expires_at, released_at,
+SELECT lock_key, owner, fence,
+       COALESCE(CASE acquired_at WHEN 'infinity' THEN timestamptz '294276-12-31 23:59:59.999999+00'
+                                 WHEN '-infinity' THEN timestamptz '4714-11-24 00:00:00+00 BC' END, acquired_at) AS acquired_at,
+       COALESCE(CASE expires_at WHEN 'infinity' THEN timestamptz '294276-12-31 23:59:59.999999+00'
+                                WHEN '-infinity' THEN timestamptz '4714-11-24 00:00:00+00 BC' END, expires_at) AS expires_at,
+       COALESCE(CASE released_at WHEN 'infinity' THEN timestamptz '294276-12-31 23:59:59.999999+00'
+                                 WHEN '-infinity' THEN timestamptz '4714-11-24 00:00:00+00 BC' END, released_at) AS released_at,
        (expires_at > now())::boolean AS held,
-       (extract(epoch FROM GREATEST(expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros,
+       (CASE WHEN isfinite(expires_at) THEN LEAST(GREATEST(extract(epoch FROM expires_at - now()) * 1000000, 0), 9223372036854775)
+             WHEN expires_at > now() THEN 9223372036854775 ELSE 0 END)::bigint AS remaining_micros,
        now()::timestamptz AS db_now, kind, permits
   FROM /* TEMPLATE: schema */lock_leases
  WHERE lock_key = $1 AND slot = 0
@@ -110,6 +117,12 @@ type GetLeaseRow struct {
 // each in a row of its own (pgfence list shows them). released_at is set when its holder released
 // it, NULL when it is held or ran out. No row when the key has never been
 // acquired or its row was swept. It takes no lock and writes nothing.
+// pgfence never writes an infinite timestamp, but a role that may write the
+// table can: 'infinity' and '-infinity' read as PostgreSQL's largest and
+// smallest finite timestamptz (294276-12-31 23:59:59.999999 UTC, 4714-11-24
+// BC), since a time.Time cannot hold them, and remaining_micros saturates at
+// 9223372036854775, the longest time.Duration (about 292 years) in
+// microseconds, which an infinite expiry reads as.
 func (q *Queries) GetLease(ctx context.Context, lockKey string) (GetLeaseRow, error) {
 	row := q.db.QueryRow(ctx, getLease, lockKey)
 	var i GetLeaseRow
@@ -145,9 +158,16 @@ func (q *Queries) LeaseFence(ctx context.Context, lockKey string) (int64, error)
 }
 
 const listLeases = `-- name: ListLeases :many
-SELECT lock_key, owner, fence, acquired_at, expires_at, released_at,
+SELECT lock_key, owner, fence,
+       COALESCE(CASE acquired_at WHEN 'infinity' THEN timestamptz '294276-12-31 23:59:59.999999+00'
+                                 WHEN '-infinity' THEN timestamptz '4714-11-24 00:00:00+00 BC' END, acquired_at) AS acquired_at,
+       COALESCE(CASE expires_at WHEN 'infinity' THEN timestamptz '294276-12-31 23:59:59.999999+00'
+                                WHEN '-infinity' THEN timestamptz '4714-11-24 00:00:00+00 BC' END, expires_at) AS expires_at,
+       COALESCE(CASE released_at WHEN 'infinity' THEN timestamptz '294276-12-31 23:59:59.999999+00'
+                                 WHEN '-infinity' THEN timestamptz '4714-11-24 00:00:00+00 BC' END, released_at) AS released_at,
        (expires_at > now())::boolean AS held,
-       (extract(epoch FROM GREATEST(expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros,
+       (CASE WHEN isfinite(expires_at) THEN LEAST(GREATEST(extract(epoch FROM expires_at - now()) * 1000000, 0), 9223372036854775)
+             WHEN expires_at > now() THEN 9223372036854775 ELSE 0 END)::bigint AS remaining_micros,
        now()::timestamptz AS db_now, kind, permits
   FROM /* TEMPLATE: schema */lock_leases
  WHERE slot = 0
@@ -168,8 +188,9 @@ type ListLeasesRow struct {
 	Permits         int32
 }
 
-// Every key's row (as GetLease), held, released or expired, ordered by key,
-// as of the database clock now. It takes no lock and writes nothing.
+// Every key's row, held, released or expired, ordered by key, as of the
+// database clock now, read as GetLease reads one (infinite timestamps
+// included). It takes no lock and writes nothing.
 func (q *Queries) ListLeases(ctx context.Context) ([]ListLeasesRow, error) {
 	rows, err := q.db.Query(ctx, listLeases)
 	if err != nil {

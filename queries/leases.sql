@@ -97,19 +97,40 @@ SELECT fence FROM /* TEMPLATE: schema */lock_leases WHERE lock_key = sqlc.arg(lo
 -- each in a row of its own (pgfence list shows them). released_at is set when its holder released
 -- it, NULL when it is held or ran out. No row when the key has never been
 -- acquired or its row was swept. It takes no lock and writes nothing.
-SELECT lock_key, owner, fence, acquired_at, expires_at, released_at,
+-- pgfence never writes an infinite timestamp, but a role that may write the
+-- table can: 'infinity' and '-infinity' read as PostgreSQL's largest and
+-- smallest finite timestamptz (294276-12-31 23:59:59.999999 UTC, 4714-11-24
+-- BC), since a time.Time cannot hold them, and remaining_micros saturates at
+-- 9223372036854775, the longest time.Duration (about 292 years) in
+-- microseconds, which an infinite expiry reads as.
+SELECT lock_key, owner, fence,
+       COALESCE(CASE acquired_at WHEN 'infinity' THEN timestamptz '294276-12-31 23:59:59.999999+00'
+                                 WHEN '-infinity' THEN timestamptz '4714-11-24 00:00:00+00 BC' END, acquired_at) AS acquired_at,
+       COALESCE(CASE expires_at WHEN 'infinity' THEN timestamptz '294276-12-31 23:59:59.999999+00'
+                                WHEN '-infinity' THEN timestamptz '4714-11-24 00:00:00+00 BC' END, expires_at) AS expires_at,
+       COALESCE(CASE released_at WHEN 'infinity' THEN timestamptz '294276-12-31 23:59:59.999999+00'
+                                 WHEN '-infinity' THEN timestamptz '4714-11-24 00:00:00+00 BC' END, released_at) AS released_at,
        (expires_at > now())::boolean AS held,
-       (extract(epoch FROM GREATEST(expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros,
+       (CASE WHEN isfinite(expires_at) THEN LEAST(GREATEST(extract(epoch FROM expires_at - now()) * 1000000, 0), 9223372036854775)
+             WHEN expires_at > now() THEN 9223372036854775 ELSE 0 END)::bigint AS remaining_micros,
        now()::timestamptz AS db_now, kind, permits
   FROM /* TEMPLATE: schema */lock_leases
  WHERE lock_key = sqlc.arg(lock_key) AND slot = 0;
 
 -- name: ListLeases :many
--- Every key's row (as GetLease), held, released or expired, ordered by key,
--- as of the database clock now. It takes no lock and writes nothing.
-SELECT lock_key, owner, fence, acquired_at, expires_at, released_at,
+-- Every key's row, held, released or expired, ordered by key, as of the
+-- database clock now, read as GetLease reads one (infinite timestamps
+-- included). It takes no lock and writes nothing.
+SELECT lock_key, owner, fence,
+       COALESCE(CASE acquired_at WHEN 'infinity' THEN timestamptz '294276-12-31 23:59:59.999999+00'
+                                 WHEN '-infinity' THEN timestamptz '4714-11-24 00:00:00+00 BC' END, acquired_at) AS acquired_at,
+       COALESCE(CASE expires_at WHEN 'infinity' THEN timestamptz '294276-12-31 23:59:59.999999+00'
+                                WHEN '-infinity' THEN timestamptz '4714-11-24 00:00:00+00 BC' END, expires_at) AS expires_at,
+       COALESCE(CASE released_at WHEN 'infinity' THEN timestamptz '294276-12-31 23:59:59.999999+00'
+                                 WHEN '-infinity' THEN timestamptz '4714-11-24 00:00:00+00 BC' END, released_at) AS released_at,
        (expires_at > now())::boolean AS held,
-       (extract(epoch FROM GREATEST(expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros,
+       (CASE WHEN isfinite(expires_at) THEN LEAST(GREATEST(extract(epoch FROM expires_at - now()) * 1000000, 0), 9223372036854775)
+             WHEN expires_at > now() THEN 9223372036854775 ELSE 0 END)::bigint AS remaining_micros,
        now()::timestamptz AS db_now, kind, permits
   FROM /* TEMPLATE: schema */lock_leases
  WHERE slot = 0

@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence/cmd/pgfence/internal/oddrow"
 	"github.com/pgfence/pgfence/internal/validate"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -277,7 +278,12 @@ func (a *app) holder(pool *pgxpool.Pool, key string) string {
 	if err != nil || !row.Held {
 		return ""
 	}
-	return fmt.Sprintf(" by %s (fence %d, %v left by the database clock)", row.Owner, row.Fence, (time.Duration(row.RemainingMicros) * time.Microsecond).Round(time.Millisecond))
+	owner, _ := oddrow.Text(row.Owner)
+	left := span(row.DbNow, row.ExpiresAt) + " left by the database clock"
+	if row.ExpiresAt.Equal(oddrow.Infinity) {
+		left = "it never expires: its expiry is infinity"
+	}
+	return fmt.Sprintf(" by %s (fence %d, %s)", owner, row.Fence, left)
 }
 
 func (a *app) command(path string, o execOpts, foreground bool, env ...string) *exec.Cmd {

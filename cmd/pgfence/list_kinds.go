@@ -3,12 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"text/tabwriter"
-	"time"
+	"slices"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence/cmd/pgfence/internal/oddrow"
 	"github.com/pgfence/pgfence/internal/fencesql"
 	"github.com/pgfence/pgfence/internal/pgerr"
 )
@@ -56,49 +55,68 @@ func permitKind(permits int32, exclusive bool) string {
 	return "permit"
 }
 
-// listKinds writes, after the mutex leases, the kinds' rows (kindRows);
-// key, when not empty, limits it to that key. It writes nothing for what
+// kinds adds, after the mutex leases, the kinds' rows (kindRows); only,
+// when not nil, limits it to that key (which may be "", a key another tool
+// wrote). Each table is preceded by a blank line; nothing is added for what
 // has no rows.
-func (a *app) listKinds(ctx context.Context, pool *pgxpool.Pool, w io.Writer, key string) error {
-	k, err := a.readKinds(ctx, pool)
-	if err != nil {
-		return err
-	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	header := false
+func (r *report) kinds(k kindRows, only *string) {
+	var permits []row
 	for _, p := range k.permits {
-		if key != "" && p.LockKey != key {
+		if only != nil && p.LockKey != *only {
 			continue
 		}
-		if !header {
-			fmt.Fprintln(tw, "\nKEY\tKIND\tSLOT\tOWNER\tFENCE\tSTATE")
-			header = true
-		}
-		kind := permitKind(p.Permits, p.Exclusive)
+		l := permitJSON(p)
+		kind := l.Kind
 		if kind == "permit" {
 			kind = fmt.Sprintf("permit of %d", p.Permits)
 		}
-		left := roundDur(time.Duration(p.RemainingMicros) * time.Microsecond)
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\theld, %v left\n", p.LockKey, kind, p.Slot, p.Owner, p.Fence, left)
+		flags := slices.Clone(l.Flags)
+		shownKey, owner := termText(p.LockKey, &flags), termText(p.Owner, &flags)
+		permits = append(permits, row{cells: []string{shownKey, kind, fmt.Sprint(p.Slot), owner, fmt.Sprint(p.Fence), state(l)}, flags: flags})
 	}
-	header = false
-	for _, wt := range k.waiters {
-		if key != "" && wt.LockKey != key {
+	if len(permits) > 0 {
+		r.b.WriteByte('\n')
+		r.table([]string{"KEY", "KIND", "SLOT", "OWNER", "FENCE", "STATE"}, permits)
+	}
+	var waiters []row
+	for _, w := range k.waiters {
+		if only != nil && w.LockKey != *only {
 			continue
 		}
-		if !header {
-			fmt.Fprintln(tw, "\nKEY\tWAITER\tPOSITION\tKIND\tPLACE EXPIRES IN")
-			header = true
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%v\n", wt.LockKey, wt.Owner, wt.Position, wt.Kind, roundDur(time.Duration(wt.PlaceMicros)*time.Microsecond))
+		flags := oddrow.WaiterFlags(w.LockKey, w.ExpiresAt, w.PlaceMicros)
+		shownKey, owner := termText(w.LockKey, &flags), termText(w.Owner, &flags)
+		waiters = append(waiters, row{cells: []string{shownKey, owner, fmt.Sprint(w.Position), w.Kind, placeLeft(w.DbNow, oddrow.Time{Time: w.ExpiresAt})}, flags: flags})
+	}
+	if len(waiters) > 0 {
+		r.b.WriteByte('\n')
+		r.table([]string{"KEY", "WAITER", "POSITION", "KIND", "PLACE EXPIRES IN"}, waiters)
 	}
 	for _, x := range k.exclusive {
-		if key != "" && x.LockKey != key {
+		if only != nil && x.LockKey != *only {
 			continue
 		}
-		fmt.Fprintf(tw, "\n%s\t%d exclusive waiter(s): no new shared lease is granted\n", x.LockKey, x.Waiting)
+		var flags []oddrow.Flag
+		shownKey := termText(x.LockKey, &flags)
+		fmt.Fprintf(&r.b, "\n%s  %d exclusive waiter(s): no new shared lease is granted", shownKey, x.Waiting)
+		if len(flags) > 0 {
+			fmt.Fprintf(&r.b, "  (flags: %s)", r.flagged(flags))
+		}
+		r.b.WriteByte('\n')
 	}
-	return tw.Flush()
+}
+
+// permitJSON is a held permit or shared/exclusive lease as a list --json
+// entry: its kind, slot, and permits for a semaphore.
+func permitJSON(p fencesql.ListPermitsRow) leaseJSON {
+	l := toJSON(p.LockKey, p.Owner, p.Fence, true, p.RemainingMicros, p.AcquiredAt, p.ExpiresAt, nil, p.DbNow)
+	l.Kind = permitKind(p.Permits, p.Exclusive)
+	slot := int(p.Slot)
+	l.Slot = &slot
+	if p.Permits > 0 {
+		n := int(p.Permits)
+		l.Permits = &n
+	}
+	return l
 }
 
 // kindsJSON are the kinds' rows as list --json entries: a held permit or
@@ -108,15 +126,7 @@ func (a *app) listKinds(ctx context.Context, pool *pgxpool.Pool, w io.Writer, ke
 func kindsJSON(k kindRows, heldOnly bool) []leaseJSON {
 	var out []leaseJSON
 	for _, p := range k.permits {
-		l := toJSON(p.LockKey, p.Owner, p.Fence, true, p.RemainingMicros, p.AcquiredAt, p.ExpiresAt, nil, p.DbNow)
-		l.Kind = permitKind(p.Permits, p.Exclusive)
-		slot := int(p.Slot)
-		l.Slot = &slot
-		if p.Permits > 0 {
-			n := int(p.Permits)
-			l.Permits = &n
-		}
-		out = append(out, l)
+		out = append(out, permitJSON(p))
 	}
 	if heldOnly {
 		return out
@@ -124,7 +134,8 @@ func kindsJSON(k kindRows, heldOnly bool) []leaseJSON {
 	for _, w := range k.waiters {
 		pos := int(w.Position)
 		out = append(out, leaseJSON{Key: w.LockKey, Owner: w.Owner, Kind: w.Kind, Waiting: true, Position: &pos,
-			RemainingSeconds: float64(w.PlaceMicros) / 1e6, ExpiresAt: w.ExpiresAt.UTC(), DBNow: w.DbNow.UTC()})
+			RemainingSeconds: float64(w.PlaceMicros) / 1e6, ExpiresAt: oddrow.Time{Time: w.ExpiresAt.UTC()}, DBNow: w.DbNow.UTC(),
+			Flags: oddrow.WaiterFlags(w.LockKey, w.ExpiresAt, w.PlaceMicros)})
 	}
 	return out
 }

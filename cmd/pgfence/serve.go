@@ -25,6 +25,7 @@ Serves, read-only (GET and HEAD; other methods get 405):
   /metrics     Prometheus metrics (text format):
                pgfence_leases_held, pgfence_leases_expiring_soon,
                pgfence_lease_fence{key,owner} (at most --limit keys),
+               pgfence_lease_remaining_seconds{key,owner} (+Inf: never expires),
                pgfence_jobs{queue,state},
                pgfence_jobs_oldest_runnable_age_seconds{queue},
                pgfence_permits_in_use{key,kind}, pgfence_permits{key},

@@ -41,6 +41,39 @@ func browserPath(t *testing.T) string {
 	return ""
 }
 
+// openPage loads url in headless Chromium and returns a context that ends
+// with the test (and within 2 minutes), and the browser's, on the loaded
+// page.
+func openPage(t *testing.T, chromium, url string) (ctx, browser context.Context) {
+	t.Helper()
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromium),
+		chromedp.Flag("headless", true),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	t.Cleanup(cancelAlloc)
+	browser, cancelBrowser := chromedp.NewContext(allocCtx)
+	t.Cleanup(cancelBrowser)
+	if err := chromedp.Do(browser,
+		chromedp.Navigate(url),
+		chromedp.WaitReady(chromedp.ID("leases")),
+	); err != nil {
+		t.Fatalf("load the page in %s: %v", chromium, err)
+	}
+	return ctx, browser
+}
+
 // leaseRow is what the page's lease table shows for the test's key.
 const leaseRowJS = `(() => {
   const r = [...document.querySelectorAll("#leases tr")].find((tr) => tr.dataset.key === %q);
@@ -57,32 +90,7 @@ func TestServePageInBrowser(t *testing.T) {
 	db, pool := serveDatabase(t)
 	s := startServe(t, db)
 
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(chromium),
-		chromedp.Flag("headless", true),
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	defer cancelAlloc()
-	browser, cancelBrowser := chromedp.NewContext(allocCtx)
-	defer cancelBrowser()
-
-	if err := chromedp.Do(browser,
-		chromedp.Navigate(s.base+"/"),
-		chromedp.WaitReady(chromedp.ID("leases")),
-	); err != nil {
-		t.Fatalf("load the page in %s: %v", chromium, err)
-	}
+	ctx, browser := openPage(t, chromium, s.base+"/")
 	loadedAt, err := chromedp.Run(browser, chromedp.Evaluate[float64](`window.pgfenceLoadedAt`))
 	if err != nil {
 		t.Fatal(err)

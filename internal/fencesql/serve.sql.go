@@ -11,8 +11,13 @@ import (
 )
 
 const WatchHeldLeases = `-- name: WatchHeldLeases :many
-SELECT lock_key, owner, fence, acquired_at, expires_at,
-       (extract(epoch FROM expires_at - now()) * 1000000)::bigint AS remaining_micros
+SELECT lock_key, owner, fence,
+       COALESCE(CASE acquired_at WHEN 'infinity' THEN timestamptz '294276-12-31 23:59:59.999999+00'
+                                 WHEN '-infinity' THEN timestamptz '4714-11-24 00:00:00+00 BC' END, acquired_at) AS acquired_at,
+       COALESCE(CASE expires_at WHEN 'infinity' THEN timestamptz '294276-12-31 23:59:59.999999+00'
+                                WHEN '-infinity' THEN timestamptz '4714-11-24 00:00:00+00 BC' END, expires_at) AS expires_at,
+       (CASE WHEN isfinite(expires_at) THEN LEAST(GREATEST(extract(epoch FROM expires_at - now()) * 1000000, 0), 9223372036854775)
+             WHEN expires_at > now() THEN 9223372036854775 ELSE 0 END)::bigint AS remaining_micros
   FROM /* TEMPLATE: schema */lock_leases
  WHERE expires_at > now() AND slot = 0 AND kind = 'exclusive'
  ORDER BY lock_key
@@ -30,6 +35,7 @@ type WatchHeldLeasesRow struct {
 
 // The held leases, at most row_limit of them, in key order (a stable set of
 // keys from one read to the next), with the time left by the database clock.
+// Infinite timestamps read as fencedb's GetLease reads them.
 func (q *Queries) WatchHeldLeases(ctx context.Context, rowLimit int32) ([]WatchHeldLeasesRow, error) {
 	rows, err := q.db.Query(ctx, WatchHeldLeases, rowLimit)
 	if err != nil {

@@ -144,10 +144,15 @@ RETURNING l.lock_key, l.expires_at;
 -- name: ListPermits :many
 -- Every unexpired shared holder and permit, by key and slot, with its key's
 -- number of permits (0: shared). slot is the holder's slot among its key's,
--- from 0.
+-- from 0. Infinite timestamps read as fencedb's GetLease reads them.
 SELECT p.lock_key, p.permits, (p.slot - 1)::integer AS slot, (p.kind = 'exclusive')::boolean AS exclusive,
-       p.owner, p.fence, p.acquired_at, p.expires_at,
-       (extract(epoch FROM GREATEST(p.expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros,
+       p.owner, p.fence,
+       COALESCE(CASE p.acquired_at WHEN 'infinity' THEN timestamptz '294276-12-31 23:59:59.999999+00'
+                                   WHEN '-infinity' THEN timestamptz '4714-11-24 00:00:00+00 BC' END, p.acquired_at) AS acquired_at,
+       COALESCE(CASE p.expires_at WHEN 'infinity' THEN timestamptz '294276-12-31 23:59:59.999999+00'
+                                   WHEN '-infinity' THEN timestamptz '4714-11-24 00:00:00+00 BC' END, p.expires_at) AS expires_at,
+       (CASE WHEN isfinite(p.expires_at) THEN LEAST(GREATEST(extract(epoch FROM p.expires_at - now()) * 1000000, 0), 9223372036854775)
+             WHEN p.expires_at > now() THEN 9223372036854775 ELSE 0 END)::bigint AS remaining_micros,
        now()::timestamptz AS db_now
   FROM /* TEMPLATE: schema */lock_leases AS p
  WHERE p.slot > 0 AND p.expires_at > now()
@@ -164,11 +169,15 @@ SELECT lock_key, count(*)::bigint AS waiting
 
 -- name: ListWaiters :many
 -- The fair waiters whose place has not expired, by key and in queue order,
--- with the kind each asked for ('exclusive', 'shared' or 'permit').
+-- with the kind each asked for ('exclusive', 'shared' or 'permit'). An
+-- infinite place expiry reads as fencedb's GetLease reads an expiry.
 SELECT q.kind, q.lock_key, q.owner, q.ticket,
        (row_number() OVER (PARTITION BY q.lock_key ORDER BY q.ticket) - 1)::bigint AS position,
-       (extract(epoch FROM GREATEST(q.expires_at - now(), interval '0')) * 1000000)::bigint AS place_micros,
-       q.expires_at, now()::timestamptz AS db_now
+       (CASE WHEN isfinite(q.expires_at) THEN LEAST(GREATEST(extract(epoch FROM q.expires_at - now()) * 1000000, 0), 9223372036854775)
+             WHEN q.expires_at > now() THEN 9223372036854775 ELSE 0 END)::bigint AS place_micros,
+       COALESCE(CASE q.expires_at WHEN 'infinity' THEN timestamptz '294276-12-31 23:59:59.999999+00'
+                                   WHEN '-infinity' THEN timestamptz '4714-11-24 00:00:00+00 BC' END, q.expires_at) AS expires_at,
+       now()::timestamptz AS db_now
   FROM (SELECT w.kind, w.lock_key, w.owner, w.ticket, w.expires_at
           FROM /* TEMPLATE: schema */pgfence_waiters AS w
          WHERE w.queued AND w.expires_at > now()) AS q
@@ -197,7 +206,8 @@ SELECT h.lock_key, h.permits,
 -- The unexpired shared holders and permits, by key and slot (from 0), at
 -- most row_limit of them, for the live page.
 SELECT p.lock_key, (p.slot - 1)::integer AS slot, (p.kind = 'exclusive')::boolean AS exclusive, p.owner, p.fence,
-       (extract(epoch FROM GREATEST(p.expires_at - now(), interval '0')) * 1000000)::bigint AS remaining_micros
+       (CASE WHEN isfinite(p.expires_at) THEN LEAST(GREATEST(extract(epoch FROM p.expires_at - now()) * 1000000, 0), 9223372036854775)
+             WHEN p.expires_at > now() THEN 9223372036854775 ELSE 0 END)::bigint AS remaining_micros
   FROM /* TEMPLATE: schema */lock_leases AS p
  WHERE p.slot > 0 AND p.expires_at > now()
  ORDER BY p.lock_key, p.slot
@@ -210,7 +220,8 @@ SELECT p.lock_key, (p.slot - 1)::integer AS slot, (p.kind = 'exclusive')::boolea
 SELECT q.kind, q.lock_key, q.owner,
        (row_number() OVER (PARTITION BY q.lock_key ORDER BY q.ticket) - 1)::bigint AS position,
        (count(*) OVER (PARTITION BY q.lock_key))::bigint AS depth,
-       (extract(epoch FROM GREATEST(q.expires_at - now(), interval '0')) * 1000000)::bigint AS place_micros
+       (CASE WHEN isfinite(q.expires_at) THEN LEAST(GREATEST(extract(epoch FROM q.expires_at - now()) * 1000000, 0), 9223372036854775)
+             WHEN q.expires_at > now() THEN 9223372036854775 ELSE 0 END)::bigint AS place_micros
   FROM (SELECT w.kind, w.lock_key, w.owner, w.ticket, w.expires_at
           FROM /* TEMPLATE: schema */pgfence_waiters AS w
          WHERE w.queued AND w.expires_at > now()) AS q

@@ -27,6 +27,9 @@
 //	pgfence_leases_held                   gauge   leases unexpired by the database clock
 //	pgfence_leases_expiring_soon          gauge   of those, expiring within --soon (default 5s)
 //	pgfence_lease_fence{key,owner}        gauge   the fence of a held lease
+//	pgfence_lease_remaining_seconds{key,owner}
+//	                                      gauge   its time left by the database clock; +Inf
+//	                                              when its expiry is 'infinity'
 //	pgfence_jobs{queue,state}             gauge   rows of pgfence_jobs
 //	pgfence_jobs_oldest_runnable_age_seconds{queue}
 //	                                      gauge   how long the oldest runnable job (available,
@@ -47,6 +50,10 @@
 // most --limit queues, the permit families at most --limit keys, and
 // pgfence_queue_waiters the keys of the first --limit waiters in key order. A fence is exported as a float64, exact below 2^53
 // (WAL timelines below 512).
+//
+// Rows that pgfence's clients do not write (package oddrow) are served,
+// never a failed read: their flags are in the JSON ("flags", explained in
+// "flag_notes") and on the page.
 //
 // pgfence_stale_refusals_total is read from the sequence
 // pgfence_stale_refusals, which the fencing trigger draws from when it

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/pgfence/pgfence/cmd/pgfence/internal/oddrow"
 )
 
 // Metrics is the /metrics endpoint: the Watcher's latest read in the
@@ -50,14 +52,25 @@ func (m *Metrics) exposition() []byte {
 		point{value: float64(s.Leases.Held)})
 	e.family("pgfence_leases_expiring_soon", "gauge", "Held leases that expire within the --soon horizon (default 5s) unless renewed",
 		point{value: float64(s.Leases.ExpiringSoon)})
-	var fences []point
+	var fences, remaining []point
 	for _, l := range s.Leases.List {
+		labels := []string{"key", l.Key, "owner", l.Owner}
 		// A float64 holds a fence exactly below 2^53, i.e. for WAL
 		// timelines below 512.
-		fences = append(fences, point{labels: []string{"key", l.Key, "owner", l.Owner}, value: float64(l.Fence)})
+		fences = append(fences, point{labels: labels, value: float64(l.Fence)})
+		// An expiry of 'infinity' is +Inf, a value the format has (and
+		// PromQL compares): the saturated 292 years of the JSON would pass
+		// for a real expiry.
+		left := l.RemainingSeconds
+		if slices.Contains(l.Flags, oddrow.ExpiresInfinity) {
+			left = math.Inf(1)
+		}
+		remaining = append(remaining, point{labels: labels, value: left})
 	}
 	e.family("pgfence_lease_fence", "gauge", "Fence of a held lease, by key and owner; at most --limit keys (default 100), the first in key order",
 		fences...)
+	e.family("pgfence_lease_remaining_seconds", "gauge", "Time left of a held lease by the database clock, by key and owner (+Inf: its expiry is infinity); the keys of pgfence_lease_fence",
+		remaining...)
 	var jobs, oldest []point
 	for _, q := range s.Queues {
 		for _, state := range slices.Sorted(maps.Keys(q.Counts)) {
@@ -127,7 +140,7 @@ func (e *expo) family(name, typ, help string, points ...point) {
 			} else {
 				e.b.WriteByte(',')
 			}
-			e.b.WriteString(p.labels[i] + `="` + labelEscaper.Replace(p.labels[i+1]) + `"`)
+			e.b.WriteString(p.labels[i] + `="` + labelEscaper.Replace(strings.ToValidUTF8(p.labels[i+1], "\uFFFD")) + `"`)
 		}
 		if len(p.labels) > 0 {
 			e.b.WriteByte('}')
@@ -137,7 +150,9 @@ func (e *expo) family(name, typ, help string, points ...point) {
 }
 
 // The format's escapes: in HELP, backslash and newline; in a label value,
-// the double quote too. Keys and owners are the users' own strings.
+// the double quote too. Keys and owners are the users' own strings, and
+// may carry any other character (a label value is UTF-8, so the invalid
+// bytes a SQL_ASCII database may hold are replaced, not a scrape error).
 var (
 	helpEscaper  = strings.NewReplacer(`\`, `\\`, "\n", `\n`)
 	labelEscaper = strings.NewReplacer(`\`, `\\`, "\n", `\n`, `"`, `\"`)

@@ -2,6 +2,7 @@ package watch
 
 import (
 	"bytes"
+	"math"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -10,6 +11,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/pgfence/pgfence/cmd/pgfence/internal/oddrow"
 )
 
 // parse reads an exposition with Prometheus' own text parser.
@@ -130,5 +133,34 @@ func TestExpositionFailedRead(t *testing.T) {
 	}
 	if _, ok := fams["pgfence_lease_fence"]; ok {
 		t.Error("an empty pgfence_lease_fence family is written")
+	}
+}
+
+// TestExpositionOddRows: a lease whose expiry is 'infinity' has +Inf time
+// left (a value of the format, not a scrape error); a huge fence, keys
+// with control characters and bidirectional marks, and invalid UTF-8 (a
+// SQL_ASCII database's bytes) still make an exposition Prometheus reads.
+func TestExpositionOddRows(t *testing.T) {
+	odd := "a\tb\x1b[2J\u200fc\nd"
+	w := &Watcher{last: &Snapshot{
+		Leases: LeaseSummary{Held: 3, List: []Lease{
+			{Key: "forever", Owner: "o", Fence: 5, RemainingSeconds: float64(oddrow.MaxMicros) / 1e6, Flags: []oddrow.Flag{oddrow.ExpiresInfinity}},
+			{Key: odd, Owner: "bad\xffbyte", Fence: 1<<63 - 2, RemainingSeconds: 12.5, Flags: []oddrow.Flag{oddrow.FenceHuge}},
+			{Key: "plain", Owner: "o", Fence: 7, RemainingSeconds: 3},
+		}},
+		readAt: time.Now(),
+	}}
+	fams := parse(t, NewMetrics(w).exposition())
+	if v, ok := value(fams, "pgfence_lease_remaining_seconds", "key", "forever", "owner", "o"); !ok || !math.IsInf(v, 1) {
+		t.Errorf("an infinite expiry's time left: %v (found %v), want +Inf", v, ok)
+	}
+	if v, ok := value(fams, "pgfence_lease_remaining_seconds", "key", odd, "owner", "bad\uFFFDbyte"); !ok || v != 12.5 {
+		t.Errorf("the odd key's time left: %v (found %v), want 12.5", v, ok)
+	}
+	if v, ok := value(fams, "pgfence_lease_fence", "key", odd, "owner", "bad\uFFFDbyte"); !ok || v != float64(1<<63-2) {
+		t.Errorf("the huge fence: %v (found %v)", v, ok)
+	}
+	if v, ok := value(fams, "pgfence_lease_remaining_seconds", "key", "plain", "owner", "o"); !ok || v != 3 {
+		t.Errorf("a plain lease's time left: %v (found %v), want 3", v, ok)
 	}
 }

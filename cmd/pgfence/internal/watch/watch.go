@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence/cmd/pgfence/internal/oddrow"
 	"github.com/pgfence/pgfence/internal/fencesql"
 	"github.com/pgfence/pgfence/internal/pgdb"
 	"github.com/pgfence/pgfence/internal/pgerr"
@@ -199,15 +200,20 @@ func (w *Watcher) read(ctx context.Context) (*Snapshot, error) {
 		Stale:   StaleRefusals{Present: stale.Present, Count: stale.Refusals},
 	}
 	for _, l := range held {
+		flags := oddrow.Row{Key: l.LockKey, Fence: l.Fence, Acquired: l.AcquiredAt, Expires: l.ExpiresAt,
+			RemainingMicros: l.RemainingMicros, Now: sum.DbNow}.Flags()
+		s.note(flags)
 		s.Leases.List = append(s.Leases.List, Lease{
 			Key: l.LockKey, Owner: l.Owner, Fence: l.Fence, FenceText: strconv.FormatInt(l.Fence, 10),
-			RemainingSeconds: float64(l.RemainingMicros) / 1e6, ExpiresAt: l.ExpiresAt.UTC(),
+			RemainingSeconds: float64(l.RemainingMicros) / 1e6, ExpiresAt: oddrow.Time{Time: l.ExpiresAt.UTC()}, Flags: flags,
 		})
 	}
 	byKey := map[string][]PermitHolder{}
 	for _, h := range holders {
+		flags := oddrow.Row{Key: h.LockKey, Fence: h.Fence, RemainingMicros: h.RemainingMicros, Now: sum.DbNow}.Flags()
+		s.note(flags)
 		byKey[h.LockKey] = append(byKey[h.LockKey], PermitHolder{Slot: int(h.Slot), Exclusive: h.Exclusive, Owner: h.Owner,
-			Fence: h.Fence, FenceText: strconv.FormatInt(h.Fence, 10), RemainingSeconds: float64(h.RemainingMicros) / 1e6})
+			Fence: h.Fence, FenceText: strconv.FormatInt(h.Fence, 10), RemainingSeconds: float64(h.RemainingMicros) / 1e6, Flags: flags})
 	}
 	for _, p := range permits {
 		s.Permits = append(s.Permits, PermitKey{Key: p.LockKey, Permits: int(p.Permits), InUse: p.InUse,
@@ -215,10 +221,22 @@ func (w *Watcher) read(ctx context.Context) (*Snapshot, error) {
 	}
 	s.Waiters = []Waiter{}
 	for _, w := range waiters {
+		flags := oddrow.WaiterFlags(w.LockKey, time.Time{}, w.PlaceMicros)
+		s.note(flags)
 		s.Waiters = append(s.Waiters, Waiter{Key: w.LockKey, Kind: w.Kind, Owner: w.Owner, Position: w.Position,
-			Depth: w.Depth, PlaceSeconds: float64(w.PlaceMicros) / 1e6})
+			Depth: w.Depth, PlaceSeconds: float64(w.PlaceMicros) / 1e6, Flags: flags})
 	}
 	return s, nil
+}
+
+// note adds flags' explanations to s.FlagNotes.
+func (s *Snapshot) note(flags []oddrow.Flag) {
+	for _, f := range flags {
+		if s.FlagNotes == nil {
+			s.FlagNotes = map[oddrow.Flag]string{}
+		}
+		s.FlagNotes[f] = f.Note()
+	}
 }
 
 // queues folds the per-(queue, state) counts and the per-queue oldest
@@ -260,8 +278,12 @@ type Snapshot struct {
 	Permits []PermitKey `json:"permits"`
 	// Waiters are the fair waiters of every kind, by key and in queue
 	// order, at most Limit of them.
-	Waiters []Waiter  `json:"waiters"`
-	readAt  time.Time // monotonic, for the snapshot's age
+	Waiters []Waiter `json:"waiters"`
+	// FlagNotes explain the flags of the rows above (oddrow): what is
+	// unusual about a row pgfence's clients do not write. Absent when no
+	// row has a flag.
+	FlagNotes map[oddrow.Flag]string `json:"flag_notes,omitempty"`
+	readAt    time.Time              // monotonic, for the snapshot's age
 }
 
 // Waiter is one fair waiter in a snapshot.
@@ -275,6 +297,8 @@ type Waiter struct {
 	// Depth is the number of waiters in the key's queue.
 	Depth        int64   `json:"depth"`
 	PlaceSeconds float64 `json:"place_seconds"` // how long its place lasts without a refresh
+	// Flags say what is unusual about the row (FlagNotes explain them).
+	Flags []oddrow.Flag `json:"flags,omitempty"`
 }
 
 // PermitHolder is one held permit, or shared or exclusive lease, of a key.
@@ -286,6 +310,8 @@ type PermitHolder struct {
 	// FenceText is the fence in decimal, exact in JavaScript too.
 	FenceText        string  `json:"fence_text"`
 	RemainingSeconds float64 `json:"remaining_seconds"`
+	// Flags say what is unusual about the row (Snapshot.FlagNotes).
+	Flags []oddrow.Flag `json:"flags,omitempty"`
 }
 
 // PermitKey is one semaphore or shared/exclusive key in a snapshot.
@@ -320,9 +346,15 @@ type Lease struct {
 	Fence int64  `json:"-"`
 	// FenceText is the fence in decimal: a JSON number above 2^53 would lose
 	// digits in JavaScript, and fences carry the WAL timeline in bit 44 up.
-	FenceText        string    `json:"fence"`
-	RemainingSeconds float64   `json:"remaining_seconds"` // at DBNow
-	ExpiresAt        time.Time `json:"expires_at"`
+	FenceText string `json:"fence"`
+	// RemainingSeconds is at DBNow. An infinite expiry's is the saturated
+	// time left of the queries (oddrow.MaxMicros, about 292 years), a JSON
+	// number still; Flags says it is infinite.
+	RemainingSeconds float64 `json:"remaining_seconds"`
+	// ExpiresAt is RFC 3339, or "infinity" (oddrow.Time).
+	ExpiresAt oddrow.Time `json:"expires_at"`
+	// Flags say what is unusual about the row (Snapshot.FlagNotes).
+	Flags []oddrow.Flag `json:"flags,omitempty"`
 }
 
 // Queue is one queue of pgfence_jobs.
