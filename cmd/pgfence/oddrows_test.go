@@ -79,8 +79,8 @@ VALUES ($1, $2, $1, $3, now() + $4::interval, $5::timestamptz)`
 	for _, stmt := range []string{
 		// A permit as pgfence grants it (a client would release it when
 		// closed), then made endless.
-		"SELECT pgfence_acquire_permit('" + oddSem + "', 2, 'sem-holder', 'odd-sem-token', 60000000)",
-		"UPDATE lock_leases SET expires_at = 'infinity' WHERE lock_key = '" + oddSem + "'",
+		"SELECT pgfence_acquire_permit('" + oddSem + "', 2, '1 min', 'sem-holder')",
+		"UPDATE lock_leases SET expires_at = 'infinity' WHERE lock_key = '" + oddSem + "' AND slot > 0",
 		"INSERT INTO pgfence_waiters (lock_key, owner, owner_token, ticket, expires_at) VALUES ('" + oddWaited + "', 'waiter', 'odd-token', 1, 'infinity')",
 	} {
 		if _, err := pool.Exec(ctx, stmt); err != nil {
@@ -160,7 +160,7 @@ func TestOddRows(t *testing.T) {
 			oddInfinity + "/lease": oddrow.ExpiresInfinity, oddMinusInf + "/lease": oddrow.ExpiresMinusInfinity,
 			oddHuge + "/lease": oddrow.FenceHuge, oddFar + "/lease": oddrow.ExpiresFar,
 			oddBackward + "/lease": oddrow.AcquiredAfterExpiry, oddSem + "/permit": oddrow.ExpiresInfinity,
-			oddWaited + "/lease": oddrow.ExpiresInfinity,
+			oddWaited + "/exclusive": oddrow.ExpiresInfinity,
 		} {
 			if e, ok := byKey[key]; !ok || !slices.Contains(e.Flags, want) {
 				t.Errorf("list --json: %s is %+v, want the flag %s", key, e, want)
@@ -301,7 +301,7 @@ func TestOddRows(t *testing.T) {
 }
 
 // TestListWritesNothingOnAFailedRead: when a read after the first fails
-// (here the permits, which the role may not read), list and show print no
+// (here the waiters, which the role may not read), list and show print no
 // part of a table: the error alone.
 func TestListWritesNothingOnAFailedRead(t *testing.T) {
 	t.Parallel()
@@ -327,7 +327,7 @@ func TestListWritesNothingOnAFailedRead(t *testing.T) {
 	for _, args := range [][]string{{"list"}, {"list", "--json"}, {"show", oddInfinity}} {
 		r := pgfence(t, nil, append(args, "--database-url", limited)...)
 		if r.code == 0 || r.stdout != "" || !strings.Contains(r.stderr, "permission denied") {
-			t.Errorf("pgfence %v with the permits unreadable: want an error and nothing on stdout, got %s", args, r)
+			t.Errorf("pgfence %v with the waiters unreadable: want an error and nothing on stdout, got %s", args, r)
 		}
 		if strings.Contains(r.stdout+r.stderr, password) {
 			t.Errorf("pgfence %v printed the password", args)
