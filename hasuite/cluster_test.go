@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/pgfence/pgfence/internal/testsupport/dbenv"
+	"github.com/pgfence/pgfence/internal/testsupport/needtool"
 )
 
 // Patroni's timings. ttl is how long the leader key lives without an
@@ -30,7 +31,6 @@ const (
 	patroniLoop    = 2
 	patroniRetry   = 5
 	clusterName    = "pgfence-ha"
-	requireEnv     = "PGFENCE_REQUIRE_PATRONI"
 	startupTimeout = 90 * time.Second
 )
 
@@ -67,7 +67,7 @@ type cluster struct {
 	nodes    []*node
 }
 
-// tools finds patroni and etcd, or skips (fails under PGFENCE_REQUIRE_PATRONI=1).
+// tools finds patroni and etcd, or ends t as needtool.Patroni.Missing does.
 func tools(t *testing.T) (patroni, etcd string) {
 	t.Helper()
 	var missing []string
@@ -80,12 +80,7 @@ func tools(t *testing.T) (patroni, etcd string) {
 	}
 	patroni, etcd = find("patroni"), find("etcd")
 	if len(missing) > 0 {
-		need := fmt.Sprintf("the Patroni failover suite needs %s on PATH (Debian/Ubuntu: apt-get install patroni etcd-server)",
-			strings.Join(missing, " and "))
-		if os.Getenv(requireEnv) == "1" {
-			t.Fatalf("%s, and %s=1 is set", need, requireEnv)
-		}
-		t.Skipf("SKIPPING: %s; set %s=1 to make this a failure", need, requireEnv)
+		needtool.Patroni.Missing(t, fmt.Errorf("no %s on PATH", strings.Join(missing, " or ")))
 	}
 	return patroni, etcd
 }
@@ -107,10 +102,10 @@ func startCluster(t *testing.T) *cluster {
 	patroni, etcdBin := tools(t)
 	base, err := dbenv.NewCluster(0)
 	if err != nil {
-		if os.Getenv(requireEnv) == "1" {
-			t.Fatalf("the Patroni failover suite needs PostgreSQL's server binaries: %v, and %s=1 is set", err, requireEnv)
+		if needtool.Patroni.Required() {
+			t.Fatalf("the Patroni failover suite needs PostgreSQL's server binaries: %v, and %s is set", err, needtool.Patroni.Variable)
 		}
-		t.Skipf("SKIPPING the Patroni failover suite: %v; set %s=1 to make this a failure", err, requireEnv)
+		t.Skipf("SKIPPING the Patroni failover suite: %v; set %s=1 to make this a failure", err, needtool.Patroni.Variable)
 	}
 	c := &cluster{t: t, base: base}
 	t.Cleanup(c.stop)

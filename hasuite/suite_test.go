@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence/internal/testsupport/needtool"
 	"github.com/pgfence/pgfence/migrations"
 	"github.com/pgfence/pgfence/pgguard"
 )
@@ -28,7 +29,7 @@ func TestMain(m *testing.M) {
 	if name := os.Getenv(workerEnv); name != "" {
 		os.Exit(workerMain(name))
 	}
-	os.Exit(m.Run())
+	os.Exit(needtool.Run(m))
 }
 
 // recoveryBound is how long after a fault every client process must have

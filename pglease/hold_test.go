@@ -97,49 +97,96 @@ func TestOncePerPeriod(t *testing.T) {
 	}
 }
 
-// A run longer than the period keeps the key until it returns: no call
-// runs meanwhile, the next call after it runs once, and the missed periods
-// are not made up.
+// A run longer than the period, and longer than the TTL its lease was
+// granted with, keeps the key until it returns: no call runs meanwhile,
+// the next call after it runs once, for the period it is in, and the
+// missed periods are not made up. The run lasts until the database clock
+// is past the lease's first expiry, so the key was kept by renewal, and
+// the test ends it only after its last call: no call can land after the
+// run by being late.
 func TestOncePerPeriodLongRun(t *testing.T) {
 	ctx := context.Background()
 	key := uniqueKey(t)
-	a, b := newClient(t, pgtest.Pool(t)), newClient(t, pgtest.Pool(t))
-	const period = 300 * time.Millisecond
+	pool := pgtest.Pool(t)
+	a, b := newClient(t, pool), newClient(t, pool)
+	// Renewed every second and given up 2.7 s after its last renewal was
+	// sent, the lease survives a renewal well over a second late, as on a
+	// loaded machine; a lost lease would let b run.
+	const period, ttl = 300 * time.Millisecond, 3 * time.Second
 	var inside, overlaps, ran atomic.Int32
-	long := func(ctx context.Context, run pglease.PeriodRun) error {
+	enter := func() func() {
 		if inside.Add(1) != 1 {
 			overlaps.Add(1)
 		}
-		defer inside.Add(-1)
 		ran.Add(1)
-		time.Sleep(4 * period)
-		return nil
+		return func() { inside.Add(-1) }
 	}
-	done, started := make(chan struct{}), make(chan struct{})
+	dbNow := func() time.Time {
+		var now time.Time
+		if err := pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&now); err != nil {
+			t.Fatal(err)
+		}
+		return now
+	}
+	type begun struct {
+		run     pglease.PeriodRun
+		expires time.Time // the granted expiry, by the database clock
+	}
+	started, finish, done := make(chan begun, 1), make(chan struct{}), make(chan struct{})
+	end := sync.OnceFunc(func() { close(finish) })
 	go func() {
 		defer close(done)
-		first := func(ctx context.Context, run pglease.PeriodRun) error {
-			close(started)
-			return long(ctx, run)
-		}
-		if ok, err := a.OncePerPeriod(ctx, key, period, time.Second, first); !ok || err != nil {
-			t.Errorf("first run: %v %v", ok, err)
+		ok, err := a.OncePerPeriod(ctx, key, period, ttl, func(ctx context.Context, run pglease.PeriodRun) error {
+			defer enter()()
+			started <- begun{run, run.Lease.ExpiresAt()}
+			select {
+			case <-finish:
+				return nil
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+		})
+		if !ok || err != nil {
+			t.Errorf("the long run: %v %v", ok, err)
 		}
 	}()
-	<-started
-	for range 10 {
-		ok, err := b.OncePerPeriod(ctx, key, period, time.Second, long)
+	defer func() { end(); <-done }()
+	var first begun
+	select {
+	case first = <-started:
+	case <-done:
+		t.FailNow()
+	}
+	var last time.Time
+	for calls := 1; ; calls++ {
+		ok, err := b.OncePerPeriod(ctx, key, period, ttl, func(context.Context, pglease.PeriodRun) error {
+			defer enter()()
+			return nil
+		})
 		if err != nil || ok {
-			t.Fatalf("a call during the long run ran: %v %v", ok, err)
+			t.Fatalf("call %d during the long run ran: %v %v", calls, ok, err)
+		}
+		if last = dbNow(); last.After(first.expires) {
+			break
 		}
 		time.Sleep(period / 3)
 	}
+	end()
 	<-done
-	ok, err := b.OncePerPeriod(ctx, key, period, time.Second, func(context.Context, pglease.PeriodRun) error { ran.Add(1); return nil })
+	var after pglease.PeriodRun
+	ok, err := b.OncePerPeriod(ctx, key, period, ttl, func(_ context.Context, run pglease.PeriodRun) error {
+		defer enter()()
+		after = run
+		return nil
+	})
 	if err != nil || !ok {
 		t.Fatalf("the call after the long run: %v %v", ok, err)
 	}
 	if ran.Load() != 2 || overlaps.Load() != 0 {
 		t.Fatalf("%d runs, %d overlaps; want 2 and 0", ran.Load(), overlaps.Load())
+	}
+	if !after.End.After(last) {
+		t.Errorf("the call after the long run ran for period %d (%v to %v), which had passed while the run went on (at %v): a missed period made up",
+			after.Index, after.Start, after.End, last)
 	}
 }

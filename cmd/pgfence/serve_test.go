@@ -422,9 +422,15 @@ func TestServeReadOnlyAndLoopback(t *testing.T) {
 			}
 		}
 		remote := startServe(t, db, "--listen", "0.0.0.0:0", "--allow-remote")
-		if !strings.Contains(remote.stderr.String(), "WARNING") {
-			t.Errorf("--allow-remote on 0.0.0.0 printed no warning:\n%s", remote.stderr)
-		}
+		// serve warns on stderr before it prints its address on stdout, but
+		// the two pipes are copied into the buffers independently: the
+		// address can arrive first.
+		eventually(t, "--allow-remote on 0.0.0.0: a warning on stderr", func() string {
+			if out := remote.stderr.String(); !strings.Contains(out, "WARNING") {
+				return out
+			}
+			return ""
+		})
 	})
 }
 

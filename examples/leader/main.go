@@ -33,9 +33,15 @@ CREATE TABLE applied_commands (
 );
 `
 
+// ttl is how long a leader keeps its lease without renewing it. Only the
+// cut-off leader's lease is meant to run out; every other term, node-1's
+// before the cut included, must outlast a renewal late by a loaded
+// machine's pause. With a renewal every second and the lease given up
+// 2.7 s after the last one was sent, a pause up to 1.7 s costs no term; the
+// cut-off leader is deposed up to 3 s after its last renewal.
 const (
 	key     = "leader:scheduler"
-	ttl     = 500 * time.Millisecond
+	ttl     = 3 * time.Second
 	maxConn = 2
 )
 
@@ -153,7 +159,12 @@ func run(ctx context.Context, env *story.Env, v *story.Verdict) error {
 	if err := story.WaitFor(ctx, func() bool { first.mu.Lock(); defer first.mu.Unlock(); return first.staleEpoch != 0 }); err != nil {
 		return err
 	}
-	time.Sleep(300 * time.Millisecond) // the new leader carries on
+	// The leadership carries on: one more command is applied after the
+	// refusal.
+	sofar := totalCommands(nodes)
+	if err := story.WaitFor(ctx, func() bool { return totalCommands(nodes) > sofar }); err != nil {
+		return err
+	}
 	stopCampaigns()
 	wg.Wait()
 
@@ -264,4 +275,12 @@ func (n *node) commandCount() int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.commands
+}
+
+func totalCommands(nodes []*node) int {
+	n := 0
+	for _, nd := range nodes {
+		n += nd.commandCount()
+	}
+	return n
 }

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pgfence/pgfence/internal/testsupport/dbenv"
+	"github.com/pgfence/pgfence/internal/testsupport/needtool"
 )
 
 var (
@@ -19,7 +20,8 @@ var (
 )
 
 // Main resolves the server, creates and migrates a database named
-// pgfence_test_<random>, runs the tests, drops the database and exits. When
+// pgfence_test_<random>, runs the tests (through needtool.Run, which says
+// what did not run for want of a tool), drops the database and exits. When
 // the tests pass, it also fails the package if a goroutine started during
 // the tests is still running: every goroutine pgfence starts must end with
 // its lease, pool or client. m is a *testing.M, or a wrapper around one
@@ -48,7 +50,7 @@ type leakChecked struct{ m interface{ Run() int } }
 
 func (l leakChecked) Run() int {
 	before := goleak.IgnoreCurrent()
-	code := l.m.Run()
+	code := needtool.Run(l.m)
 	stopBouncer() // before the leak check: its process has a waiting goroutine
 	if code == 0 {
 		// golang-migrate leaves the goroutine that buffers a migration's
