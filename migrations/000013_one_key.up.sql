@@ -210,12 +210,19 @@ BEGIN
             HINT = 'A key is one lock: every caller of a key that is held shared or as a semaphore must ask for the same kind and number of permits; an exclusive (plain) lease waits for them all.';
   END IF;
   IF p_kind = 'exclusive' THEN
+    -- The plain lease's upsert, which also judges a key's row it did not
+    -- lock before (pgfence_acquire_kind locks it only for the other kinds).
     RETURN QUERY
-    UPDATE lock_leases AS l
-       SET kind = 'exclusive', permits = 0, owner = p_owner, owner_token = p_token,
-           fence = pgfence_draw_fence(), acquired_at = now(),
-           expires_at = now() + p_ttl_micros * interval '1 microsecond'
-     WHERE l.lock_key = p_key AND l.slot = 0
+    INSERT INTO lock_leases AS l (lock_key, owner, owner_token, fence, acquired_at, expires_at, has_waiters)
+    VALUES (p_key, p_owner, p_token, pgfence_draw_fence(), now(), now() + p_ttl_micros * interval '1 microsecond',
+            EXISTS (SELECT FROM pgfence_waiters AS w
+                     WHERE w.lock_key = p_key AND w.queued AND w.owner_token <> p_token AND w.expires_at > now()))
+    ON CONFLICT ON CONSTRAINT lock_leases_pkey DO UPDATE
+       SET kind = 'exclusive', permits = 0, owner = EXCLUDED.owner, owner_token = EXCLUDED.owner_token,
+           fence = EXCLUDED.fence, acquired_at = EXCLUDED.acquired_at, expires_at = EXCLUDED.expires_at,
+           has_waiters = EXCLUDED.has_waiters
+     WHERE l.expires_at <= now()
+       AND l.fence < EXCLUDED.fence
     RETURNING l.slot, l.fence, l.expires_at;
     RETURN;
   END IF;
@@ -245,25 +252,34 @@ BEGIN
   UPDATE lock_leases AS l
      SET kind = p_kind, permits = p_permits, owner = '', owner_token = '', fence = g.fence,
          acquired_at = CASE WHEN live THEN l.acquired_at ELSE now() END,
-         expires_at = GREATEST(CASE WHEN live THEN l.expires_at ELSE now() END, g.expires_at)
+         expires_at = GREATEST(CASE WHEN live THEN l.expires_at ELSE now() END, g.expires_at),
+         has_waiters = EXISTS (SELECT FROM pgfence_waiters AS w
+                                WHERE w.lock_key = p_key AND w.queued AND w.owner_token <> p_token AND w.expires_at > now())
    WHERE l.lock_key = p_key AND l.slot = 0;
   RETURN QUERY SELECT g.slot, g.fence, g.expires_at;
 END
 $$;
 
 -- pgfence_take_place: takes (or refreshes, for p_place_micros) a waiter's
--- place in key's queue and returns its ticket.
+-- place in key's queue and returns its ticket. The functions behind every
+-- acquisition are PL/pgSQL, whose statements' plans a session keeps: a
+-- LANGUAGE sql function that is not inlined is planned again at each call.
 CREATE FUNCTION pgfence_take_place(p_key text, p_kind text, p_permits integer, p_owner text, p_token text,
                                    p_queued boolean, p_place_micros bigint)
 RETURNS bigint
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 AS $$
+DECLARE
+  t bigint;
+BEGIN
   INSERT INTO pgfence_waiters AS w (lock_key, owner_token, owner, kind, permits, queued, ticket, expires_at)
   VALUES (p_key, p_token, p_owner, p_kind, p_permits, p_queued, nextval('pgfence_waiter_seq'),
           now() + p_place_micros * interval '1 microsecond')
   ON CONFLICT ON CONSTRAINT pgfence_waiters_pkey DO UPDATE
      SET expires_at = EXCLUDED.expires_at, queued = w.queued OR EXCLUDED.queued
-  RETURNING w.ticket
+  RETURNING w.ticket INTO t;
+  RETURN t;
+END
 $$;
 
 -- pgfence_acquire_kind: one attempt to take key in p_kind (with p_permits
@@ -307,7 +323,14 @@ BEGIN
     p_permits := 0;
   END IF;
   PERFORM pgfence_commit_durably(), set_config('lock_timeout', '1s', true);
-  h := pgfence_lock_key(p_key);
+  IF p_kind = 'exclusive' THEN
+    -- Its grant is the upsert that judges the newest row itself; only the
+    -- queue's order needs the key's queue lock.
+    PERFORM pg_advisory_xact_lock(hashtextextended('pgfence_waiters:' || p_key, 0));
+    SELECT * INTO h FROM lock_leases AS l WHERE l.lock_key = p_key AND l.slot = 0;
+  ELSE
+    h := pgfence_lock_key(p_key);
+  END IF;
   -- After the key's locks, so that an attempt that waited for them sees a
   -- tombstone committed meanwhile.
   IF EXISTS (SELECT FROM pgfence_abandoned_tokens AS a WHERE a.owner_token = p_token) THEN
@@ -348,10 +371,6 @@ BEGIN
   END IF;
   DELETE FROM pgfence_waiters AS w
    WHERE w.lock_key = p_key AND (w.owner_token = p_token OR w.expires_at <= now());
-  UPDATE lock_leases AS l
-     SET has_waiters = EXISTS (SELECT FROM pgfence_waiters AS w
-                                WHERE w.lock_key = p_key AND w.queued AND w.expires_at > now())
-   WHERE l.lock_key = p_key AND l.slot = 0;
   RETURN QUERY SELECT g.slot, g.fence, g.expires_at, 0;
 END
 $$;
@@ -360,22 +379,26 @@ $$;
 -- waiters (so that a release wakes them), and the attempt commits
 -- asynchronously.
 CREATE FUNCTION pgfence_refuse(p_key text) RETURNS void
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 AS $$
+BEGIN
   UPDATE lock_leases AS l SET has_waiters = true WHERE l.lock_key = p_key AND l.slot = 0 AND NOT l.has_waiters;
-  SELECT FROM set_config('synchronous_commit', 'off', true);
+  PERFORM set_config('synchronous_commit', 'off', true);
+END
 $$;
 
 -- pgfence_summarise: under the key's row lock, sets the key's row of a key
 -- held shared or as permits to expire with its last holder (now, when none
 -- is left).
 CREATE FUNCTION pgfence_summarise(p_key text) RETURNS void
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 AS $$
+BEGIN
   UPDATE lock_leases AS l
      SET expires_at = GREATEST(now(), (SELECT max(x.expires_at) FROM lock_leases AS x
                                         WHERE x.lock_key = p_key AND x.slot > 0 AND x.expires_at > now()))
    WHERE l.lock_key = p_key AND l.slot = 0 AND l.kind <> 'exclusive' AND l.expires_at > now();
+END
 $$;
 
 -- pgfence_renew_slot: extends a shared holder's or permit's grant, matched

@@ -28,8 +28,9 @@ const handoffWorkerEnv = "PGFENCE_HANDOFF_WORKER"
 
 // handoffWorkerMain runs a worker, configured as "url|key|waiters|kind|wake":
 // one client (one pool, one listener with wake) whose waiters goroutines
-// take key again and again as fair waiters (kind "mutex": Acquire; kind
-// "exclusive": Acquire), hold it 1 ms and release it. It prints
+// take key again and again as fair waiters (kind "mutex": Acquire, the
+// plain, exclusive lease; kind "permit": the one permit of a semaphore of
+// 1), hold it 1 ms and release it. It prints
 // "g <fence> <unix ns>" when Acquire returns, "r <fence> <unix ns>" just
 // before Release is sent and "x <fence> <unix ns>" when it returned; on each "mark" line on stdin, "s <n>": the
 // statements its pool has sent so far. It stops when stdin closes.
@@ -81,8 +82,12 @@ func runHandoffWorker(url, key string, n int, kind string, wake bool) error {
 		cancel()
 	}()
 	acquire := func() (*pglease.Lease, error) { return c.Acquire(ctx, key, 30*time.Second) }
-	if kind == "exclusive" {
-		acquire = func() (*pglease.Lease, error) { return c.Acquire(ctx, key, 30*time.Second) }
+	if kind == "permit" {
+		sem, err := c.Semaphore(key, 1)
+		if err != nil {
+			return err
+		}
+		acquire = func() (*pglease.Lease, error) { return sem.Acquire(ctx, 30*time.Second) }
 	}
 	var wg sync.WaitGroup
 	var failed atomic.Value
@@ -254,15 +259,15 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 // BenchmarkFairHandoffProcesses: 10 and 50 fair waiters in 5 worker
 // processes (this test binary, re-executed; one client each) take one key
 // in turn, each holding it 1 ms, for handoffMeasured (once: the first run
-// outlasts the default benchtime, so b.N stays 1), with and without wake-on-release, for a mutex lease and
-// the exclusive lease of a shared/exclusive key. It reports the p50 and p99
+// outlasts the default benchtime, so b.N stays 1), with and without
+// wake-on-release, for a plain lease and a semaphore's permit. It reports the p50 and p99
 // from the start of a release to the return of the next holder's Acquire
 // (by the wall clock, which the processes share), and the statements the
 // workers' pools sent per hand-off (counted by a pgx tracer in each worker,
 // the listener's connection included), and the p50 of the Release calls
 // alone (the rest of a hand-off is the wake-up and the next attempt).
 func BenchmarkFairHandoffProcesses(b *testing.B) {
-	for _, kind := range []string{"mutex", "exclusive"} {
+	for _, kind := range []string{"mutex", "permit"} {
 		for _, wake := range []bool{true, false} {
 			for _, waiters := range []int{10, 50} {
 				b.Run(fmt.Sprintf("kind=%s/wake=%v/waiters=%d", kind, wake, waiters), func(b *testing.B) {
