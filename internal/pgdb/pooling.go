@@ -38,25 +38,27 @@ func (p Pooling) String() string {
 	return fmt.Sprintf("Pooling(%d)", int(p))
 }
 
-// pinRounds is how many times DetectPooling looks for conn's server session
-// serving another client before it takes the session to be conn's alone.
-const pinRounds = 3
+// pinRounds is how many times DetectPooling looks for a server session
+// serving two clients, or one client served by two sessions, before it
+// takes the sessions to be pinned to their clients.
+const pinRounds = 8
 
 // DetectPooling tells what lies between conn and PostgreSQL; pool (the
 // pool conn came from, or any other on the same pooler) lends it a second
 // client connection to look with, behind a pooler only.
 //
 // Without a pooler (BehindPooler) the answer is PoolingNone. Behind one, it
-// reads the server session's pid on conn, then at once on the second
-// connection, then on conn again. A transaction pooler hands the session
-// conn has just given back to the next client that asks (PgBouncer reuses
-// the most recently released server connection first), or serves conn's
-// next statement from another session: either is PoolingTransaction for
-// certain. A session pooler does neither, and when neither happens in
-// pinRounds rounds the answer is PoolingSession. A transaction pooler so busy
-// that every session conn releases goes to a waiting client, and conn's
-// next statement gets the same session back, three times over, would pass
-// for a session pooler. No statement leaves state on a server session.
+// reads the server session's pid on conn and on the second connection in
+// turn, pinRounds times. A session pooler gives each client connection one
+// server session for its life: the pids never change, and the two differ.
+// A transaction pooler hands the session conn has just given back to the
+// next client that asks (PgBouncer reuses the most recently released server
+// connection first), and serves each statement from whichever session is
+// free: one pid seen on both connections, or a connection seen on two,
+// is PoolingTransaction for certain. Only a transaction pooler so busy that
+// in every round each connection got its own session back, and never the
+// other's, would pass for a session pooler. No statement leaves state on a
+// server session.
 func DetectPooling(ctx context.Context, conn *pgx.Conn, pool interface {
 	Acquire(context.Context) (*pgxpool.Conn, error)
 }) (Pooling, error) {
@@ -64,7 +66,7 @@ func DetectPooling(ctx context.Context, conn *pgx.Conn, pool interface {
 	if err != nil {
 		return 0, err
 	}
-	if pid == conn.PgConn().PID() {
+	if pid == conn.PgConn().PID() { // BehindPooler's test
 		return PoolingNone, nil
 	}
 	other, err := pool.Acquire(ctx)
@@ -72,8 +74,9 @@ func DetectPooling(ctx context.Context, conn *pgx.Conn, pool interface {
 		return 0, err
 	}
 	defer other.Release()
-	for round := 0; ; round++ {
-		otherPID, err := serverPID(ctx, other.Conn())
+	var otherPID uint32
+	for round := range pinRounds {
+		o, err := serverPID(ctx, other.Conn())
 		if err != nil {
 			return 0, err
 		}
@@ -81,13 +84,12 @@ func DetectPooling(ctx context.Context, conn *pgx.Conn, pool interface {
 		if err != nil {
 			return 0, err
 		}
-		if otherPID == pid || again != pid {
+		if o == pid || again != pid || (round > 0 && o != otherPID) {
 			return PoolingTransaction, nil
 		}
-		if round == pinRounds-1 {
-			return PoolingSession, nil
-		}
+		otherPID = o
 	}
+	return PoolingSession, nil
 }
 
 // serverPID is the pid of the server session that runs conn's statement,

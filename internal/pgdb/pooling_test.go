@@ -2,17 +2,14 @@ package pgdb_test
 
 import (
 	"context"
-	"errors"
-	"os"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/internal/pgdb"
-	"github.com/pgfence/pgfence/internal/testsupport/dbenv"
-	"github.com/pgfence/pgfence/internal/testsupport/needtool"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
 
@@ -49,58 +46,37 @@ func TestDetectPoolingDirect(t *testing.T) {
 	}
 }
 
-// Behind PgBouncer in transaction mode, also while more clients than it
-// has server sessions (8) keep them all busy.
+// Behind PgBouncer in transaction mode, idle, then while other clients keep
+// some of its 8 server sessions busy, then more clients than it has.
 func TestDetectPoolingTransactionPooler(t *testing.T) {
 	pool := pgtest.BouncerPool(t)
-	if got := detect(t, pool); got != pgdb.PoolingTransaction {
-		t.Fatalf("transaction pooler: %v", got)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	busy := pgtest.BouncerPool(t, func(c *pgxpool.Config) { c.MaxConns = 12 })
-	done := make(chan struct{})
-	for range 12 {
-		go func() {
-			defer func() { done <- struct{}{} }()
-			for ctx.Err() == nil {
-				busy.Exec(ctx, "SELECT pg_sleep(0.001)")
+	for _, busy := range []int{0, 4, 12} {
+		t.Run(fmt.Sprintf("busy=%d", busy), func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			defer wg.Wait() // after cancel: deferred calls run last first
+			defer cancel()
+			if busy > 0 {
+				others := pgtest.BouncerPool(t, func(c *pgxpool.Config) { c.MaxConns = int32(busy) })
+				for range busy {
+					wg.Go(func() {
+						for ctx.Err() == nil {
+							others.Exec(ctx, "SELECT pg_sleep(0.001)")
+						}
+					})
+				}
 			}
-		}()
-	}
-	got := detect(t, pool)
-	cancel()
-	for range 12 {
-		<-done
-	}
-	if got != pgdb.PoolingTransaction {
-		t.Fatalf("busy transaction pooler: %v", got)
+			if got := detect(t, pool); got != pgdb.PoolingTransaction {
+				t.Fatalf("transaction pooler: %v", got)
+			}
+		})
 	}
 }
 
 // A PgBouncer in session mode keeps a server session per client
 // connection: LISTEN would work there.
 func TestDetectPoolingSessionPooler(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	b, err := dbenv.StartBouncerMode(ctx, pgtest.ServerURL(), "session", os.Stderr)
-	if errors.Is(err, dbenv.ErrNoBouncer) {
-		needtool.Bouncer.Missing(t, err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	cfg, err := pgx.ParseConfig(pgtest.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxpool.New(ctx, b.URL(cfg.Database))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if got := detect(t, pool); got != pgdb.PoolingSession {
+	if got := detect(t, pgtest.SessionBouncerPool(t)); got != pgdb.PoolingSession {
 		t.Fatalf("session pooler: %v", got)
 	}
 }
