@@ -149,10 +149,11 @@ func WithMaxWait(d time.Duration) Option {
 // With this option the client's releases send NOTIFY pgfence_lease_released
 // with the key as payload from within the release statement itself, so the
 // notification is delivered only at its commit, once the lease is free; and
-// the client keeps one connection, taken from the pool for good on the first
-// Acquire that has to wait (or the first Observe) and held until Close, that LISTENs on that
-// channel and wakes this client's waiters for the released key (all of them:
-// one wins, the others sleep again). Give the option to every client that
+// the client keeps one connection, taken from the pool (or WithListenPool's)
+// for good on the first Acquire that has to wait (or the first Observe) and
+// held until Close, that LISTENs on that channel and wakes this client's
+// waiters for the released key (all of them: one wins, the others sleep
+// again). Give the option to every client that
 // takes the key: a client without it releases silently. It is off by default
 // because NOTIFY is not free: PostgreSQL commits notifying transactions one
 // at a time, which halved acquire+release throughput at 8 or more concurrent

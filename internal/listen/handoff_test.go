@@ -372,7 +372,10 @@ func TestWakeTable(t *testing.T) {
 	for _, col := range cols {
 		runners = append(runners, startRunner(t, col, true, 5*time.Second, nil))
 	}
-	row("claim.Runner, WithListen, poll 5 s", interleaved(n, len(runners), func(i int) time.Duration { return runners[i].pickup(t, gap()) }), true)
+	// Each job comes at a random point of the poll interval, as jobs do.
+	row("claim.Runner, WithListen, poll 5 s", interleaved(n, len(runners), func(i int) time.Duration {
+		return runners[i].pickup(t, gap()+mrand.N(5*time.Second))
+	}), true)
 	t.Log(b.String())
 }
 
