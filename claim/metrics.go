@@ -66,6 +66,7 @@ const (
 // metrics are a claimer's instruments, with every attribute set built once.
 type metrics struct {
 	claimedN, completedN, failedN, rescuedN, lostN metric.Int64Counter
+	listenDisabled                                 metric.Int64Counter
 
 	queue                   otelx.Attrs
 	failRetry, failDead     otelx.Attrs
@@ -82,13 +83,14 @@ func newMetrics(c *Claimer) *metrics {
 	out := func(v string) otelx.Attrs { return otelx.NewAttrs(q, attribute.String("outcome", v)) }
 	op := func(v string) otelx.Attrs { return otelx.NewAttrs(q, attribute.String("op", v)) }
 	met := &metrics{
-		claimedN:   counter("pgfence.job.claimed", "Jobs claimed."),
-		completedN: counter("pgfence.job.completed", "Completions accepted, once per Job (CompleteTx: before the caller's commit)."),
-		failedN:    counter("pgfence.job.failed", "Failed attempts recorded, by outcome: retry or dead."),
-		rescuedN:   counter("pgfence.job.rescued", "Jobs whose lease expired, taken back by Rescue, by outcome: requeued or dead."),
-		lostN:      counter("pgfence.job.lease_lost", "Completions, failures and releases refused because the job's lease was lost, by op (complete also counts a Runner handler that returned nil after its lease was lost: no completion is sent)."),
-		queue:      otelx.NewAttrs(q),
-		failRetry:  out("retry"), failDead: out("dead"),
+		claimedN:       counter("pgfence.job.claimed", "Jobs claimed."),
+		completedN:     counter("pgfence.job.completed", "Completions accepted, once per Job (CompleteTx: before the caller's commit)."),
+		failedN:        counter("pgfence.job.failed", "Failed attempts recorded, by outcome: retry or dead."),
+		rescuedN:       counter("pgfence.job.rescued", "Jobs whose lease expired, taken back by Rescue, by outcome: requeued or dead."),
+		lostN:          counter("pgfence.job.lease_lost", "Completions, failures and releases refused because the job's lease was lost, by op (complete also counts a Runner handler that returned nil after its lease was lost: no completion is sent)."),
+		listenDisabled: otelx.ListenDisabled(m),
+		queue:          otelx.NewAttrs(q),
+		failRetry:      out("retry"), failDead: out("dead"),
 		rescueAvail: out("requeued"), rescueDead: out("dead"),
 		lostOps: [3]otelx.Attrs{op("complete"), op("fail"), op("release")},
 	}
@@ -132,6 +134,9 @@ func (m *metrics) failed(dead bool) {
 	}
 	m.failedN.Add(context.Background(), 1, a.Add...)
 }
+
+// listenPooled counts a Runner's listener that found a transaction pooler.
+func (m *metrics) listenPooled() { m.listenDisabled.Add(context.Background(), 1, m.queue.Add...) }
 
 func (m *metrics) leaseLost(op int) { m.lostN.Add(context.Background(), 1, m.lostOps[op].Add...) }
 

@@ -34,3 +34,7 @@ func SetListenerRetry(c *Client, min, max time.Duration) { c.wake.l.SetRetry(min
 // SetListenerPing sets how long c's listener waits for a notification before
 // it checks its connection.
 func SetListenerPing(c *Client, d time.Duration) { c.wake.l.SetPing(d) }
+
+// ListenerPooled reports whether c's listener found a transaction pooler
+// in front of PostgreSQL and so never LISTENs.
+func ListenerPooled(c *Client) bool { return c.wake != nil && c.wake.l.Pooled() }

@@ -29,9 +29,9 @@ import (
 // Whoever releases, the database wakes only the first waiters that could
 // be granted (NOTIFY with their owner tokens as the payloads, from a
 // trigger on the release), not every waiter. A waiter hears it with
-// WithWakeOnRelease; the others keep sleeping, and so the statements per
-// hand-off stay the same however many wait. Without WithWakeOnRelease a
-// waiter polls. Default: off; waiters retry with jittered backoff in no
+// WithWakeOnRelease (behind a transaction pooler, with WithListenPool too);
+// the others keep sleeping, and so the statements per hand-off stay the
+// same however many wait. Without wake-ups a waiter polls. Default: off; waiters retry with jittered backoff in no
 // particular order.
 func WithFairWaiting() Option {
 	return func(c *config) error { c.fair = true; return nil }
@@ -116,12 +116,12 @@ func (e *queuedError) Error() string {
 func (e *queuedError) Is(target error) bool { return target == ErrNotAcquired }
 
 // fairRefresh is how often a fair waiter behind others refreshes its place
-// when it listens for wake-ups: a third of the place's life.
+// when it hears wake-ups: a third of the place's life.
 func (c *Client) fairRefresh() time.Duration { return c.fairPlace() / 3 }
 
 // queuedSleep is the sleep after a failed attempt: backoff, with two
-// exceptions for fair waiters. One behind others that listens for wake-ups
-// (WithWakeOnRelease) cannot be granted before the waiters ahead of it, and
+// exceptions for fair waiters. One behind others that hears wake-ups
+// (WithWakeOnRelease, its listener listening: hearsWakeups) cannot be granted before the waiters ahead of it, and
 // the database wakes it when it could be (a release, or a waiter ahead
 // leaving the queue; if a wake-up is lost, its next refresh finds out): it
 // only refreshes its place, so the statements per hand-off stay the same
@@ -134,9 +134,9 @@ func (c *Client) queuedSleep(err error, backoff time.Duration) time.Duration {
 	switch {
 	case !errors.As(err, &q):
 		return backoff
-	case c.wake != nil && q.ahead > 0:
+	case c.hearsWakeups() && q.ahead > 0:
 		return c.fairRefresh()
-	case c.wake == nil && q.ahead <= 1:
+	case !c.hearsWakeups() && q.ahead <= 1:
 		return min(backoff, time.Duration(mrand.Int64N(int64(c.cfg.backoffMin)))+c.cfg.backoffMin/2)
 	}
 	return backoff

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pgfence/pgfence/internal/listen"
+	"github.com/pgfence/pgfence/internal/otelx"
 )
 
 // wakeChannel is the channel on which Release and ReleaseByOwnerToken send
@@ -31,10 +32,25 @@ type waker struct {
 
 func newWaker(c *Client) *waker {
 	ctx, stop := context.WithCancel(context.Background())
-	l := listen.New(c.pool, listen.Config{OnError: func(err error, retryIn time.Duration) {
-		c.cfg.logger.Warn("pglease: wake-on-release listener failed; waiters poll until it reconnects",
-			"err", err, "retry_in", retryIn)
-	}})
+	pool, pooled := c.pool, "pglease: the client's pool goes through a transaction or statement pooler (PgBouncer in "+
+		"transaction mode, say), where LISTEN cannot work; no LISTEN is sent and waiters poll instead of waking on release: "+
+		"give the client WithListenPool with a pool that connects directly to PostgreSQL"
+	if c.cfg.listenPool != nil {
+		pool, pooled = c.cfg.listenPool, "pglease: the pool given to WithListenPool goes through a transaction or statement "+
+			"pooler too, where LISTEN cannot work; no LISTEN is sent and waiters poll instead of waking on release: "+
+			"connect that pool directly to PostgreSQL (or through a session pooler)"
+	}
+	disabled := otelx.ListenDisabled(otelx.Meter(c.cfg.meterProvider, meterName))
+	l := listen.New(pool, listen.Config{
+		OnError: func(err error, retryIn time.Duration) {
+			c.cfg.logger.Warn("pglease: wake-on-release listener failed; waiters poll until it reconnects",
+				"err", err, "retry_in", retryIn)
+		},
+		OnPooled: func() {
+			c.cfg.logger.Warn(pooled)
+			disabled.Add(context.Background(), 1)
+		},
+	})
 	// A fair client's waiters' channel is LISTENed from the listener's
 	// first connection, so that a waiter arriving while no other waits
 	// sends no LISTEN (a valid identifier: never an error).
@@ -43,6 +59,12 @@ func newWaker(c *Client) *waker {
 	}
 	return &waker{c: c, l: l, ctx: ctx, stop: stop}
 }
+
+// hearsWakeups tells whether a wake-up can come now: the client has a
+// listener and it is listening. A fair waiter polls near the backoff's
+// minimum unless it does (queuedSleep): while the listener starts, while it
+// reconnects, and for good behind a transaction pooler.
+func (c *Client) hearsWakeups() bool { return c.wake != nil && c.wake.l.PID() != 0 }
 
 // wakeAddr is where a waiter's wake-up comes: a channel, and the payload
 // its notifications carry.

@@ -41,11 +41,17 @@
 //
 // # Behind PgBouncer
 //
-// LISTEN needs a server session of its own. Through PgBouncer in
-// transaction or statement pooling mode the LISTEN "succeeds" on whatever
-// server session served it and notifications do not reach this client. The
-// listener does not detect that: it behaves as if connected, and its users
-// get their wake-ups from polling alone, as they did before this package
-// existed. Connect the pool directly to PostgreSQL, or through a
-// session-pooling proxy, for LISTEN to help.
+// LISTEN needs a server session of its own. Through a transaction or
+// statement pooler (PgBouncer's usual pool modes) a LISTEN takes effect on
+// whichever server session ran it, which goes back to the pool and keeps
+// listening: its notifications go to whatever client it serves next, or
+// are dropped ("got packet 'A' from server when not linked"), never to this
+// listener, and it listens on after every pgfence client closed. So before
+// its first LISTEN, Run checks its connection (pgdb.DetectPooling): behind
+// a transaction pooler it sends none, calls Config.OnPooled, closes the
+// connection and returns, and its subscribers get their wake-ups from
+// polling alone. A session pooler keeps a server session per client
+// connection, and LISTEN works through it. pglease and claim let the
+// application give the listener a pool of its own (WithListenPool) that
+// reaches PostgreSQL directly.
 package listen

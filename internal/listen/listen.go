@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence/internal/pgdb"
 	"github.com/pgfence/pgfence/internal/validate"
 )
 
@@ -36,14 +37,21 @@ type Config struct {
 	// OnError, if set, is told each failure of the connection and when the
 	// next attempt comes; the users log it in words of their own.
 	OnError func(err error, retryIn time.Duration)
+	// OnPooled, if set, is called once, from Run, when the listener finds
+	// a transaction or statement pooler between its pool and PostgreSQL
+	// (see the package doc); the users log and count it.
+	OnPooled func()
 }
 
 // Listener owns one LISTEN connection; see the package doc. Subscribe is
 // safe for concurrent use, before and while Run runs.
 type Listener struct {
-	pool    *pgxpool.Pool
-	onError func(error, time.Duration)
-	running atomic.Bool
+	pool     *pgxpool.Pool
+	onError  func(error, time.Duration)
+	onPooled func()
+	running  atomic.Bool
+	checked  bool        // the pool's pooling is known (Run's goroutine only)
+	pooled   atomic.Bool // behind a transaction pooler: never LISTENs
 
 	mu        sync.Mutex
 	retryMin  time.Duration
@@ -68,7 +76,7 @@ type channelSubs struct {
 // New returns a listener that takes its connection from pool. It does
 // nothing until Run.
 func New(pool *pgxpool.Pool, cfg Config) *Listener {
-	l := &Listener{pool: pool, onError: cfg.OnError, channels: map[string]*channelSubs{}}
+	l := &Listener{pool: pool, onError: cfg.OnError, onPooled: cfg.OnPooled, channels: map[string]*channelSubs{}}
 	l.SetRetry(cfg.RetryMin, cfg.RetryMax)
 	l.SetPing(cfg.Ping)
 	return l
@@ -192,20 +200,35 @@ func (l *Listener) Listens() int64 {
 // channel, which coalesce, do not count).
 func (l *Listener) Wakeups() int64 { return l.wakeups.Load() }
 
+// Pooled reports whether Run found a transaction or statement pooler in
+// front of PostgreSQL, and so never LISTENs.
+func (l *Listener) Pooled() bool { return l.pooled.Load() }
+
 // ErrRunning is returned by Run while another Run of the listener runs.
 var ErrRunning = errors.New("listen: the listener is already running")
 
+// errPooled ends the first session behind a transaction pooler.
+var errPooled = errors.New("listen: a transaction pooler is in front of PostgreSQL")
+
 // Run keeps the listening connection until ctx ends, reconnecting after
 // each failure, then closes it and returns nil. Waiting subscribers get
-// nothing while it is down: they poll.
+// nothing while it is down: they poll. Behind a transaction or statement
+// pooler it sends no LISTEN: it calls OnPooled and returns nil at once.
 func (l *Listener) Run(ctx context.Context) error {
 	if !l.running.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
 	defer l.running.Store(false)
 	var delay time.Duration
-	for {
+	for !l.pooled.Load() {
 		listened, err := l.session(ctx)
+		if errors.Is(err, errPooled) {
+			l.pooled.Store(true)
+			if l.onPooled != nil {
+				l.onPooled()
+			}
+			return nil
+		}
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -228,11 +251,14 @@ func (l *Listener) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+	return nil
 }
 
 // session takes a connection from the pool for good (Hijack), LISTENs, and
 // hands notifications out until the connection fails or ctx ends.
-// listened reports whether the first LISTEN succeeded.
+// listened reports whether the first LISTEN succeeded. The first
+// connection that works is checked for a pooler first: errPooled, with no
+// LISTEN sent, for a transaction pooler.
 func (l *Listener) session(ctx context.Context) (listened bool, err error) {
 	pc, err := l.pool.Acquire(ctx)
 	if err != nil {
@@ -240,6 +266,18 @@ func (l *Listener) session(ctx context.Context) (listened bool, err error) {
 	}
 	conn := pc.Hijack()
 	defer l.hangUp(conn)
+	if !l.checked {
+		cctx, cancel := context.WithTimeout(ctx, statementTimeout)
+		pooling, err := pgdb.DetectPooling(cctx, conn, l.pool)
+		cancel()
+		if err != nil {
+			return false, err
+		}
+		l.checked = true
+		if pooling == pgdb.PoolingTransaction {
+			return false, errPooled
+		}
+	}
 	channels := l.channelNames(false)
 	if err := l.listen(ctx, conn, channels, false); err != nil {
 		return false, err

@@ -188,3 +188,12 @@ func registerPool(meter metric.Meter, pool *pgxpool.Pool) metric.Registration {
 	}
 	return reg
 }
+
+// ListenDisabled is pgfence.listen.disabled on meter: pglease's and claim's
+// listeners count themselves in it when they find a transaction pooler in
+// front of PostgreSQL (internal/listen) and so never LISTEN.
+func ListenDisabled(meter metric.Meter) metric.Int64Counter {
+	return Must(meter.Int64Counter("pgfence.listen.disabled", metric.WithUnit("{listener}"),
+		metric.WithDescription("Listeners (pglease's WithWakeOnRelease, a claim Runner's WithListen) that found a transaction "+
+			"or statement pooler in front of PostgreSQL and send no LISTEN, so their waiters poll: give them WithListenPool.")))
+}

@@ -17,8 +17,8 @@ const Mode = pgx.QueryExecModeCacheDescribe
 // pooler: PgBouncer answers the start-up with a backend key of its own, so
 // the pid the connection announced is not the server's pg_backend_pid().
 func BehindPooler(ctx context.Context, conn *pgx.Conn) (bool, error) {
-	var pid uint32
-	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()", pgx.QueryExecModeSimpleProtocol).Scan(&pid); err != nil {
+	pid, err := serverPID(ctx, conn)
+	if err != nil {
 		return false, err
 	}
 	return pid != conn.PgConn().PID(), nil

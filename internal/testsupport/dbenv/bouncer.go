@@ -69,6 +69,12 @@ var ErrNoBouncer = errors.New("pgbouncer not found on PATH or in /usr/sbin " +
 // sessions. As root it runs as the user "postgres" (PgBouncer refuses root).
 // Close stops it.
 func StartBouncer(ctx context.Context, serverURL string, log io.Writer) (*Bouncer, error) {
+	return StartBouncerMode(ctx, serverURL, "transaction", log)
+}
+
+// StartBouncerMode is StartBouncer with another pool_mode (session,
+// transaction or statement).
+func StartBouncerMode(ctx context.Context, serverURL, poolMode string, log io.Writer) (*Bouncer, error) {
 	if log == nil {
 		log = io.Discard
 	}
@@ -97,9 +103,9 @@ func StartBouncer(ctx context.Context, serverURL string, log io.Writer) (*Bounce
 	// A free port can be taken between our probe and PgBouncer's bind: try
 	// again with another.
 	for attempt := 0; ; attempt++ {
-		b, err := startBouncerOnce(ctx, bin, dir, server, cred)
+		b, err := startBouncerOnce(ctx, bin, dir, server, cred, poolMode)
 		if err == nil {
-			fmt.Fprintf(log, "pgfence: started a throwaway PgBouncer (transaction mode) on 127.0.0.1:%d in %s\n", b.cfg.Port, dir)
+			fmt.Fprintf(log, "pgfence: started a throwaway PgBouncer (%s mode) on 127.0.0.1:%d in %s\n", poolMode, b.cfg.Port, dir)
 			return b, nil
 		}
 		if attempt == 2 || ctx.Err() != nil {
@@ -133,7 +139,7 @@ func freePort() (int, error) {
 // quoteINI quotes a value for pgbouncer.ini's connection strings.
 func quoteINI(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
-func startBouncerOnce(ctx context.Context, bin, dir string, server *pgx.ConnConfig, cred *syscall.Credential) (*Bouncer, error) {
+func startBouncerOnce(ctx context.Context, bin, dir string, server *pgx.ConnConfig, cred *syscall.Credential, poolMode string) (*Bouncer, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -148,12 +154,12 @@ listen_port = %d
 unix_socket_dir =
 auth_type = trust
 auth_file = %s
-pool_mode = transaction
+pool_mode = %s
 default_pool_size = 8
 max_client_conn = 2000
 logfile = %s
 admin_users = %s
-`, target, port, filepath.Join(dir, "userlist.txt"), filepath.Join(dir, "pgbouncer.log"), server.User)
+`, target, port, filepath.Join(dir, "userlist.txt"), poolMode, filepath.Join(dir, "pgbouncer.log"), server.User)
 	users := fmt.Sprintf("%q %q\n", server.User, server.Password)
 	files := map[string]string{"pgbouncer.ini": ini, "userlist.txt": users}
 	for name, content := range files {
