@@ -25,6 +25,9 @@ type LockLease struct {
 	ExpiresAt  pgtype.Timestamptz
 	ReleasedAt pgtype.Timestamptz
 	HasWaiters bool
+	Slot       int32
+	Kind       string
+	Permits    int32
 }
 
 type PayoutIntent struct {
@@ -47,12 +50,6 @@ type PgfenceAbandonedToken struct {
 	AbandonedAt pgtype.Timestamptz
 }
 
-type PgfenceExclusiveWaiter struct {
-	LockKey    string
-	OwnerToken string
-	ExpiresAt  pgtype.Timestamptz
-}
-
 type PgfenceJob struct {
 	ID          int64
 	Queue       string
@@ -71,35 +68,13 @@ type PgfenceJob struct {
 	FinishedAt  pgtype.Timestamptz
 }
 
-type PgfencePermit struct {
-	LockKey    string
-	Slot       int32
-	Exclusive  bool
-	Owner      string
-	OwnerToken string
-	Fence      int64
-	AcquiredAt pgtype.Timestamptz
-	ExpiresAt  pgtype.Timestamptz
-}
-
-type PgfencePermitWaiter struct {
-	LockKey    string
-	OwnerToken string
-	Owner      string
-	Exclusive  bool
-	Ticket     int64
-	ExpiresAt  pgtype.Timestamptz
-}
-
-type PgfenceSemaphore struct {
-	LockKey string
-	Permits int32
-}
-
 type PgfenceWaiter struct {
 	LockKey    string
 	OwnerToken string
 	Owner      string
 	Ticket     int64
 	ExpiresAt  pgtype.Timestamptz
+	Kind       string
+	Permits    int32
+	Queued     bool
 }
