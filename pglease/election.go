@@ -65,7 +65,13 @@ func (c *Client) Campaign(ctx context.Context, key string, ttl time.Duration, le
 
 // Holder describes who holds a key, as the database clock sees it now.
 type Holder struct {
-	Key   string
+	Key string
+	// Kind is the kind the key is held in: "exclusive" (a plain lease, whose
+	// holder Owner is), or "shared" or "permit" while shared leases or a
+	// semaphore's permits hold it: then Owner is empty, Fence is the highest
+	// granted on the key, and Held and Remaining say until when the last of
+	// them holds it.
+	Kind  string
 	Owner string
 	Fence int64 // for a leader: the epoch
 	Held  bool  // false: the last lease expired or was released
@@ -89,6 +95,6 @@ func (c *Client) Holder(ctx context.Context, key string) (h Holder, ok bool, err
 	if err != nil {
 		return Holder{}, false, c.explain(key, err)
 	}
-	return Holder{Key: row.LockKey, Owner: row.Owner, Fence: row.Fence, Held: row.Held,
+	return Holder{Key: row.LockKey, Kind: row.Kind, Owner: row.Owner, Fence: row.Fence, Held: row.Held,
 		Since: row.AcquiredAt, Remaining: time.Duration(row.RemainingMicros) * time.Microsecond}, true, nil
 }

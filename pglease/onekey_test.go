@@ -210,3 +210,38 @@ func TestOneKeyContendedAcrossKinds(t *testing.T) {
 	}
 	t.Logf("%d grants, %d kind refusals", grants, mismatches)
 }
+
+// Holder says which kind holds a key: the plain lease's owner, or that
+// shared leases hold it, with the highest fence granted on it.
+func TestHolderSaysTheKind(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := newClient(t, pgtest.Pool(t))
+	key := uniqueKey(t)
+	a, err := c.TryAcquireShared(ctx, key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release(ctx)
+	b, err := c.TryAcquireShared(ctx, key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, ok, err := c.Holder(ctx, key)
+	if err != nil || !ok || h.Kind != "shared" || !h.Held || h.Fence != b.Fence() || h.Owner != "" {
+		t.Fatalf("Holder of a key held shared: %+v %v %v", h, ok, err)
+	}
+	b.Release(ctx)
+	a.Release(ctx)
+	if h, _, err := c.Holder(ctx, key); err != nil || h.Held {
+		t.Fatalf("Holder after both shared leases were released: %+v %v", h, err)
+	}
+	l, err := c.TryAcquire(ctx, key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if h, _, err := c.Holder(ctx, key); err != nil || h.Kind != "exclusive" || h.Owner != c.Owner() || h.Fence != l.Fence() {
+		t.Fatalf("Holder of a plain lease: %+v %v", h, err)
+	}
+}
