@@ -159,6 +159,11 @@ func checkSchema(ctx context.Context, d *doctor) error {
 		f.Title = fmt.Sprintf("pgfence's schema %s does not exist", quoteIdent(d.app.schemaName()))
 		f.Read, f.Do = fmt.Sprintf("no schema named %s in this database", quoteIdent(d.app.schemaName())), d.migrateCmd("up")
 	case err != nil:
+		if pgerr.Is(err, pgerrcode.InsufficientPrivilege) {
+			// The schema is there; the role may not read it, which the
+			// privileges check says more about.
+			d.schema = st.Schema
+		}
 		return d.readFailed("schema", "pgfence's schema version", err)
 	case st.Schema == "":
 		f.Title, f.Read = "no pgfence schema: the search_path names no existing schema", "current_schema() is NULL"
