@@ -344,3 +344,39 @@ func TestDoctorPrivilegeRules(t *testing.T) {
 		}
 	}
 }
+
+// serve's /api/doctor carries the same findings as doctor --json, and
+// --doctor-interval is bounded.
+func TestServeDoctor(t *testing.T) {
+	t.Parallel()
+	db := migratedDatabase(t)
+	want, r := doctorJSON(t, nil, "--database-url", db)
+	wantCode(t, r, exitOK)
+	s := startServe(t, db)
+	var got doctorState
+	eventually(t, "/api/doctor has a report", func() string {
+		code, body := s.get(t, "/api/doctor")
+		if code != 200 {
+			return fmt.Sprintf("status %d: %s", code, body)
+		}
+		if err := json.Unmarshal([]byte(body), &got); err != nil {
+			return err.Error()
+		}
+		if got.Report == nil || !got.OK {
+			return body
+		}
+		return ""
+	})
+	if len(got.Report.Findings) != len(want.Findings) {
+		t.Fatalf("/api/doctor has %d findings, doctor --json %d", len(got.Report.Findings), len(want.Findings))
+	}
+	for i, f := range want.Findings {
+		if g := got.Report.Findings[i]; g.Check != f.Check || g.Status != f.Status {
+			t.Errorf("finding %d: /api/doctor %s %s, doctor --json %s %s", i, g.Check, g.Status, f.Check, f.Status)
+		}
+	}
+	r = pgfence(t, nil, "serve", "--database-url", db, "--doctor-interval", "1s")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "--doctor-interval") {
+		t.Fatalf("a short --doctor-interval: %s", r)
+	}
+}
