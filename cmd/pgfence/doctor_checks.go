@@ -114,11 +114,13 @@ func checkServer(ctx context.Context, d *doctor) error {
 
 // transactionPoolerLimits is what a transaction pooler takes away, as
 // docs/pgbouncer.md lists it.
-const transactionPoolerLimits = "LISTEN wake-ups (pglease.WithWakeOnRelease, with or without WithFairWaiting, and claim.Runner's WithListen) " +
-	"need WithListenPool with a pool that connects directly, else waiters poll; migrations need a direct connection; " +
-	"session-level advisory locks (advisory.SessionLock) do not work, the transaction-level TryDo and Do do; " +
-	"a search_path startup parameter (migrations.UseSchema) is refused: use --schema / WithSchema; " +
-	"your own queries need default_query_exec_mode=cache_describe (or exec) in their pool's URL; docs/pgbouncer.md"
+const transactionPoolerLimits = "docs/pgbouncer.md:\n" +
+	"LISTEN wake-ups (pglease.WithWakeOnRelease, with or without WithFairWaiting; claim.Runner's WithListen) need WithListenPool " +
+	"with a pool that connects directly, else waiters poll;\n" +
+	"migrations need a direct connection;\n" +
+	"session-level advisory locks (advisory.SessionLock) do not work: use advisory.TryDo or Do;\n" +
+	"a search_path startup parameter (migrations.UseSchema) is refused: use --schema / WithSchema;\n" +
+	"your own queries need default_query_exec_mode=cache_describe (or exec) in their pool's URL"
 
 func checkPooler(ctx context.Context, d *doctor) error {
 	c, err := d.pool.Acquire(ctx)

@@ -36,6 +36,9 @@ func age(us int64) string {
 	return d.Round(time.Millisecond).String()
 }
 
+// hours writes a whole number of hours: "24 h".
+func hours(d time.Duration) string { return fmt.Sprintf("%g h", d.Hours()) }
+
 // keyText is a key as a finding shows it: escaped as pgfence list shows
 // it, and cut short past 64 bytes (a key may be 512).
 func keyText(key string) string {
@@ -63,14 +66,14 @@ func checkSweep(ctx context.Context, d *doctor) error {
 		return d.readFailed("sweep", "the expired lease rows", err)
 	}
 	f := finding{Check: "sweep", Status: statusOK,
-		Read: fmt.Sprintf("%d expired or released lease rows, %d of them over %v ago", expired, waiting, sweepAge)}
+		Read: fmt.Sprintf("%d expired or released lease rows, %d of them over %s ago", expired, waiting, hours(sweepAge))}
 	if oldest != nil {
 		f.Read += ", the oldest expired " + age(*oldest) + " ago"
 	}
 	f.Title = fmt.Sprintf("%d lease rows wait for a sweep (warns above %d)", waiting, sweepWarnRows)
 	if waiting > sweepWarnRows {
 		f.Status = statusWarn
-		f.Title = fmt.Sprintf("%d lease rows expired over %v ago wait for a sweep: nothing sweeps them, or not often enough", waiting, sweepAge)
+		f.Title = fmt.Sprintf("%d lease rows expired over %s ago wait for a sweep: nothing sweeps them, or not often enough", waiting, hours(sweepAge))
 		f.Do = sweepDo
 	}
 	d.add(f)
@@ -101,7 +104,7 @@ func checkLeases(ctx context.Context, d *doctor) error {
 		return d.readFailed("leases", "the held leases", err)
 	}
 	f := finding{Check: "leases", Status: statusOK, Title: fmt.Sprintf("%d leases held", held),
-		Read: fmt.Sprintf("%d held (by the database clock), %d expiring beyond pgfence's longest TTL (%v)", held, never, validate.MaxTTL)}
+		Read: fmt.Sprintf("%d held (by the database clock), %d expiring beyond pgfence's longest TTL (%s)", held, never, hours(validate.MaxTTL))}
 	if key != nil {
 		f.Read += fmt.Sprintf("; the oldest held: %s by %s, acquired %s ago", keyText(*key), keyText(*owner), age(*oldest))
 	}
@@ -160,13 +163,13 @@ func checkTombstones(ctx context.Context, d *doctor) error {
 	}
 	f := finding{Check: "tombstones", Status: statusOK,
 		Title: fmt.Sprintf("%d tombstones of acquisitions whose answer was lost", n),
-		Read:  fmt.Sprintf("%d rows in pgfence_abandoned_tokens, %d older than %v", n, old, tombstoneWarnAge)}
+		Read:  fmt.Sprintf("%d rows in pgfence_abandoned_tokens, %d older than %s", n, old, hours(tombstoneWarnAge))}
 	if oldest != nil {
 		f.Read += ", the oldest " + age(*oldest) + " old"
 	}
 	if old > 0 {
 		f.Status = statusWarn
-		f.Title = fmt.Sprintf("%d tombstones older than %v: SweepExpired deletes them after an hour, so nothing sweeps", old, tombstoneWarnAge)
+		f.Title = fmt.Sprintf("%d tombstones older than %s: SweepExpired deletes them after an hour, so nothing sweeps", old, hours(tombstoneWarnAge))
 		f.Do = sweepDo
 	}
 	d.add(f)

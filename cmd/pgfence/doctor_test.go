@@ -263,7 +263,7 @@ func TestDoctorOddRows(t *testing.T) {
 	if f := oneFinding(t, rep, r, "leases"); !strings.Contains(f.Title, "2 leases expire beyond") || !strings.Contains(f.Read, "the oldest held: forever by o1") {
 		t.Errorf("leases: %+v", f)
 	}
-	if f := oneFinding(t, rep, r, "sweep"); !strings.Contains(f.Read, "2 of them over 1h0m0s ago, the oldest expired 292 years or more ago") {
+	if f := oneFinding(t, rep, r, "sweep"); !strings.Contains(f.Read, "2 of them over 1 h ago, the oldest expired 292 years or more ago") {
 		t.Errorf("sweep: %+v", f)
 	}
 	if f := oneFinding(t, rep, r, "queues"); !strings.Contains(f.Title, "3 waiters in the queues of 2 keys") || !strings.Contains(f.Read, "www...: 2, q: 1") {
