@@ -380,3 +380,50 @@ func TestServeDoctor(t *testing.T) {
 		t.Fatalf("a short --doctor-interval: %s", r)
 	}
 }
+
+// The replication verdicts on what PostgreSQL and Patroni report; the
+// failover suite (hasuite) runs the asynchronous and the strict ones on a
+// real Patroni cluster.
+func TestDoctorReplicationJudge(t *testing.T) {
+	s := func(v string) *string { return &v }
+	async := []standby{{"n1", s("streaming"), s("async")}, {"n2", s("streaming"), s("async")}}
+	oneSync := []standby{{"n1", s("streaming"), s("sync")}, {"n2", s("streaming"), s("async")}}
+	hidden := []standby{{"n1", nil, nil}}
+	for _, tc := range []struct {
+		name   string
+		facts  replicationFacts
+		status doctorStatus
+		want   string
+	}{
+		{"single server", replicationFacts{}, statusOK, "single server"},
+		{"names set, no standby", replicationFacts{syncNames: "*"}, statusFail, "every commit waits"},
+		{"async standbys", replicationFacts{standbys: async}, statusWarn, "synchronous_mode_strict: true"},
+		{"names set, none sync", replicationFacts{syncNames: "n9", standbys: async}, statusWarn, "synchronous_mode_strict: true"},
+		{"sync_state hidden", replicationFacts{syncNames: "n1", standbys: hidden}, statusWarn, "pg_monitor"},
+		{"one sync", replicationFacts{syncNames: "n1", standbys: oneSync}, statusOK, "--patroni"},
+		{"patroni async", replicationFacts{standbys: async, patroni: &patroniView{}}, statusWarn, "synchronous_mode_strict: true"},
+		{"patroni not strict", replicationFacts{syncNames: "n1", standbys: oneSync, patroni: &patroniView{syncMode: true, syncMembers: 1}}, statusWarn, "synchronous_mode_strict: true"},
+		{"patroni strict, no sync member", replicationFacts{syncNames: "*", patroni: &patroniView{syncMode: true, strict: true}}, statusFail, "every commit waits"},
+		{"patroni strict", replicationFacts{syncNames: "n1", standbys: oneSync, patroni: &patroniView{syncMode: true, strict: true, syncMembers: 1}}, statusOK, "strict"},
+	} {
+		f := tc.facts.judge(false)
+		if f.Status != tc.status || !strings.Contains(f.Title+" "+f.Do, tc.want) {
+			t.Errorf("%s: %s %q (do %q), want %s and %q", tc.name, f.Status, f.Title, f.Do, tc.status, tc.want)
+		}
+	}
+}
+
+// A --patroni that does not answer fails the replication finding, without
+// printing the URL's password.
+func TestDoctorPatroniUnreachable(t *testing.T) {
+	t.Parallel()
+	db := migratedDatabase(t)
+	rep, r := doctorJSON(t, nil, "--database-url", db, "--patroni", "http://admin:pw-P4tr0n1@127.0.0.1:1")
+	wantCode(t, r, 2)
+	if f := oneFinding(t, rep, r, "replication"); f.Status != statusFail || !strings.Contains(f.Title, "Patroni") || !strings.Contains(f.Read, "127.0.0.1:1/config") {
+		t.Fatalf("replication finding %+v\n%s", f, r)
+	}
+	if strings.Contains(r.stdout+r.stderr, "pw-P4tr0n1") {
+		t.Fatalf("the Patroni password was printed:\n%s", r)
+	}
+}
