@@ -65,6 +65,7 @@ type cluster struct {
 	etcd     *exec.Cmd
 	etcdPort int
 	nodes    []*node
+	bin      string // cmd/pgfence, built on first use (pgfence)
 }
 
 // tools finds patroni and etcd, or ends t as needtool.Patroni.Missing does.

@@ -446,6 +446,7 @@ func zombie(d *drill, leader *node) time.Time {
 func TestFailover(t *testing.T) {
 	c := startCluster(t)
 	db := setupDB(t, c)
+	t.Run("doctor", func(t *testing.T) { doctorOnCluster(t, c) })
 	t.Run("verify", func(t *testing.T) { verifyOnCluster(t, c) })
 	t.Run("sync/kill", func(t *testing.T) {
 		c.t = t

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 )
@@ -15,10 +14,7 @@ import (
 // Both must pass: a switchover in synchronous mode loses no acknowledged
 // write and lets no two holders overlap.
 func verifyOnCluster(t *testing.T, c *cluster) {
-	bin := filepath.Join(t.TempDir(), "pgfence")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/pgfence").CombinedOutput(); err != nil {
-		t.Fatalf("go build ../cmd/pgfence: %v\n%s", err, out)
-	}
+	bin := c.pgfence(t)
 	c.setSync(true)
 	t.Run("steady", func(t *testing.T) {
 		c.t = t

@@ -46,9 +46,9 @@ func (m Enforcement) String() string {
 	return fmt.Sprintf("Enforcement(%d)", int(m))
 }
 
-// triggerName is the name of the fencing trigger that InstallTrigger puts on
+// TriggerName is the name of the fencing trigger that InstallTrigger puts on
 // a table.
-const triggerName = "pgfence_fence_guard"
+const TriggerName = "pgfence_fence_guard"
 
 // SetFence sets the fence of the transaction tx, bound to tx: SELECT
 // pgfence_set_fence(fence). The fencing trigger compares
@@ -216,7 +216,7 @@ func triggerSQL(quotedTable, fenceColumn string, mode Enforcement, fn string) st
 	// is a safe string literal.
 	return fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s;\n"+
 		"CREATE TRIGGER %s BEFORE UPDATE OR DELETE ON %s FOR EACH ROW EXECUTE FUNCTION %spgfence_enforce_fence('%s', '%s');\n",
-		triggerName, quotedTable, triggerName, quotedTable, fn, mode, fenceColumn)
+		TriggerName, quotedTable, TriggerName, quotedTable, fn, mode, fenceColumn)
 }
 
 // RemoveTrigger takes the fencing trigger off t and off every table that
@@ -232,7 +232,7 @@ func RemoveTrigger(ctx context.Context, db fencedb.DBTX, t Table) error {
 	}
 	var sql strings.Builder
 	for _, tbl := range append([]string{r.quoted()}, children...) {
-		fmt.Fprintf(&sql, "DROP TRIGGER IF EXISTS %s ON %s;\n", triggerName, tbl)
+		fmt.Fprintf(&sql, "DROP TRIGGER IF EXISTS %s ON %s;\n", TriggerName, tbl)
 	}
 	if _, err := pgdb.Wrap(db, "").Exec(ctx, sql.String()); err != nil {
 		return fmt.Errorf("pgguard: removing the fencing trigger from %s: %w", r.quoted(), err)
@@ -247,7 +247,7 @@ func TriggerEnforcement(ctx context.Context, db fencedb.DBTX, t Table) (mode Enf
 	if err != nil {
 		return 0, false, err
 	}
-	args, ok, err := catalog.TriggerArgs(ctx, db, r.rel, triggerName)
+	args, ok, err := catalog.TriggerArgs(ctx, db, r.rel, TriggerName)
 	if err != nil {
 		return 0, false, fmt.Errorf("pgguard: reading the fencing trigger of %s: %w", r.quoted(), err)
 	}
@@ -259,7 +259,7 @@ func TriggerEnforcement(ctx context.Context, db fencedb.DBTX, t Table) (mode Enf
 			return mode, true, nil
 		}
 	}
-	return 0, false, fmt.Errorf("pgguard: the trigger %s on %s has unexpected arguments %q", triggerName, r.quoted(), args)
+	return 0, false, fmt.Errorf("pgguard: the trigger %s on %s has unexpected arguments %q", TriggerName, r.quoted(), args)
 }
 
 // TriggerMigration returns the SQL of a migration (up and down) that installs
@@ -281,7 +281,7 @@ func TriggerMigration(t Table, mode Enforcement, opts ...Option) (up, down strin
 	}
 	tbl := t.ident().Sanitize()
 	up = "-- pgguard: database-enforced fencing (" + mode.String() + " mode).\n" + triggerSQL(tbl, t.fenceColumn(), mode, o.fn)
-	down = fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s;\n", triggerName, tbl)
+	down = fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s;\n", TriggerName, tbl)
 	return up, down, nil
 }
 

@@ -1,7 +1,7 @@
 // Command pgfence runs commands under PostgreSQL leases with fencing tokens
 // (exec, like flock with a fence), shows leases (list, show), sizes TTLs
-// (plan), serves a read-only live page with Prometheus metrics (serve) and
-// manages pgfence's schema (migrate).
+// (plan), serves a read-only live page with Prometheus metrics (serve),
+// manages pgfence's schema (migrate) and checks a deployment (doctor, verify).
 //
 //	pgfence [--database-url URL] [--schema NAME] COMMAND [FLAGS] [ARGS]
 //

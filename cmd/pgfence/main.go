@@ -30,7 +30,7 @@ import (
 // the command's.
 const (
 	exitOK          = 0
-	exitFailed      = 1  // show: no such key; verify: a check failed; other runtime failures
+	exitFailed      = 1  // show: no such key; verify: a check failed; doctor: a warning; other runtime failures
 	exitUsage       = 80 // bad flags or arguments: missing --key, bad duration, malformed URL, no command
 	exitHeld        = 81 // exec: the key is held by another owner (--skip-if-held, or no --wait)
 	exitWaitExpired = 82 // exec --wait D: still held after D
@@ -85,6 +85,7 @@ Commands:
   migrate  create (up), drop (down), inspect (version) or print (sql) pgfence's schema
   serve    a live page, Prometheus /metrics and /healthz on 127.0.0.1:9187 (read-only)
   verify   run a short contended workload through your DSN and check it on the database's record
+  doctor   check the deployment pgfence runs on: server, schema, pooler, replication, grants, triggers
   version  print pgfence's release (and VCS revision) and exit
 
 The demo is an example: go run ./examples/demo in a checkout
@@ -102,7 +103,8 @@ is involved, so it works behind PgBouncer too.
 
 Exit codes of pgfence itself (exec otherwise exits with the command's code):
   0    success
-  1    show: no such key; verify: a check failed; other failures
+  1    show: no such key; verify: a check failed; doctor: a finding warns; other failures
+  2    doctor: a finding fails
   80   usage: bad flag or argument, missing --key, bad duration, malformed URL, no command
   81   exec: the key is held by another owner (--skip-if-held, or no --wait given)
   82   exec --wait: still held when the wait ran out
@@ -159,6 +161,8 @@ func (a *app) run(ctx context.Context, args []string) int {
 		err = a.cmdServe(ctx, rest[1:])
 	case "verify":
 		return a.cmdVerify(ctx, rest[1:])
+	case "doctor":
+		return a.cmdDoctor(ctx, rest[1:])
 	case "help", "-h", "--help":
 		fmt.Fprint(a.stdout, usageText)
 		return exitOK

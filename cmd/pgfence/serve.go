@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 )
 
 const serveUsage = `Usage: pgfence serve [--listen 127.0.0.1:9187] [--allow-remote] [--interval 2s]
+                     [--doctor-interval 30s] [--table NAME]... [--patroni URL]
 
 Serves, read-only (GET and HEAD; other methods get 405):
   /            a live page: leases (holder, fence, time left by the database
@@ -22,6 +24,10 @@ Serves, read-only (GET and HEAD; other methods get 405):
                stale writes refused by the fencing trigger; it updates itself
                every second without reloading
   /api/state   the same as JSON
+  /api/doctor  pgfence doctor's findings (ok, warn, fail, what to do) as
+               JSON, read again every --doctor-interval (--table and
+               --patroni as for pgfence doctor); the page shows them too,
+               under "Doctor"
   /metrics     Prometheus metrics (text format):
                pgfence_leases_held, pgfence_leases_expiring_soon,
                pgfence_lease_fence{key,owner} (at most --limit keys),
@@ -46,7 +52,12 @@ func (a *app) cmdServe(ctx context.Context, args []string) error {
 	var allowRemote bool
 	var interval, soon, healthTimeout time.Duration
 	var limit int
+	var doc doctorOpts
+	var doctorInterval time.Duration
 	fs := a.newFlags("serve", serveUsage, &url)
+	durVar(fs, &doctorInterval, "doctor-interval", 30*time.Second, "time between two diagnoses for /api/doctor and the page's Doctor section (at least 5s)")
+	fs.Var(tablesFlag{&doc.tables}, "table", "doctor: check the fencing trigger of table `NAME` (SCHEMA.NAME allowed; repeatable)")
+	fs.StringVar(&doc.patroni, "patroni", "", "doctor: Patroni REST API `URL` of any node, e.g. http://127.0.0.1:8008")
 	fs.StringVar(&listen, "listen", "127.0.0.1:9187", "address to listen on, host:port (port 0 picks a free one)")
 	fs.BoolVar(&allowRemote, "allow-remote", false, "allow a non-loopback --listen address and any Host header (no authentication!)")
 	durVar(fs, &interval, "interval", 2*time.Second, "time between two reads of the database")
@@ -62,6 +73,14 @@ func (a *app) cmdServe(ctx context.Context, args []string) error {
 	}
 	if err := checkServeFlags(listen, allowRemote, interval, soon, healthTimeout, limit); err != nil {
 		return err
+	}
+	if doctorInterval < doctorMinInterval {
+		return fail(exitUsage, "pgfence serve: --doctor-interval %v is too short: give at least %v (each diagnosis counts the lease table)", doctorInterval, doctorMinInterval)
+	}
+	if doc.patroni != "" {
+		if err := a.checkPatroniURL(doc.patroni); err != nil {
+			return err
+		}
 	}
 
 	pool, where, err := a.connect(ctx, url)
@@ -80,8 +99,9 @@ func (a *app) cmdServe(ctx context.Context, args []string) error {
 	if err := w.Refresh(ctx); err != nil {
 		return dbError(where, err)
 	}
+	dw := &doctorWatch{app: a, pool: pool, where: where, opts: doc, interval: doctorInterval}
 	handler := watch.Handler(w, watch.NewMetrics(w), pool, watch.HandlerOptions{
-		Database: where, HealthTimeout: healthTimeout, AnyHost: allowRemote, Scrub: a.scrub.String,
+		Database: where, HealthTimeout: healthTimeout, AnyHost: allowRemote, Scrub: a.scrub.String, Doctor: dw.state,
 	})
 
 	ln, err := net.Listen("tcp", listen)
@@ -91,14 +111,19 @@ func (a *app) cmdServe(ctx context.Context, args []string) error {
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 
 	readCtx, stopReading := context.WithCancel(ctx)
-	readDone := make(chan struct{})
+	var reading sync.WaitGroup
+	reading.Add(2)
 	go func() {
-		defer close(readDone)
+		defer reading.Done()
 		w.Run(readCtx)
+	}()
+	go func() {
+		defer reading.Done()
+		dw.run(readCtx)
 	}()
 	defer func() {
 		stopReading()
-		<-readDone
+		reading.Wait()
 	}()
 
 	addr := ln.Addr().String()
@@ -127,6 +152,10 @@ func (a *app) cmdServe(ctx context.Context, args []string) error {
 // opened. A non-loopback --listen is refused without --allow-remote: the
 // endpoints have no authentication, and the figures (keys, owners, queue
 // names) are the operator's, not the network's.
+// doctorMinInterval is the shortest --doctor-interval: a diagnosis counts
+// the lease table, which may hold millions of rows.
+const doctorMinInterval = 5 * time.Second
+
 func checkServeFlags(listen string, allowRemote bool, interval, soon, healthTimeout time.Duration, limit int) error {
 	host, _, err := net.SplitHostPort(listen)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,7 +89,7 @@ func TestServePageInBrowser(t *testing.T) {
 	t.Parallel()
 	chromium := browserPath(t)
 	db, pool := serveDatabase(t)
-	s := startServe(t, db)
+	s := startServe(t, db, "--doctor-interval", "5s")
 
 	ctx, browser := openPage(t, chromium, s.base+"/")
 	loadedAt, err := chromedp.Run(browser, chromedp.Evaluate[float64](`window.pgfenceLoadedAt`))
@@ -184,6 +185,34 @@ func TestServePageInBrowser(t *testing.T) {
 			}
 			if got != want {
 				return fmt.Sprintf("page shows %q, want %q", got, want)
+			}
+			return ""
+		})
+	})
+
+	pgtest.Step(t, "the doctor's findings show, escaped", func(t *testing.T) {
+		// A waiter whose key is markup: the queues finding reads it, and the
+		// page must show it as text, never as an element.
+		const markup = `<img id="doctor-xss" src="x" onerror="window.pgfenceXSS=1">`
+		if _, err := pool.Exec(ctx, `INSERT INTO pgfence_waiters (lock_key, owner_token, owner, ticket, expires_at) VALUES ($1, 'doctor-page', 'x', 1, 'infinity')`, markup); err != nil {
+			t.Fatal(err)
+		}
+		defer pool.Exec(ctx, `DELETE FROM pgfence_waiters WHERE owner_token = 'doctor-page'`)
+		eventually(t, "the page shows the doctor's findings", func() string {
+			got, err := chromedp.Run(browser, chromedp.Evaluate[string](`(() => {
+  const row = (c) => document.querySelector('#doctor tr[data-check="' + c + '"]');
+  const s = row("server"), q = row("queues");
+  return [s ? s.querySelector(".status").textContent : "", s ? s.querySelector(".title").textContent : "",
+    q ? q.querySelector(".read").textContent : "", String(document.getElementById("doctor-xss") === null && !window.pgfenceXSS),
+    document.getElementById("doctor-summary").textContent].join("|");
+})()`))
+			if err != nil {
+				return err.Error()
+			}
+			parts := strings.Split(got, "|")
+			if len(parts) != 5 || parts[0] != "ok" || !strings.HasPrefix(parts[1], "PostgreSQL ") || !strings.Contains(parts[2], markup) ||
+				parts[3] != "true" || !strings.Contains(parts[4], " ok, ") {
+				return fmt.Sprintf("page shows %q", got)
 			}
 			return ""
 		})

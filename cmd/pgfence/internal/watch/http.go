@@ -33,12 +33,17 @@ type HandlerOptions struct {
 	AnyHost bool
 	// Scrub removes secrets from error texts. Default: unchanged.
 	Scrub func(string) string
+	// Doctor, when set, answers /api/doctor: the latest diagnosis of the
+	// deployment (pgfence doctor's findings), encoded as JSON. Without it
+	// /api/doctor is 404 and the page says so.
+	Doctor func() any
 }
 
 // Handler serves the read-only endpoints:
 //
 //	/            the live page
 //	/api/state   the latest snapshot as JSON (State)
+//	/api/doctor  the latest diagnosis as JSON (HandlerOptions.Doctor)
 //	/metrics     the Prometheus exposition (m)
 //	/healthz     200 "ok" when the database answers within HealthTimeout,
 //	             503 with a short reason otherwise
@@ -60,6 +65,12 @@ func Handler(w *Watcher, m *Metrics, db Pinger, opts HandlerOptions) http.Handle
 		rw.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(rw).Encode(w.State(opts.Database))
 	})
+	if opts.Doctor != nil {
+		mux.HandleFunc("/api/doctor", func(rw http.ResponseWriter, r *http.Request) {
+			rw.Header().Set("Content-Type", "application/json")
+			json.NewEncoder(rw).Encode(opts.Doctor())
+		})
+	}
 	mux.Handle("/metrics", m)
 	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), opts.HealthTimeout)
