@@ -2,11 +2,8 @@ package pgtest
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
-	"runtime"
-	"strconv"
 	"testing"
 	"time"
 
@@ -69,7 +66,6 @@ func (l leakChecked) Run() int {
 }
 
 func run(m leakChecked) int {
-	widenParallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	var err error
 	server, err = dbenv.Open(ctx, os.Stderr)
@@ -88,27 +84,6 @@ func run(m leakChecked) int {
 	defer drop()
 	dbURL = url
 	return m.Run()
-}
-
-// parallelPerCPU is how many parallel tests run at once per CPU unless
-// -parallel says otherwise. go test's default (one per CPU) suits tests
-// that compute; these mostly wait: for the database, a TTL, a timer, a
-// child process. Each parallel test works on keys, tables or a schema of
-// its own, so running more of them at once changes only how long the
-// package takes.
-const parallelPerCPU = 4
-
-// widenParallel raises -test.parallel to parallelPerCPU per CPU when the
-// command line did not set it.
-func widenParallel() {
-	if !flag.Parsed() {
-		flag.Parse()
-	}
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set && flag.Lookup("test.parallel") != nil {
-		flag.Set("test.parallel", strconv.Itoa(parallelPerCPU*runtime.GOMAXPROCS(0)))
-	}
 }
 
 // URL is the package's test database. It is valid only after Main started.
