@@ -212,10 +212,7 @@ func databases(t *testing.T) []string {
 
 // TestExamples runs every example against the shared server, at once, and
 // checks each one's verdict; afterwards the server holds the same example
-// databases as before: each example dropped its own. It stays serial, so
-// that no other test's example database comes or goes meanwhile; the
-// parallel tests (each with a TMPDIR, a throwaway server or a database of
-// its own) run after it.
+// databases as before: each example dropped its own.
 func TestExamples(t *testing.T) {
 	names := examples(t)
 	build(t)
@@ -239,7 +236,6 @@ func TestExamples(t *testing.T) {
 // throwaway PostgreSQL (its fallback), say so on stderr, pass, and remove
 // it.
 func TestDemoFallback(t *testing.T) {
-	t.Parallel()
 	env, tmp := noServer(t)
 	r := runExample(t, "demo", env)
 	checkVerdict(t, "demo", r)
@@ -253,7 +249,6 @@ func TestDemoFallback(t *testing.T) {
 // reachable: it must exit 1 with a FAIL verdict, say on stderr what to set,
 // and start no server.
 func TestNoServer(t *testing.T) {
-	t.Parallel()
 	env, tmp := noServer(t)
 	r := runExample(t, "billing", env)
 	if r.code != 1 {
@@ -277,7 +272,6 @@ func TestNoServer(t *testing.T) {
 // an explicit URL is not replaced by the fallback, so it must exit 1, name
 // the variable to check, start no server, and print no password.
 func TestUnreachableURL(t *testing.T) {
-	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -308,7 +302,6 @@ func TestUnreachableURL(t *testing.T) {
 // TestLibpqEnvironment runs an example with no URL, the test server named
 // only by libpq's PG* variables: it must run on that server and pass.
 func TestLibpqEnvironment(t *testing.T) {
-	t.Parallel()
 	cfg, err := pgx.ParseConfig(pgtest.ServerURL())
 	if err != nil {
 		t.Fatal(err)
@@ -326,7 +319,6 @@ func TestLibpqEnvironment(t *testing.T) {
 // while it runs on its throwaway server: it must exit 130 with a FAIL
 // verdict, and still remove the server.
 func TestFallbackInterrupted(t *testing.T) {
-	t.Parallel()
 	env, tmp := noServer(t)
 	bin := filepath.Join(build(t), "demo")
 	ctx, cancel := context.WithTimeout(context.Background(), perExample)
@@ -445,7 +437,6 @@ func TestSchemaFallback(t *testing.T) {
 // is frozen with SIGSTOP, on a throwaway server: the demo must exit 130,
 // and neither the frozen worker nor the server may survive it.
 func TestDemoInterrupted(t *testing.T) {
-	t.Parallel()
 	env, tmp := noServer(t)
 	cmd := exec.Command(filepath.Join(build(t), "demo"))
 	cmd.Env = append(withoutServerSettings(os.Environ()), env...)
