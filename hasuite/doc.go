@@ -19,10 +19,13 @@
 // as expected. docs/failover.md explains the results and the configuration
 // the suite recommends.
 //
-// The suite needs patroni and etcd (Debian: apt-get install patroni
-// etcd-server) and PostgreSQL's server binaries. Without them it skips,
-// loudly; PGFENCE_REQUIRE_PATRONI=1 turns the skip into a failure. It takes
-// about three minutes:
+// It takes about three minutes, so it runs only when PGFENCE_FAILOVER=1
+// (.ci/run runs it in a step of its own); go test ./... otherwise names it
+// in its NOT RUN notice:
 //
-//	go test -race -count=1 -v ./hasuite/
+//	PGFENCE_FAILOVER=1 go test -race -count=1 -v ./hasuite/
+//
+// It needs patroni and etcd (Debian: apt-get install patroni etcd-server)
+// and PostgreSQL's server binaries. Without them it skips, loudly;
+// PGFENCE_REQUIRE_PATRONI=1 turns the skip into a failure.
 package hasuite

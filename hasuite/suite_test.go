@@ -444,6 +444,7 @@ func zombie(d *drill, leader *node) time.Time {
 // points the cluster's t at itself, so that a failure is reported where it
 // happened.
 func TestFailover(t *testing.T) {
+	needtool.Failover.OptIn(t, "five failover drills of a three-node Patroni cluster")
 	c := startCluster(t)
 	db := setupDB(t, c)
 	t.Run("doctor", func(t *testing.T) { doctorOnCluster(t, c) })

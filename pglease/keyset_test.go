@@ -214,28 +214,30 @@ func TestKeySetRenewReleaseOneStatement(t *testing.T) {
 	})
 }
 
-// An auto-renewed set of 5 keys (TTL 600 ms: a renewal every 200 ms) is
-// renewed in one statement per renewal, not one per key: over 1.3 s, every
+// An auto-renewed set of 5 keys (TTL 1.5 s: a renewal every 500 ms) is
+// renewed in one statement per renewal, not one per key: over 3.25 s, every
 // lease is still held and the client sent at most 8 statements (5 per
-// renewal would be 30 or more).
+// renewal would be 30 or more). The TTL leaves a loaded machine 850 ms to
+// be late by before a renewal misses the local deadline.
 func TestKeySetAutoRenewTogether(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	counter := &queryCounter{}
 	c := newClient(t, pgtest.Pool(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = counter }))
 	p := uniqueKey(t)
 	keys := []string{p + "/1", p + "/2", p + "/3", p + "/4", p + "/5"}
-	set, err := c.TryAcquireSet(ctx, keys, 600*time.Millisecond)
+	set, err := c.TryAcquireSet(ctx, keys, 1500*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
 	counter.n.Store(0)
-	time.Sleep(1300 * time.Millisecond) // past twice the TTL
+	time.Sleep(3250 * time.Millisecond) // past twice the TTL
 	if err := context.Cause(set.Context()); err != nil {
 		t.Fatalf("the set was lost while auto-renewed: %v", err)
 	}
 	n := counter.n.Load()
 	if n < 3 || n > 8 {
-		t.Fatalf("%d statements in 1.3 s of auto-renewal every 200 ms, want one per renewal (about 6)", n)
+		t.Fatalf("%d statements in 3.25 s of auto-renewal every 500 ms, want one per renewal (about 6)", n)
 	}
 	if err := set.Release(ctx); err != nil {
 		t.Fatal(err)

@@ -140,16 +140,20 @@ func TestFencesIncreaseAcrossReleaseAndSweep(t *testing.T) {
 // acquires; the old lease's Renew is ErrLeaseLost and does not resurrect it;
 // its Release leaves the new holder untouched.
 func TestExpiryByDatabaseClock(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	a := newClient(t, pool, pglease.WithoutAutoRenew())
 	b := newClient(t, pool, pglease.WithoutAutoRenew())
 	key := uniqueKey(t)
+	// Long enough that the refusal below comes before it ends on a loaded
+	// machine; the test waits for the expiry, whatever the TTL.
+	const ttl = time.Second
 
 	var la, lb *pglease.Lease
 	pgtest.Step(t, "a held key is refused to another client", func(t *testing.T) {
 		var err error
-		la, err = a.TryAcquire(ctx, key, 200*time.Millisecond)
+		la, err = a.TryAcquire(ctx, key, ttl)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,14 +165,14 @@ func TestExpiryByDatabaseClock(t *testing.T) {
 	pgtest.Step(t, "after its TTL the lease ends and another client acquires", func(t *testing.T) {
 		select {
 		case <-la.Context().Done():
-		case <-time.After(2 * time.Second):
+		case <-time.After(5 * ttl):
 			t.Fatal("lease context did not end after its TTL")
 		}
 		if !errors.Is(context.Cause(la.Context()), pglease.ErrLeaseLost) {
 			t.Fatalf("cause = %v, want ErrLeaseLost", context.Cause(la.Context()))
 		}
 		// Polled: wait until the database agrees the lease expired.
-		for deadline := time.Now().Add(2 * time.Second); ; {
+		for deadline := time.Now().Add(5 * ttl); ; {
 			var err error
 			lb, err = b.TryAcquire(ctx, key, 5*time.Second)
 			if err == nil {
@@ -238,35 +242,63 @@ func TestRenewDoesNotResurrect(t *testing.T) {
 	}
 }
 
-// Auto-renewal keeps a lease alive across five times its TTL.
+// Auto-renewal keeps a lease alive across five times its TTL, by the
+// database clock. The TTL (2 s: a renewal every 667 ms, the local deadline
+// at 1.8 s) leaves room for a loaded machine to be late by more than a
+// second before a renewal misses it.
 func TestAutoRenewKeepsLease(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	c := newClient(t, pool)
 	other := newClient(t, pool)
 	key := uniqueKey(t)
-	const ttl = 300 * time.Millisecond
+	const ttl = 2 * time.Second
 	l, err := c.TryAcquire(ctx, key, ttl)
 	if err != nil {
 		t.Fatal(err)
 	}
-	end := time.Now().Add(5 * ttl)
-	for time.Now().Before(end) {
+	var start time.Time
+	if err := pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&start); err != nil {
+		t.Fatal(err)
+	}
+	for {
 		if _, err := other.TryAcquire(ctx, key, ttl); !errors.Is(err, pglease.ErrNotAcquired) {
 			t.Fatalf("other client: %v, want ErrNotAcquired", err)
 		}
 		if context.Cause(l.Context()) != nil {
 			t.Fatalf("lease ended: %v", context.Cause(l.Context()))
 		}
-		time.Sleep(20 * time.Millisecond) // the point: sample the lease across 5 TTLs
+		var done bool
+		if err := pool.QueryRow(ctx, "SELECT clock_timestamp() >= $1::timestamptz + $2::interval",
+			start, (5 * ttl).String()).Scan(&done); err != nil {
+			t.Fatal(err)
+		}
+		if done {
+			break
+		}
+		time.Sleep(ttl / 20) // the pace of the samples, not a wait for anything
+	}
+	// Renewed by the database: the row now expires more than four TTLs
+	// after the acquisition's expiry.
+	row, err := fencedb.New(pool).GetLease(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !row.Held || row.Fence != l.Fence() || row.ExpiresAt.Sub(start) < 4*ttl {
+		t.Fatalf("row %+v after five TTLs, want fence %d held until later than %v", row, l.Fence(), start.Add(4*ttl))
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// A stalled renewal loses the lease, and its context ends no later than the
-// local deadline (plus scheduling slack).
+// A stalled renewal loses the lease, and its context ends at the local
+// deadline: not before it, and within a few milliseconds of a timer armed
+// for the same instant (a loaded machine makes both late alike; waiting
+// for the next retry or the server's expiry would be margin/2 and more
+// later). The TTL (2 s, the first renewal at 667 ms) lets the renewal
+// start before the deadline however busy the machine is.
 func TestStalledRenewalLosesLease(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
@@ -277,20 +309,26 @@ func TestStalledRenewalLosesLease(t *testing.T) {
 		<-ctx.Done() // the network ate the renewal
 		return time.Time{}, ctx.Err()
 	})
-	const ttl = 300 * time.Millisecond
+	const ttl = 2 * time.Second
 	l, err := c.TryAcquire(ctx, uniqueKey(t), ttl)
 	if err != nil {
 		t.Fatal(err)
 	}
 	deadline := l.Deadline()
+	fired := make(chan time.Time, 1)
+	time.AfterFunc(time.Until(deadline), func() { fired <- time.Now() })
 	select {
 	case <-l.Context().Done():
 	case <-time.After(3 * ttl):
 		t.Fatal("lease context still alive long after its TTL")
 	}
 	ended := time.Now()
-	if late := ended.Sub(deadline); late > 50*time.Millisecond {
-		t.Fatalf("context ended %v after the local deadline", late)
+	if ended.Before(deadline) {
+		t.Fatalf("context ended %v before the local deadline", deadline.Sub(ended))
+	}
+	margin := ttl / 10
+	if late := ended.Sub(<-fired); late > margin/2 {
+		t.Fatalf("context ended %v after a timer armed for the local deadline fired, want within %v", late, margin/2)
 	}
 	var lost *pglease.LeaseLostError
 	if !errors.As(context.Cause(l.Context()), &lost) || !errors.Is(context.Cause(l.Context()), pglease.ErrLeaseLost) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/pgfence/pgfence/internal/keepalive"
@@ -96,6 +97,13 @@ func newItem(s keepalive.Schedule, id int) *item {
 }
 
 // run starts k.Run and returns its stop.
+//
+// The tests of what the keeper does at given times run in a synctest
+// bubble (synctest.Test): its clock is virtual and moves only when every
+// goroutine of the bubble is waiting, so a loaded machine can neither spread
+// Adds made "together" apart nor make a timer late, and every round and
+// deadline they assert happens when the schedule says. The concurrency test
+// runs on the real clock.
 func run(k interface{ Run(<-chan struct{}) }) func() {
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -106,179 +114,189 @@ func run(k interface{ Run(<-chan struct{}) }) func() {
 // Items added together by many goroutines are renewed together, in one call
 // per round, and stay alive past their first deadlines.
 func TestKeeperRenewsAllDueInOneCall(t *testing.T) {
-	s := keepalive.Schedule{TTL: 600 * time.Millisecond}
-	calls := make(chan []*item, 100)
-	k := keepalive.NewKeeper(s, func(ctx context.Context, items []*item) ([]*item, error) {
-		sent := time.Now()
-		for _, i := range items {
-			i.extend(s, sent)
-		}
-		calls <- items
-		return nil, nil
-	})
-	const n = 200
-	items := make([]*item, n)
-	var wg sync.WaitGroup
-	for g := range 20 {
-		wg.Go(func() {
-			for i := g; i < n; i += 20 {
-				items[i] = newItem(s, i)
-				k.Add(items[i], func(c keepalive.Cause) { t.Errorf("item %d lost: %v", i, c) })
+	synctest.Test(t, func(t *testing.T) {
+		s := keepalive.Schedule{TTL: 600 * time.Millisecond}
+		calls := make(chan []*item, 100)
+		k := keepalive.NewKeeper(s, func(ctx context.Context, items []*item) ([]*item, error) {
+			sent := time.Now()
+			for _, i := range items {
+				i.extend(s, sent)
 			}
+			calls <- items
+			return nil, nil
 		})
-	}
-	wg.Wait()
-	defer func() {
-		for _, i := range items {
-			k.Remove(i) // the deadline timers outlive Run
+		const n = 200
+		items := make([]*item, n)
+		var wg sync.WaitGroup
+		for g := range 20 {
+			wg.Go(func() {
+				for i := g; i < n; i += 20 {
+					items[i] = newItem(s, i)
+					k.Add(items[i], func(c keepalive.Cause) { t.Errorf("item %d lost: %v", i, c) })
+				}
+			})
 		}
-	}()
-	stop := run(k)
-	defer stop()
-	// Three TTLs: the items outlive two of their first deadlines.
-	end := time.After(3 * s.TTL)
-	rounds := 0
-	for {
-		select {
-		case batch := <-calls:
-			rounds++
-			if len(batch) != n {
-				t.Fatalf("round %d renewed %d items, want all %d in one call", rounds, len(batch), n)
+		wg.Wait()
+		defer func() {
+			for _, i := range items {
+				k.Remove(i) // the deadline timers outlive Run
 			}
-			continue
-		case <-end:
+		}()
+		stop := run(k)
+		defer stop()
+		// Three TTLs: the items outlive two of their first deadlines.
+		end := time.After(3 * s.TTL)
+		rounds := 0
+		for {
+			select {
+			case batch := <-calls:
+				rounds++
+				if len(batch) != n {
+					t.Fatalf("round %d renewed %d items, want all %d in one call", rounds, len(batch), n)
+				}
+				continue
+			case <-end:
+			}
+			break
 		}
-		break
-	}
-	// An interval apart, give or take half of one: 9 rounds, at most 18.
-	if rounds < 6 || rounds > 18 {
-		t.Fatalf("%d rounds in three TTLs, want about nine", rounds)
-	}
-	if k.Len() != n {
-		t.Fatalf("keeping %d items, want %d", k.Len(), n)
-	}
+		// An interval apart, give or take half of one: 9 rounds, at most 18.
+		if rounds < 6 || rounds > 18 {
+			t.Fatalf("%d rounds in three TTLs, want about nine", rounds)
+		}
+		if k.Len() != n {
+			t.Fatalf("keeping %d items, want %d", k.Len(), n)
+		}
+	})
 }
 
 // An item the renew call finds lost is reported Gone at once and renewed no
 // more; the others go on.
 func TestKeeperReportsLostItems(t *testing.T) {
-	s := keepalive.Schedule{TTL: 300 * time.Millisecond}
-	a, b := newItem(s, 1), newItem(s, 2)
-	calls := make(chan []*item, 100)
-	k := keepalive.NewKeeper(s, func(ctx context.Context, items []*item) ([]*item, error) {
-		calls <- items
-		var lost []*item
-		for _, i := range items {
-			if i == a {
-				lost = append(lost, i)
-			} else {
-				i.extend(s, time.Now())
+	synctest.Test(t, func(t *testing.T) {
+		s := keepalive.Schedule{TTL: 300 * time.Millisecond}
+		a, b := newItem(s, 1), newItem(s, 2)
+		calls := make(chan []*item, 100)
+		k := keepalive.NewKeeper(s, func(ctx context.Context, items []*item) ([]*item, error) {
+			calls <- items
+			var lost []*item
+			for _, i := range items {
+				if i == a {
+					lost = append(lost, i)
+				} else {
+					i.extend(s, time.Now())
+				}
 			}
+			return lost, nil
+		})
+		causes := make(chan keepalive.Cause, 2)
+		k.Add(a, func(c keepalive.Cause) { causes <- c })
+		k.Add(b, func(c keepalive.Cause) { t.Errorf("b lost: %v", c) })
+		defer k.Remove(b)
+		stop := run(k)
+		defer stop()
+		if got := <-calls; len(got) != 2 {
+			t.Fatalf("first round renewed %d items, want 2", len(got))
 		}
-		return lost, nil
+		if c := <-causes; c != keepalive.Gone {
+			t.Fatalf("a lost with %v, want Gone", c)
+		}
+		if got := <-calls; len(got) != 1 || got[0] != b {
+			t.Fatalf("second round renewed %v, want b alone", got)
+		}
+		if len(causes) != 0 {
+			t.Fatal("a reported lost twice")
+		}
 	})
-	causes := make(chan keepalive.Cause, 2)
-	k.Add(a, func(c keepalive.Cause) { causes <- c })
-	k.Add(b, func(c keepalive.Cause) { t.Errorf("b lost: %v", c) })
-	defer k.Remove(b)
-	stop := run(k)
-	defer stop()
-	if got := <-calls; len(got) != 2 {
-		t.Fatalf("first round renewed %d items, want 2", len(got))
-	}
-	if c := <-causes; c != keepalive.Gone {
-		t.Fatalf("a lost with %v, want Gone", c)
-	}
-	if got := <-calls; len(got) != 1 || got[0] != b {
-		t.Fatalf("second round renewed %v, want b alone", got)
-	}
-	if len(causes) != 0 {
-		t.Fatal("a reported lost twice")
-	}
 }
 
 // When every renewal fails, the keeper retries after Schedule.Retry until the
 // local deadline, and then reports LocalDeadline, not before it.
 func TestKeeperRetriesUntilLocalDeadline(t *testing.T) {
-	s := keepalive.Schedule{TTL: 400 * time.Millisecond}
-	var mu sync.Mutex
-	var at []time.Time
-	k := keepalive.NewKeeper(s, func(ctx context.Context, items []*item) ([]*item, error) {
-		mu.Lock()
-		at = append(at, time.Now())
-		mu.Unlock()
-		return nil, errors.New("connection refused")
-	})
-	it := newItem(s, 1)
-	lostAt := make(chan time.Time, 1)
-	causes := make(chan keepalive.Cause, 1)
-	k.Add(it, func(c keepalive.Cause) { lostAt <- time.Now(); causes <- c })
-	stop := run(k)
-	defer stop()
-	when := <-lostAt
-	if c := <-causes; c != keepalive.LocalDeadline {
-		t.Fatalf("lost with %v, want LocalDeadline", c)
-	}
-	if when.Before(it.Deadline()) {
-		t.Fatalf("lost %v before its deadline", it.Deadline().Sub(when))
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	// First attempt an interval in (133ms), then every TTL/12 (33ms)
-	// until 360ms: about seven attempts.
-	if len(at) < 4 {
-		t.Fatalf("%d attempts before the deadline, want retries every %v", len(at), s.Retry())
-	}
-	for i := 1; i < len(at); i++ {
-		if gap := at[i].Sub(at[i-1]); gap < s.Retry() {
-			t.Fatalf("attempt %d came %v after the last, before the retry delay %v", i, gap, s.Retry())
+	synctest.Test(t, func(t *testing.T) {
+		s := keepalive.Schedule{TTL: 400 * time.Millisecond}
+		var mu sync.Mutex
+		var at []time.Time
+		k := keepalive.NewKeeper(s, func(ctx context.Context, items []*item) ([]*item, error) {
+			mu.Lock()
+			at = append(at, time.Now())
+			mu.Unlock()
+			return nil, errors.New("connection refused")
+		})
+		it := newItem(s, 1)
+		lostAt := make(chan time.Time, 1)
+		causes := make(chan keepalive.Cause, 1)
+		k.Add(it, func(c keepalive.Cause) { lostAt <- time.Now(); causes <- c })
+		stop := run(k)
+		defer stop()
+		when := <-lostAt
+		if c := <-causes; c != keepalive.LocalDeadline {
+			t.Fatalf("lost with %v, want LocalDeadline", c)
 		}
-	}
+		if when.Before(it.Deadline()) {
+			t.Fatalf("lost %v before its deadline", it.Deadline().Sub(when))
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		// First attempt an interval in (133ms), then every TTL/12 (33ms)
+		// until 360ms: about seven attempts.
+		if len(at) < 4 {
+			t.Fatalf("%d attempts before the deadline, want retries every %v", len(at), s.Retry())
+		}
+		for i := 1; i < len(at); i++ {
+			if gap := at[i].Sub(at[i-1]); gap < s.Retry() {
+				t.Fatalf("attempt %d came %v after the last, before the retry delay %v", i, gap, s.Retry())
+			}
+		}
+	})
 }
 
 // A call that hangs is cut at the earliest local deadline among its items
 // (here before an interval has passed since the call began).
 func TestKeeperBoundsTheCallByTheDeadline(t *testing.T) {
-	s := keepalive.Schedule{TTL: 300 * time.Millisecond, Every: 200 * time.Millisecond}
-	it := newItem(s, 1)
-	ended := make(chan time.Time, 10)
-	k := keepalive.NewKeeper(s, func(ctx context.Context, items []*item) ([]*item, error) {
-		<-ctx.Done()
-		ended <- time.Now()
-		return nil, ctx.Err()
+	synctest.Test(t, func(t *testing.T) {
+		s := keepalive.Schedule{TTL: 300 * time.Millisecond, Every: 200 * time.Millisecond}
+		it := newItem(s, 1)
+		ended := make(chan time.Time, 10)
+		k := keepalive.NewKeeper(s, func(ctx context.Context, items []*item) ([]*item, error) {
+			<-ctx.Done()
+			ended <- time.Now()
+			return nil, ctx.Err()
+		})
+		causes := make(chan keepalive.Cause, 1)
+		k.Add(it, func(c keepalive.Cause) { causes <- c })
+		stop := run(k)
+		defer stop()
+		if c := <-causes; c != keepalive.LocalDeadline {
+			t.Fatalf("lost with %v", c)
+		}
+		if at := <-ended; at.Before(it.Deadline()) || at.Sub(it.Deadline()) > s.TTL {
+			t.Fatalf("the hung call ended %v after the deadline", at.Sub(it.Deadline()))
+		}
 	})
-	causes := make(chan keepalive.Cause, 1)
-	k.Add(it, func(c keepalive.Cause) { causes <- c })
-	stop := run(k)
-	defer stop()
-	if c := <-causes; c != keepalive.LocalDeadline {
-		t.Fatalf("lost with %v", c)
-	}
-	if at := <-ended; at.Before(it.Deadline()) || at.Sub(it.Deadline()) > s.TTL {
-		t.Fatalf("the hung call ended %v after the deadline", at.Sub(it.Deadline()))
-	}
 }
 
 // Without Run the deadline timers still end items; Remove stops them.
 func TestKeeperDeadlineAndRemove(t *testing.T) {
-	s := keepalive.Schedule{TTL: 50 * time.Millisecond}
-	k := keepalive.NewKeeper(s, func(context.Context, []*item) ([]*item, error) { return nil, nil })
-	kept, removed := newItem(s, 1), newItem(s, 2)
-	causes := make(chan keepalive.Cause, 1)
-	k.Add(kept, func(c keepalive.Cause) { causes <- c })
-	k.Add(removed, func(c keepalive.Cause) { t.Errorf("removed item reported lost: %v", c) })
-	k.Remove(removed)
-	if c := <-causes; c != keepalive.LocalDeadline {
-		t.Fatalf("lost with %v", c)
-	}
-	// removed's deadline is the same as kept's, which has passed.
-	if k.Len() != 1 {
-		t.Fatalf("keeping %d items, want the lost one until it is removed", k.Len())
-	}
-	k.Remove(kept)
-	if k.Len() != 0 {
-		t.Fatalf("keeping %d items after removing all", k.Len())
-	}
+	synctest.Test(t, func(t *testing.T) {
+		s := keepalive.Schedule{TTL: 50 * time.Millisecond}
+		k := keepalive.NewKeeper(s, func(context.Context, []*item) ([]*item, error) { return nil, nil })
+		kept, removed := newItem(s, 1), newItem(s, 2)
+		causes := make(chan keepalive.Cause, 1)
+		k.Add(kept, func(c keepalive.Cause) { causes <- c })
+		k.Add(removed, func(c keepalive.Cause) { t.Errorf("removed item reported lost: %v", c) })
+		k.Remove(removed)
+		if c := <-causes; c != keepalive.LocalDeadline {
+			t.Fatalf("lost with %v", c)
+		}
+		// removed's deadline is the same as kept's, which has passed.
+		if k.Len() != 1 {
+			t.Fatalf("keeping %d items, want the lost one until it is removed", k.Len())
+		}
+		k.Remove(kept)
+		if k.Len() != 0 {
+			t.Fatalf("keeping %d items after removing all", k.Len())
+		}
+	})
 }
 
 // Many goroutines add and remove items while Run renews them: no race, no

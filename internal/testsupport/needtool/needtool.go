@@ -56,6 +56,40 @@ var (
 	Patroni = Tool{"Patroni and etcd", "PGFENCE_REQUIRE_PATRONI", "apt-get install patroni etcd-server"}
 )
 
+// The long runs: tests that take minutes where a package takes seconds,
+// run only when their variable is 1 (.ci/run sets each in a step of its
+// own) and otherwise reported by Run's notice like a missing tool's tests.
+var (
+	// Failover is the Patroni failover drills (hasuite).
+	Failover = longRun("PGFENCE_FAILOVER=1", "PGFENCE_FAILOVER",
+		"PGFENCE_FAILOVER=1 go test -race -count=1 ./hasuite/ (about three minutes; .ci/run runs it in a step of its own)")
+)
+
+// longRuns holds the Variable of every long run: it runs the test rather
+// than requiring a program.
+var longRuns = map[string]bool{}
+
+func longRun(name, variable, howTo string) Tool {
+	longRuns[variable] = true
+	return Tool{name, variable, howTo}
+}
+
+func (tl Tool) optIn() bool { return longRuns[tl.Variable] }
+
+// OptIn lets the rest of t run when the long run tl was asked for, and
+// otherwise skips t (what says what t would have done), which Run's notice
+// repeats.
+func (tl Tool) OptIn(t testing.TB, what string) {
+	t.Helper()
+	if !tl.optIn() {
+		panic("needtool: OptIn is for a long run; a tool is found with LookPath or reported with Missing")
+	}
+	if tl.Required() {
+		return
+	}
+	tl.Missing(t, errors.New(what))
+}
+
 // Required reports whether the tool's variable asks for the tool.
 func (tl Tool) Required() bool {
 	v := os.Getenv(tl.Variable)
@@ -81,9 +115,9 @@ type skipped struct {
 // notice repeats.
 func (tl Tool) Missing(t testing.TB, why error) {
 	t.Helper()
-	msg := fmt.Sprintf("NOT RUN without %s: %s (%v). To run it: %s. %s=1 makes this a failure.",
-		tl.Name, t.Name(), why, tl.Install, tl.Variable)
-	if tl.Required() {
+	msg := fmt.Sprintf("NOT RUN without %s: %s (%v). To run it: %s.%s",
+		tl.Name, t.Name(), why, tl.Install, tl.requireHint())
+	if tl.Required() && !tl.optIn() {
 		t.Fatal(msg)
 	}
 	if !record(tl, t.Name(), why.Error()) {
@@ -91,6 +125,15 @@ func (tl Tool) Missing(t testing.TB, why error) {
 			"or nothing says at the end what did not run: " + msg)
 	}
 	t.Skip(msg)
+}
+
+// requireHint says how to make the skip a failure; a long run's variable
+// runs it instead.
+func (tl Tool) requireHint() string {
+	if tl.optIn() {
+		return ""
+	}
+	return " " + tl.Variable + "=1 makes this a failure."
 }
 
 // LookPath finds the named program on PATH for t, or ends t as Missing
@@ -166,7 +209,7 @@ func noticeLocked() string {
 		fmt.Fprintf(&b, "pgfence tests: NOT RUN without %s in %s: %s (%s).", s.tool.Name, packageName(),
 			strings.Join(s.tests, ", "), strings.Join(s.reasons, "; "))
 		if firstInRun(s.tool) {
-			fmt.Fprintf(&b, " To run %s: %s. %s=1 makes this a failure.", noun, s.tool.Install, s.tool.Variable)
+			fmt.Fprintf(&b, " To run %s: %s.%s", noun, s.tool.Install, s.tool.requireHint())
 		}
 		b.WriteString("\n")
 	}

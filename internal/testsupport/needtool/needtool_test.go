@@ -102,3 +102,29 @@ func TestMissing(t *testing.T) {
 		}
 	})
 }
+
+var fakeLong = longRun("PGFENCE_NEEDTOOL_FAKE_LONG=1", "PGFENCE_NEEDTOOL_FAKE_LONG", "PGFENCE_NEEDTOOL_FAKE_LONG=1 go test")
+
+// TestHelperLongRun is run by TestLongRun in a child process.
+func TestHelperLongRun(t *testing.T) {
+	if os.Getenv("NEEDTOOL_CHILD") == "" {
+		t.Skip("run by TestLongRun")
+	}
+	fakeLong.OptIn(t, "a drill of minutes")
+	t.Log("the long run ran")
+}
+
+// A long run not asked for is skipped with Run's notice, which says how to
+// run it and nothing about a failure; asked for, it runs.
+func TestLongRun(t *testing.T) {
+	run := []string{"-test.v", "-test.run=^TestHelperLongRun$"}
+	out, err := child(t, 1, "", run)
+	want := "pgfence tests: NOT RUN without PGFENCE_NEEDTOOL_FAKE_LONG=1 in ./internal/testsupport/needtool: TestHelperLongRun (a drill of minutes). To run it: PGFENCE_NEEDTOOL_FAKE_LONG=1 go test.\n"
+	if err != nil || !strings.Contains(out, "--- SKIP: TestHelperLongRun") || !strings.Contains(out, want) || strings.Contains(out, "failure") {
+		t.Fatalf("not asked for: err %v, want a skip and the notice %q; output:\n%s", err, want, out)
+	}
+	out, err = child(t, 1, "", run, fakeLong.Variable+"=1")
+	if err != nil || !strings.Contains(out, "the long run ran") || strings.Contains(out, "NOT RUN") {
+		t.Fatalf("asked for: err %v, want it run; output:\n%s", err, out)
+	}
+}
