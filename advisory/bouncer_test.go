@@ -3,6 +3,7 @@ package advisory_test
 import (
 	"context"
 	"errors"
+	"github.com/pgfence/pgfence"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -56,7 +57,7 @@ func TestMutualExclusionBehindBouncer(t *testing.T) {
 		}
 		switch {
 		case err == nil:
-		case errors.Is(err, advisory.ErrNotAcquired), errors.Is(err, context.DeadlineExceeded):
+		case errors.Is(err, pgfence.ErrNotAcquired), errors.Is(err, context.DeadlineExceeded):
 		default:
 			failed.Add(1)
 		}

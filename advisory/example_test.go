@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pgfence/pgfence"
 	"log"
 	"os"
 	"time"
@@ -36,7 +37,7 @@ func ExampleTryDo() {
 		return err
 	})
 	switch {
-	case errors.Is(err, advisory.ErrNotAcquired):
+	case errors.Is(err, pgfence.ErrNotAcquired):
 		fmt.Println("another instance is running the report; skipping this tick")
 	case err != nil:
 		fmt.Println("report failed:", err)

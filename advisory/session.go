@@ -3,6 +3,7 @@ package advisory
 import (
 	"context"
 	"fmt"
+	"github.com/pgfence/pgfence"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -42,7 +43,7 @@ type SessionLock struct {
 }
 
 // TryLockSession takes key at session level on a dedicated connection if it
-// is free, and returns ErrNotAcquired at once if another session or
+// is free, and returns pgfence.ErrNotAcquired at once if another session or
 // transaction holds it. The connection is taken out of pool (it counts
 // against the server's connections, not the pool's) until Unlock.
 func TryLockSession(ctx context.Context, pool *pgxpool.Pool, key Key) (*SessionLock, error) {
@@ -96,7 +97,7 @@ func lockSession(ctx context.Context, pool *pgxpool.Pool, key Key, try bool) (*S
 		return nil, fmt.Errorf("advisory: locking %v: %w", key, err)
 	case !got:
 		closeConn()
-		return nil, fmt.Errorf("%w: %v", ErrNotAcquired, key)
+		return nil, fmt.Errorf("%w: %v", pgfence.ErrNotAcquired, key)
 	}
 	return &SessionLock{key: key, conn: conn}, nil
 }

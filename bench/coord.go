@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pgfence/pgfence"
 	"math/rand/v2"
 	"strings"
 
@@ -78,7 +79,7 @@ func coordOps(c *pglease.Client) (map[string]lockOp, error) {
 		return nil, err
 	}
 	one := func(l *pglease.Lease, err error) (bool, error) {
-		if errors.Is(err, pglease.ErrNotAcquired) {
+		if errors.Is(err, pgfence.ErrNotAcquired) {
 			return false, nil
 		}
 		if err != nil {
@@ -102,7 +103,7 @@ func coordOps(c *pglease.Client) (map[string]lockOp, error) {
 				b = anyKey()
 			}
 			s, err := c.TryAcquireSet(ctx, []string{a, b}, leaseTTL)
-			if errors.Is(err, pglease.ErrNotAcquired) {
+			if errors.Is(err, pgfence.ErrNotAcquired) {
 				return false, nil
 			}
 			if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pgfence/pgfence"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -78,7 +79,7 @@ func runScale(ctx context.Context, e *env, rep *report) error {
 		t := time.Now()
 		l, err := lc.TryAcquire(ctx, fmt.Sprintf("live/%d", r.IntN(10000)), leaseTTL)
 		d := time.Since(t)
-		if errors.Is(err, pglease.ErrNotAcquired) {
+		if errors.Is(err, pgfence.ErrNotAcquired) {
 			return d, nil
 		}
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pgfence/pgfence"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -79,8 +80,8 @@ func claimOne(t *testing.T, c *claim.Claimer, ttl time.Duration) *claim.Job {
 func mustLeaseLost(t *testing.T, what string, err error) {
 	t.Helper()
 	var lle *claim.LeaseLostError
-	if !errors.Is(err, claim.ErrLeaseLost) || !errors.As(err, &lle) {
-		t.Fatalf("%s: got %v, want ErrLeaseLost", what, err)
+	if !errors.Is(err, pgfence.ErrLeaseLost) || !errors.As(err, &lle) {
+		t.Fatalf("%s: got %v, want pgfence.ErrLeaseLost", what, err)
 	}
 }
 
@@ -287,14 +288,14 @@ func TestBadInputClaimsNothing(t *testing.T) {
 		}{{0, time.Minute}, {-1, time.Minute}, {claim.MaxBatch + 1, time.Minute}, {1 << 40, time.Minute},
 			{1, 0}, {1, -time.Second}, {1, time.Microsecond}, {1, 25 * time.Hour}} {
 			jobs, err := c.Claim(ctx, tc.n, tc.ttl)
-			if !errors.Is(err, claim.ErrInvalidInput) || jobs != nil {
-				t.Errorf("Claim(%d, %v) = %v, %v; want ErrInvalidInput", tc.n, tc.ttl, jobs, err)
+			if !errors.Is(err, pgfence.ErrInvalidInput) || jobs != nil {
+				t.Errorf("Claim(%d, %v) = %v, %v; want pgfence.ErrInvalidInput", tc.n, tc.ttl, jobs, err)
 			}
 		}
-		if _, err := c.Rescue(ctx, 0); !errors.Is(err, claim.ErrInvalidInput) {
+		if _, err := c.Rescue(ctx, 0); !errors.Is(err, pgfence.ErrInvalidInput) {
 			t.Errorf("Rescue(0): %v", err)
 		}
-		if err := c.Complete(ctx, nil); !errors.Is(err, claim.ErrInvalidInput) {
+		if err := c.Complete(ctx, nil); !errors.Is(err, pgfence.ErrInvalidInput) {
 			t.Errorf("Complete(nil): %v", err)
 		}
 	})
@@ -326,13 +327,13 @@ func TestBadInputClaimsNothing(t *testing.T) {
 			"fence type": func(tb *claim.Table) { tb.Fence = "attempt"; tb.Attempt = "fence" },
 		} {
 			err := bad(mod)
-			if !errors.Is(err, claim.ErrInvalidInput) {
-				t.Errorf("%s: got %v, want ErrInvalidInput", name, err)
+			if !errors.Is(err, pgfence.ErrInvalidInput) {
+				t.Errorf("%s: got %v, want pgfence.ErrInvalidInput", name, err)
 			} else {
 				t.Logf("%s: %v", name, err)
 			}
 		}
-		if _, err := claim.New(ctx, pool, claim.WithQueue("")); !errors.Is(err, claim.ErrInvalidInput) {
+		if _, err := claim.New(ctx, pool, claim.WithQueue("")); !errors.Is(err, pgfence.ErrInvalidInput) {
 			t.Errorf("empty queue: %v", err)
 		}
 	})
@@ -443,7 +444,7 @@ func TestCompleteTxCommitsWithTheWork(t *testing.T) {
 	if n != 1 {
 		t.Fatalf("%d effects, want 1", n)
 	}
-	if _, err := claim.Enqueue(ctx, pool, claim.NewJob{Payload: []byte("{nope")}); !errors.Is(err, claim.ErrInvalidInput) {
+	if _, err := claim.Enqueue(ctx, pool, claim.NewJob{Payload: []byte("{nope")}); !errors.Is(err, pgfence.ErrInvalidInput) {
 		t.Fatal(fmt.Sprint("bad payload: ", err))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/pgfence/pgfence"
 	"time"
 
 	"github.com/pgfence/pgfence/fencedb"
@@ -29,7 +30,7 @@ type NewJob struct {
 // Enqueue inserts one job into pgfence_jobs through q (a pool, a connection
 // or the caller's transaction, so that the job commits with the data that
 // asked for it) and returns its id.
-func Enqueue(ctx context.Context, q fencedb.DBTX, j NewJob) (int64, error) {
+func Enqueue(ctx context.Context, q pgfence.DBTX, j NewJob) (int64, error) {
 	if q == nil {
 		return 0, invalid("nil querier")
 	}

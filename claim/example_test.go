@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pgfence/pgfence"
 	"log"
 	"os"
 	"sync/atomic"
@@ -41,7 +42,7 @@ func ExampleClaimer() {
 		// ... send the e-mail, with an idempotency key derived from j.ID ...
 		err := c.Complete(ctx, j)
 		switch {
-		case errors.Is(err, claim.ErrLeaseLost):
+		case errors.Is(err, pgfence.ErrLeaseLost):
 			fmt.Println("job", string(j.Payload), "was taken over; its result does not count")
 		case err != nil:
 			fmt.Println("could not record:", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pgfence/pgfence"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -292,7 +293,7 @@ func sideBySide(t *testing.T, pool *pgxpool.Pool) {
 		if _, err := pa.Create(ctx, pool, id, 100, "EUR"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := pb.Get(ctx, pool, id); !errors.Is(err, pgguard.ErrNoRow) {
+		if _, err := pb.Get(ctx, pool, id); !errors.Is(err, pgfence.ErrNotFound) {
 			t.Fatalf("B sees A's payout: %v", err)
 		}
 		var f int64
@@ -317,23 +318,23 @@ func TestPerClientSchemaInput(t *testing.T) {
 	pool := pgtest.Pool(t)
 	table := pgguard.Table{Schema: "public", Name: "payout_intents", KeyColumn: "payout_id"}
 	for _, bad := range []string{"", `x"; DROP TABLE y; --`, " lead", "a/*b", strings.Repeat("s", 64)} {
-		if _, err := pglease.New(pool, pglease.WithSchema(bad)); !errors.Is(err, pglease.ErrInvalidInput) {
-			t.Errorf("pglease.WithSchema(%q): %v, want ErrInvalidInput", bad, err)
+		if _, err := pglease.New(pool, pglease.WithSchema(bad)); !errors.Is(err, pgfence.ErrInvalidInput) {
+			t.Errorf("pglease.WithSchema(%q): %v, want pgfence.ErrInvalidInput", bad, err)
 		}
-		if _, err := claim.New(ctx, pool, claim.WithSchema(bad)); !errors.Is(err, claim.ErrInvalidInput) {
-			t.Errorf("claim.WithSchema(%q): %v, want ErrInvalidInput", bad, err)
+		if _, err := claim.New(ctx, pool, claim.WithSchema(bad)); !errors.Is(err, pgfence.ErrInvalidInput) {
+			t.Errorf("claim.WithSchema(%q): %v, want pgfence.ErrInvalidInput", bad, err)
 		}
-		if _, err := claim.Enqueue(ctx, pool, claim.NewJob{Schema: bad + "x"}); !errors.Is(err, claim.ErrInvalidInput) && bad != "" {
-			t.Errorf("claim.NewJob{Schema: %q}: %v, want ErrInvalidInput", bad+"x", err)
+		if _, err := claim.Enqueue(ctx, pool, claim.NewJob{Schema: bad + "x"}); !errors.Is(err, pgfence.ErrInvalidInput) && bad != "" {
+			t.Errorf("claim.NewJob{Schema: %q}: %v, want pgfence.ErrInvalidInput", bad+"x", err)
 		}
-		if _, err := payouts.New(ctx, pool, payouts.WithSchema(bad)); !errors.Is(err, pgguard.ErrInvalidInput) {
-			t.Errorf("payouts.WithSchema(%q): %v, want ErrInvalidInput", bad, err)
+		if _, err := payouts.New(ctx, pool, payouts.WithSchema(bad)); !errors.Is(err, pgfence.ErrInvalidInput) {
+			t.Errorf("payouts.WithSchema(%q): %v, want pgfence.ErrInvalidInput", bad, err)
 		}
-		if _, err := pgguard.NewGuard(ctx, pool, table, pgguard.WithSchema(bad)); !errors.Is(err, pgguard.ErrInvalidInput) {
-			t.Errorf("pgguard.NewGuard(WithSchema(%q)): %v, want ErrInvalidInput", bad, err)
+		if _, err := pgguard.NewGuard(ctx, pool, table, pgguard.WithSchema(bad)); !errors.Is(err, pgfence.ErrInvalidInput) {
+			t.Errorf("pgguard.NewGuard(WithSchema(%q)): %v, want pgfence.ErrInvalidInput", bad, err)
 		}
-		if err := pgguard.InstallTrigger(ctx, pool, table, pgguard.Strict, pgguard.WithSchema(bad)); !errors.Is(err, pgguard.ErrInvalidInput) {
-			t.Errorf("pgguard.InstallTrigger(WithSchema(%q)): %v, want ErrInvalidInput", bad, err)
+		if err := pgguard.InstallTrigger(ctx, pool, table, pgguard.Strict, pgguard.WithSchema(bad)); !errors.Is(err, pgfence.ErrInvalidInput) {
+			t.Errorf("pgguard.InstallTrigger(WithSchema(%q)): %v, want pgfence.ErrInvalidInput", bad, err)
 		}
 	}
 

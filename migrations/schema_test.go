@@ -3,6 +3,7 @@ package migrations_test
 import (
 	"context"
 	"errors"
+	"github.com/pgfence/pgfence"
 	"testing"
 	"time"
 
@@ -241,11 +242,11 @@ func TestSchemaInput(t *testing.T) {
 	ctx := context.Background()
 	base := bareDatabase(t)
 	for _, bad := range []string{`x"; DROP TABLE y; --`, " lead", "a/*b", "x$$y"} {
-		if err := migrations.Up(ctx, base, migrations.WithSchema(bad)); !errors.Is(err, migrations.ErrInvalidInput) {
-			t.Errorf("Up(WithSchema(%q)) = %v, want ErrInvalidInput", bad, err)
+		if err := migrations.Up(ctx, base, migrations.WithSchema(bad)); !errors.Is(err, pgfence.ErrInvalidInput) {
+			t.Errorf("Up(WithSchema(%q)) = %v, want pgfence.ErrInvalidInput", bad, err)
 		}
-		if err := migrations.UseSchema(base.Config(), bad); !errors.Is(err, migrations.ErrInvalidInput) {
-			t.Errorf("UseSchema(%q) = %v, want ErrInvalidInput", bad, err)
+		if err := migrations.UseSchema(base.Config(), bad); !errors.Is(err, pgfence.ErrInvalidInput) {
+			t.Errorf("UseSchema(%q) = %v, want pgfence.ErrInvalidInput", bad, err)
 		}
 	}
 	var n int

@@ -3,6 +3,7 @@ package pgguard
 import (
 	"context"
 	"errors"
+	"github.com/pgfence/pgfence"
 	"reflect"
 	"sync"
 
@@ -108,7 +109,7 @@ func (g *guardMetrics) wrote(op int, err error) {
 		out = outDone
 	case errors.Is(err, ErrPrecondition):
 		out = outPrecondition
-	case errors.Is(err, ErrNoRow):
+	case errors.Is(err, pgfence.ErrNotFound):
 		out = outNoRow
 	default:
 		out = outError

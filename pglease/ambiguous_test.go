@@ -3,6 +3,7 @@ package pglease_test
 import (
 	"context"
 	"errors"
+	"github.com/pgfence/pgfence"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -134,7 +135,7 @@ func TestAcquireRetriesThroughAmbiguity(t *testing.T) {
 	if err := l.Renew(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Release(ctx); err != nil && !errors.Is(err, pglease.ErrLeaseLost) {
+	if err := l.Release(ctx); err != nil && !errors.Is(err, pgfence.ErrLeaseLost) {
 		t.Fatal(err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/pgfence/pgfence"
 	mrand "math/rand/v2"
 	"sync"
 	"time"
@@ -134,7 +135,7 @@ func (c *Client) Close() error {
 			defer func() { <-sem }()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			if err := l.Release(ctx); err != nil && !errors.Is(err, ErrLeaseLost) {
+			if err := l.Release(ctx); err != nil && !errors.Is(err, pgfence.ErrLeaseLost) {
 				errs[i] = err
 			}
 		})
@@ -193,14 +194,14 @@ func (c *Client) checkArgs(key string, ttl time.Duration) error {
 }
 
 // TryAcquire takes the lease on key for ttl if no other owner holds an
-// unexpired one, and returns ErrNotAcquired at once otherwise. Every
-// acquisition's ttl must lie in [10ms, 24h], or it returns ErrInvalidInput
+// unexpired one, and returns pgfence.ErrNotAcquired at once otherwise. Every
+// acquisition's ttl must lie in [10ms, 24h], or it returns pgfence.ErrInvalidInput
 // before sending anything. Expiry is
 // judged by the database's now(), never by this machine's clock. It returns
 // by ctx's deadline plus a few milliseconds: when the server's answer was
 // lost, what is left to settle goes on in the background (each statement within 5s). A
 // grant from an older WAL timeline than this client has seen is refused
-// with pgguard.ErrStaleTimeline (see WithTimelineMark).
+// with pgfence.ErrStaleTimeline (see WithTimelineMark).
 func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
 	if err := c.checkArgs(key, ttl); err != nil {
 		return nil, err
@@ -217,7 +218,7 @@ func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 // WithWakeOnRelease, a release of key also ends the current backoff sleep at
 // once; the backoff stays as the fallback for lost notifications and for
 // leases that end by expiry, which notify nobody. Then
-// it returns a *WaitError, which satisfies errors.Is(err, ErrNotAcquired) and
+// it returns a *WaitError, which satisfies errors.Is(err, pgfence.ErrNotAcquired) and
 // says how long it waited. Transient errors (a dropped connection, a server
 // restarting) are retried the same way; definite ones (a missing schema, bad
 // input) end it at once.
@@ -269,7 +270,7 @@ func (c *Client) waitWoken(ctx context.Context, key string, wake func() wakeAddr
 		if err == nil {
 			return l, nil
 		}
-		if errors.Is(err, ErrNotAcquired) {
+		if errors.Is(err, pgfence.ErrNotAcquired) {
 			lastErr = nil
 		} else if isTransient(err) && ctx.Err() == nil {
 			lastErr = err
@@ -326,7 +327,7 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 }
 
 // TryDo is Do that does not wait: when another owner holds key it returns
-// ErrNotAcquired at once without running fn. It suits scheduled work, where a
+// pgfence.ErrNotAcquired at once without running fn. It suits scheduled work, where a
 // held key means another instance is doing this tick's work.
 func (c *Client) TryDo(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context, l *Lease) error) error {
 	if fn == nil {
@@ -381,7 +382,7 @@ func (c *Client) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		c.stats.notAcquired.Add(1)
 		// Another acquisition of the same key held the row past our
 		// lock_timeout: someone else is taking it.
-		return nil, fmt.Errorf("%w: %q (another acquisition was in progress)", ErrNotAcquired, key)
+		return nil, fmt.Errorf("%w: %q (another acquisition was in progress)", pgfence.ErrNotAcquired, key)
 	case mayHaveExecuted(err):
 		c.stats.ambiguous.Add(1)
 		return c.resolveAmbiguous(ctx, key, token, ttl, sent, err, 1)
@@ -390,7 +391,7 @@ func (c *Client) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	}
 }
 
-func notAcquired(key string) error { return fmt.Errorf("%w: %q", ErrNotAcquired, key) }
+func notAcquired(key string) error { return fmt.Errorf("%w: %q", pgfence.ErrNotAcquired, key) }
 
 func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
 
@@ -544,7 +545,7 @@ func isTransient(err error) bool {
 	if errors.Is(err, ErrAmbiguous) {
 		return true
 	}
-	return !errors.Is(err, ErrInvalidInput) && !errors.Is(err, ErrClosed)
+	return !errors.Is(err, pgfence.ErrInvalidInput) && !errors.Is(err, ErrClosed)
 }
 
 // queries are the client's statements in the cheapest mode that is safe on

@@ -3,6 +3,7 @@ package pglease
 import (
 	"context"
 	"errors"
+	"github.com/pgfence/pgfence"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -39,7 +40,7 @@ func (c *Client) Campaign(ctx context.Context, key string, ttl time.Duration, le
 				c.run(ctx, l, func(context.Context, *Lease) error { return nil })
 			}
 			return context.Cause(ctx)
-		case errors.Is(err, ErrNotAcquired), err != nil && isTransient(err):
+		case errors.Is(err, pgfence.ErrNotAcquired), err != nil && isTransient(err):
 			continue // a maximum wait passed or the server blinked: keep campaigning
 		case err != nil:
 			return err
@@ -49,7 +50,7 @@ func (c *Client) Campaign(ctx context.Context, key string, ttl time.Duration, le
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
-		if err != nil && !errors.Is(err, ErrLeaseLost) && !errors.Is(err, ErrReleased) && !errors.Is(err, context.Canceled) {
+		if err != nil && !errors.Is(err, pgfence.ErrLeaseLost) && !errors.Is(err, ErrReleased) && !errors.Is(err, context.Canceled) {
 			return err
 		}
 		c.cfg.logger.Info("pglease: stepped down", "key", key, "epoch", l.Fence(), "err", err)

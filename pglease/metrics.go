@@ -3,6 +3,7 @@ package pglease
 import (
 	"context"
 	"errors"
+	"github.com/pgfence/pgfence"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -119,7 +120,7 @@ func (m *metrics) acquired(op int, start time.Time, err error) {
 	out := outGranted
 	switch {
 	case err == nil:
-	case errors.Is(err, ErrNotAcquired):
+	case errors.Is(err, pgfence.ErrNotAcquired):
 		out = outRefused
 	default:
 		out = outError

@@ -30,7 +30,7 @@ const defaultObserveInterval = 200 * time.Millisecond
 // WithWakeOnRelease it also reads as soon as a release of key is notified (the client's listener serves Acquire
 // and Observe alike); the new holder, who sends no notification, is then seen
 // at the next poll. Read errors after the first are logged and retried at the
-// next poll; the first read's error is returned, as are ErrInvalidInput for a
+// next poll; the first read's error is returned, as are pgfence.ErrInvalidInput for a
 // bad key and ErrClosed after Close.
 func (c *Client) Observe(ctx context.Context, key string) (<-chan Holder, error) {
 	if err := validateKey(key); err != nil {

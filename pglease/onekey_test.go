@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pgfence/pgfence"
 	mrand "math/rand/v2"
 	"sync"
 	"testing"
@@ -76,11 +77,11 @@ func TestOneKeyEveryPairOfKinds(t *testing.T) {
 				case err == nil:
 					l2.Release(ctx)
 					t.Fatalf("%s granted beside %s on one key", second.name, first.name)
-				case !errors.Is(err, pglease.ErrNotAcquired) && !errors.Is(err, pglease.ErrPermitsMismatch):
-					t.Fatalf("%s beside %s: %v, want ErrNotAcquired or ErrPermitsMismatch", second.name, first.name, err)
+				case !errors.Is(err, pgfence.ErrNotAcquired) && !errors.Is(err, pglease.ErrPermitsMismatch):
+					t.Fatalf("%s beside %s: %v, want pgfence.ErrNotAcquired or ErrPermitsMismatch", second.name, first.name, err)
 				}
-				if _, err := c.TryAcquireSet(ctx, []string{key, key + "/other"}, time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
-					t.Fatalf("a key set with a key held %s: %v, want ErrNotAcquired", first.name, err)
+				if _, err := c.TryAcquireSet(ctx, []string{key, key + "/other"}, time.Second); !errors.Is(err, pgfence.ErrNotAcquired) {
+					t.Fatalf("a key set with a key held %s: %v, want pgfence.ErrNotAcquired", first.name, err)
 				}
 			})
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pgfence/pgfence"
 	"sync"
 	"testing"
 	"time"
@@ -93,10 +94,10 @@ func TestFairWaiterGivesUp(t *testing.T) {
 		}
 		got <- l
 	}()
-	if err := <-gaveUp; !errors.Is(err, pglease.ErrNotAcquired) {
+	if err := <-gaveUp; !errors.Is(err, pgfence.ErrNotAcquired) {
 		t.Fatalf("the first waiter: %v", err)
 	}
-	if _, err := c.TryAcquire(ctx, key, time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
+	if _, err := c.TryAcquire(ctx, key, time.Second); !errors.Is(err, pgfence.ErrNotAcquired) {
 		t.Fatalf("TryAcquire of a held key: %v", err)
 	}
 	released := time.Now()
@@ -241,7 +242,7 @@ func TestFairSharedExclusiveOrder(t *testing.T) {
 	}
 	// A shared acquirer that does not queue is kept out too: the exclusive
 	// waiter is ahead of it.
-	if _, err := newClient(t, pgtest.Pool(t)).TryAcquireShared(ctx, key, time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
+	if _, err := newClient(t, pgtest.Pool(t)).TryAcquireShared(ctx, key, time.Second); !errors.Is(err, pgfence.ErrNotAcquired) {
 		t.Fatalf("TryAcquireShared while an exclusive lease is held and waited for: %v", err)
 	}
 	if err := h.Release(ctx); err != nil {
@@ -328,8 +329,8 @@ func TestFairWaiterPermitsMismatch(t *testing.T) {
 	// An exclusive waiter is not refused: it waits for every permit.
 	wctx, wcancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer wcancel()
-	if _, err := c.Acquire(wctx, key, time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
-		t.Fatalf("a fair exclusive waiter on a key held as permits: %v, want ErrNotAcquired after waiting", err)
+	if _, err := c.Acquire(wctx, key, time.Second); !errors.Is(err, pgfence.ErrNotAcquired) {
+		t.Fatalf("a fair exclusive waiter on a key held as permits: %v, want pgfence.ErrNotAcquired after waiting", err)
 	}
 	if n := rows(t, pool, `SELECT FROM pgfence_waiters WHERE lock_key = $1`, key); n != 0 {
 		t.Fatalf("%d places left in the queue by refused waiters", n)
@@ -351,10 +352,10 @@ func TestFairSemaphoreWaiterGivesUp(t *testing.T) {
 	}
 	quitter, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	if _, err := semaphore(t, newClient(t, warmPool(t), opts...), key, 1).Acquire(quitter, 10*time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
+	if _, err := semaphore(t, newClient(t, warmPool(t), opts...), key, 1).Acquire(quitter, 10*time.Second); !errors.Is(err, pgfence.ErrNotAcquired) {
 		t.Fatalf("the waiter that gives up: %v", err)
 	}
-	if _, err := sem.TryAcquire(ctx, time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
+	if _, err := sem.TryAcquire(ctx, time.Second); !errors.Is(err, pgfence.ErrNotAcquired) {
 		t.Fatalf("TryAcquire of a held semaphore: %v", err)
 	}
 	if n := rows(t, pool, `SELECT FROM pgfence_waiters WHERE lock_key = $1`, key); n != 0 {

@@ -3,6 +3,7 @@ package pglease_test
 import (
 	"context"
 	"errors"
+	"github.com/pgfence/pgfence"
 	"testing"
 	"time"
 
@@ -85,8 +86,8 @@ func TestServerRestartUnderLeases(t *testing.T) {
 		if late := time.Since(deadline); late > 100*time.Millisecond {
 			t.Fatalf("lease ended %v after its local deadline", late)
 		}
-		if !errors.Is(context.Cause(l.Context()), pglease.ErrLeaseLost) {
-			t.Fatalf("cause %v, want ErrLeaseLost", context.Cause(l.Context()))
+		if !errors.Is(context.Cause(l.Context()), pgfence.ErrLeaseLost) {
+			t.Fatalf("cause %v, want pgfence.ErrLeaseLost", context.Cause(l.Context()))
 		}
 	})
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pgfence/pgfence"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -53,7 +54,7 @@ func (c *Client) Semaphore(key string, permits int) (*Semaphore, error) {
 }
 
 // TryAcquire takes a free permit for ttl, the lowest free slot, or returns
-// ErrNotAcquired at once when all permits are held.
+// pgfence.ErrNotAcquired at once when all permits are held.
 func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*Lease, error) {
 	if err := s.c.checkArgs(s.key, ttl); err != nil {
 		return nil, err
@@ -91,7 +92,7 @@ func (s *Semaphore) Do(ctx context.Context, ttl time.Duration, fn func(ctx conte
 	return s.c.run(ctx, l, fn)
 }
 
-// TryDo is Do that does not wait: ErrNotAcquired at once when all permits
+// TryDo is Do that does not wait: pgfence.ErrNotAcquired at once when all permits
 // are held.
 func (s *Semaphore) TryDo(ctx context.Context, ttl time.Duration, fn func(ctx context.Context, l *Lease) error) error {
 	if fn == nil {
@@ -110,7 +111,7 @@ func (s *Semaphore) try(ctx context.Context, ttl time.Duration) (*Lease, error) 
 
 func (s *Semaphore) row() leaseRow { return leaseRow{permits: s.permits} }
 
-func isNotAcquired(err error) bool { return errors.Is(err, ErrNotAcquired) }
+func isNotAcquired(err error) bool { return errors.Is(err, pgfence.ErrNotAcquired) }
 
 // The kinds a key can be held in, as pgfence_acquire_kind names them.
 const (
@@ -151,7 +152,7 @@ func (c *Client) sendQueued(key, kind string, permits int, ttl time.Duration) fu
 
 // grantSlot sends one acquisition through pgfence_acquire_kind (send) under
 // a new owner token and turns its answer into a lease, as tryAcquire does
-// for the fast exclusive upsert: no row is ErrNotAcquired, a lost answer is
+// for the fast exclusive upsert: no row is pgfence.ErrNotAcquired, a lost answer is
 // settled by the owner token.
 func (c *Client) grantSlot(ctx context.Context, key string, ttl time.Duration, row leaseRow,
 	send func(context.Context, *fencesql.Queries, string) (slotGrant, error)) (*Lease, error) {
@@ -178,7 +179,7 @@ func (c *Client) grantSlotAs(ctx context.Context, key string, ttl time.Duration,
 		return nil, notAcquired(key)
 	case pgerr.IsLockNotAvailable(err):
 		c.stats.notAcquired.Add(1)
-		return nil, fmt.Errorf("%w: %q (other acquisitions of the key were in progress)", ErrNotAcquired, key)
+		return nil, fmt.Errorf("%w: %q (other acquisitions of the key were in progress)", pgfence.ErrNotAcquired, key)
 	case pgerr.Is(err, pgerr.PermitsMismatch):
 		return nil, fmt.Errorf("%w: %w", ErrPermitsMismatch, err)
 	case mayHaveExecuted(err):

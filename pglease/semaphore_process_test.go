@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pgfence/pgfence"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -111,7 +112,7 @@ func (w semWorker) run() error {
 				})
 				switch {
 				case err == nil, ctx.Err() != nil:
-				case errors.Is(err, pgguard.ErrStaleFence), errors.Is(err, pglease.ErrLeaseLost):
+				case errors.Is(err, pgguard.ErrStaleFence), errors.Is(err, pgfence.ErrLeaseLost):
 					// This process was frozen while the goroutine held a
 					// permit: its late write is refused, as it must be.
 					say("refused %v", err)

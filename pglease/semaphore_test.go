@@ -3,6 +3,7 @@ package pglease_test
 import (
 	"context"
 	"errors"
+	"github.com/pgfence/pgfence"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -49,13 +50,13 @@ func TestSemaphorePermitsSlotsAndMismatch(t *testing.T) {
 			}
 			held = append(held, l)
 		}
-		if _, err := s.TryAcquire(ctx, 5*time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
-			t.Fatalf("fourth permit of three: %v, want ErrNotAcquired", err)
+		if _, err := s.TryAcquire(ctx, 5*time.Second); !errors.Is(err, pgfence.ErrNotAcquired) {
+			t.Fatalf("fourth permit of three: %v, want pgfence.ErrNotAcquired", err)
 		}
 	})
 	pgtest.Step(t, "a plain lease of the key is refused while permits are held", func(t *testing.T) {
-		if _, err := c.TryAcquire(ctx, key, 5*time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
-			t.Fatalf("a plain lease of a key held as permits: %v, want ErrNotAcquired", err)
+		if _, err := c.TryAcquire(ctx, key, 5*time.Second); !errors.Is(err, pgfence.ErrNotAcquired) {
+			t.Fatalf("a plain lease of a key held as permits: %v, want pgfence.ErrNotAcquired", err)
 		}
 	})
 	pgtest.Step(t, "another number of permits is refused while permits are held", func(t *testing.T) {
@@ -108,7 +109,7 @@ func TestSemaphoreDeadHolderReturnsAtTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := semaphore(t, live, key, 1)
-	if _, err := s.TryAcquire(ctx, time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
+	if _, err := s.TryAcquire(ctx, time.Second); !errors.Is(err, pgfence.ErrNotAcquired) {
 		t.Fatalf("while held: %v", err)
 	}
 	l, err := s.Acquire(ctx, time.Second)
@@ -119,11 +120,11 @@ func TestSemaphoreDeadHolderReturnsAtTTL(t *testing.T) {
 	if l.Fence() <= old.Fence() {
 		t.Fatalf("fence %d after %d", l.Fence(), old.Fence())
 	}
-	if err := old.Renew(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
-		t.Fatalf("renewing the expired permit: %v, want ErrLeaseLost", err)
+	if err := old.Renew(ctx); !errors.Is(err, pgfence.ErrLeaseLost) {
+		t.Fatalf("renewing the expired permit: %v, want pgfence.ErrLeaseLost", err)
 	}
-	if err := old.Release(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
-		t.Fatalf("releasing the expired permit: %v, want ErrLeaseLost", err)
+	if err := old.Release(ctx); !errors.Is(err, pgfence.ErrLeaseLost) {
+		t.Fatalf("releasing the expired permit: %v, want pgfence.ErrLeaseLost", err)
 	}
 	if context.Cause(l.Context()) != nil {
 		t.Fatalf("the new holder's permit ended: %v", context.Cause(l.Context()))
@@ -177,18 +178,18 @@ func TestSemaphoreInput(t *testing.T) {
 	t.Parallel()
 	c := newClient(t, pgtest.Pool(t))
 	for _, n := range []int{0, -1, pglease.MaxPermits + 1} {
-		if _, err := c.Semaphore("k", n); !errors.Is(err, pglease.ErrInvalidInput) {
+		if _, err := c.Semaphore("k", n); !errors.Is(err, pgfence.ErrInvalidInput) {
 			t.Errorf("%d permits: %v", n, err)
 		}
 	}
-	if _, err := c.Semaphore("", 2); !errors.Is(err, pglease.ErrInvalidInput) {
+	if _, err := c.Semaphore("", 2); !errors.Is(err, pgfence.ErrInvalidInput) {
 		t.Errorf("empty key: %v", err)
 	}
 	s := semaphore(t, c, "k", 2)
-	if _, err := s.TryAcquire(context.Background(), time.Nanosecond); !errors.Is(err, pglease.ErrInvalidInput) {
+	if _, err := s.TryAcquire(context.Background(), time.Nanosecond); !errors.Is(err, pgfence.ErrInvalidInput) {
 		t.Errorf("1 ns TTL: %v", err)
 	}
-	if err := s.Do(context.Background(), time.Second, nil); !errors.Is(err, pglease.ErrInvalidInput) {
+	if err := s.Do(context.Background(), time.Second, nil); !errors.Is(err, pgfence.ErrInvalidInput) {
 		t.Errorf("nil fn: %v", err)
 	}
 }

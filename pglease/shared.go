@@ -31,7 +31,7 @@ func (c *Client) exclusiveWaitPlace() time.Duration {
 }
 
 // TryAcquireShared takes a shared lease on key for ttl, or returns
-// ErrNotAcquired at once when an exclusive lease is held or waited for
+// pgfence.ErrNotAcquired at once when an exclusive lease is held or waited for
 // (ErrPermitsMismatch when the key is held as a semaphore).
 func (c *Client) TryAcquireShared(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
 	if err := c.checkArgs(key, ttl); err != nil {

@@ -3,6 +3,7 @@ package pglease_test
 import (
 	"context"
 	"errors"
+	"github.com/pgfence/pgfence"
 	"testing"
 	"time"
 
@@ -35,7 +36,7 @@ func TestSharedExclusive(t *testing.T) {
 		}
 	})
 	pgtest.Step(t, "TryAcquire is refused and takes no place", func(t *testing.T) {
-		if _, err := c.TryAcquire(ctx, key, 5*time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
+		if _, err := c.TryAcquire(ctx, key, 5*time.Second); !errors.Is(err, pgfence.ErrNotAcquired) {
 			t.Fatalf("exclusive while shared are held: %v", err)
 		}
 		extra, err := c.TryAcquireShared(ctx, key, 5*time.Second)
@@ -57,7 +58,7 @@ func TestSharedExclusive(t *testing.T) {
 		deadline := time.Now().Add(5 * time.Second)
 		for {
 			l, err := c.TryAcquireShared(ctx, key, 5*time.Second)
-			if errors.Is(err, pglease.ErrNotAcquired) {
+			if errors.Is(err, pgfence.ErrNotAcquired) {
 				break
 			}
 			if err != nil {
@@ -97,10 +98,10 @@ func TestSharedExclusive(t *testing.T) {
 		}
 	})
 	pgtest.Step(t, "the exclusive lease excludes readers and writers", func(t *testing.T) {
-		if _, err := c.TryAcquireShared(ctx, key, 5*time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
+		if _, err := c.TryAcquireShared(ctx, key, 5*time.Second); !errors.Is(err, pgfence.ErrNotAcquired) {
 			t.Fatalf("shared while exclusive is held: %v", err)
 		}
-		if _, err := c.TryAcquire(ctx, key, 5*time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
+		if _, err := c.TryAcquire(ctx, key, 5*time.Second); !errors.Is(err, pgfence.ErrNotAcquired) {
 			t.Fatalf("second exclusive: %v", err)
 		}
 	})
@@ -134,7 +135,7 @@ func TestExclusiveWaiterGivesUp(t *testing.T) {
 	defer r.Release(ctx)
 	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	if _, err := c.Acquire(wctx, key, 5*time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
+	if _, err := c.Acquire(wctx, key, 5*time.Second); !errors.Is(err, pgfence.ErrNotAcquired) {
 		t.Fatalf("exclusive waiter: %v", err)
 	}
 	l, err := c.TryAcquireShared(ctx, key, 5*time.Second)

@@ -3,6 +3,7 @@ package pglease_test
 import (
 	"context"
 	"errors"
+	"github.com/pgfence/pgfence"
 	"slices"
 	"testing"
 	"time"
@@ -329,7 +330,7 @@ func TestWakeClose(t *testing.T) {
 			t.Fatal(err)
 		}
 		pglease.SetListenerRetry(waiter, time.Minute, time.Minute)
-		if _, err := waiter.Acquire(ctx, key, time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
+		if _, err := waiter.Acquire(ctx, key, time.Second); !errors.Is(err, pgfence.ErrNotAcquired) {
 			t.Fatalf("Acquire of a held key: %v", err)
 		}
 		wakeWaitUntil(t, 5*time.Second, "the listener did not start", func() bool { return pglease.ListenerPID(waiter) != 0 })

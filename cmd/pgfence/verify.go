@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	pgf "github.com/pgfence/pgfence"
 	"io"
 	"log/slog"
 	"os"
@@ -279,7 +280,7 @@ func (a *app) verifyRun(ctx context.Context, o verifyOpts) int {
 	if err == nil {
 		// A lease lost already is for the checks to judge: the server
 		// answered.
-		if err = probe.Release(ctx); errors.Is(err, pglease.ErrLeaseLost) {
+		if err = probe.Release(ctx); errors.Is(err, pgf.ErrLeaseLost) {
 			err = nil
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	pgf "github.com/pgfence/pgfence"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -185,7 +186,7 @@ func (w *workerState) hold(abort context.Context, l *pglease.Lease, owner string
 	rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer rcancel()
 	if err := l.Release(rctx); err != nil {
-		if errors.Is(err, pglease.ErrLeaseLost) {
+		if errors.Is(err, pgf.ErrLeaseLost) {
 			rec.Lost = true
 		} else {
 			w.failed("release", err)

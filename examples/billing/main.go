@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pgfence/pgfence"
 	"sync"
 	"time"
 
@@ -144,7 +145,7 @@ func tick(ctx context.Context, env *story.Env, instances []*instance, concurrent
 func (in *instance) tick(ctx context.Context, env *story.Env, attempted, othersAttempted func()) outcome {
 	l, err := in.leases.TryAcquire(ctx, key, 30*time.Second)
 	attempted()
-	if errors.Is(err, pglease.ErrNotAcquired) {
+	if errors.Is(err, pgfence.ErrNotAcquired) {
 		h, _, _ := in.leases.Holder(ctx, key)
 		env.Logf(in.name, "lease %s is held by %s: skip, someone else is billing", key, h.Owner)
 		return skipped

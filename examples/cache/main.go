@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pgfence/pgfence"
 	"sync"
 	"time"
 
@@ -147,7 +148,7 @@ func (nd *node) get(ctx context.Context, round int, looked, othersLooked func())
 	}
 	l, err := nd.leases.TryAcquire(ctx, leaseKey, 10*time.Second)
 	looked()
-	if errors.Is(err, pglease.ErrNotAcquired) {
+	if errors.Is(err, pgfence.ErrNotAcquired) {
 		if ok {
 			nd.env.Logf(nd.name, "stale, and someone is rebuilding: serve the stale copy now (%s)", value)
 			return servedStale

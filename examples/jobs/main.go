@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/pgfence/pgfence"
 	"sync"
 	"time"
 
@@ -219,7 +220,7 @@ func rescued(ctx context.Context, env *story.Env, v *story.Verdict) error {
 	}
 	env.Note("read back: job %d is %s after %d attempts; %d effect row(s), by %s", id, state, attempt, effects, by)
 	v.Check(errFast == nil && state == "completed" && attempt == 2, "the rescued job was completed by its new worker on attempt 2")
-	v.Check(errors.Is(errSlow, claim.ErrLeaseLost) && errors.Is(errBeat, claim.ErrLeaseLost) && effects == 1 && by == "worker-fast",
+	v.Check(errors.Is(errSlow, pgfence.ErrLeaseLost) && errors.Is(errBeat, pgfence.ErrLeaseLost) && effects == 1 && by == "worker-fast",
 		"the frozen worker's renewal and completion were refused, and its effect rolled back with it (%d effect row)", effects)
 	return nil
 }

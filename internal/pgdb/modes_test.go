@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/pgfence/pgfence"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -233,7 +234,7 @@ func TestREADMESettingBehindPgBouncer(t *testing.T) {
 					ran.Add(1)
 					return tx.QueryRow(ctx, "SELECT $1::bigint + 1", int64(i)).Scan(&n)
 				})
-				if err != nil && !errors.Is(err, advisory.ErrNotAcquired) {
+				if err != nil && !errors.Is(err, pgfence.ErrNotAcquired) {
 					t.Errorf("TryDo with the user's own query: %v", err)
 					return
 				}
