@@ -74,10 +74,6 @@ func runCoord(ctx context.Context, e *env, rep *report) error {
 // coordOps are the timed operations: one acquisition (never waiting) and,
 // when granted, its release. A refusal is no pair.
 func coordOps(c *pglease.Client) (map[string]lockOp, error) {
-	sem, err := c.Semaphore("coord/sem", 4)
-	if err != nil {
-		return nil, err
-	}
 	one := func(l *pglease.Lease, err error) (bool, error) {
 		if errors.Is(err, pgfence.ErrNotAcquired) {
 			return false, nil
@@ -92,9 +88,9 @@ func coordOps(c *pglease.Client) (map[string]lockOp, error) {
 		kMutexHot: func(ctx context.Context, _ string) (bool, error) {
 			return one(c.TryAcquire(ctx, "coord/hot", leaseTTL))
 		},
-		kSem: func(ctx context.Context, _ string) (bool, error) { return one(sem.TryAcquire(ctx, leaseTTL)) },
+		kSem: func(ctx context.Context, _ string) (bool, error) { return one(c.TryAcquire(ctx, "coord/sem", leaseTTL, pglease.Permits(4))) },
 		kShared: func(ctx context.Context, _ string) (bool, error) {
-			return one(c.TryAcquireShared(ctx, "coord/rw", leaseTTL))
+			return one(c.TryAcquire(ctx, "coord/rw", leaseTTL, pglease.Shared()))
 		},
 		kMutexAny: func(ctx context.Context, _ string) (bool, error) { return one(c.TryAcquire(ctx, anyKey(), leaseTTL)) },
 		kSet: func(ctx context.Context, _ string) (bool, error) {

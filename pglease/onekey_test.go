@@ -29,19 +29,15 @@ var kindTakers = []kindTaker{
 	}},
 	{"shared", func(ctx context.Context, c *pglease.Client, key string, wait bool) (*pglease.Lease, error) {
 		if wait {
-			return c.AcquireShared(ctx, key, 10*time.Second)
+			return c.Acquire(ctx, key, 10*time.Second, pglease.Shared())
 		}
-		return c.TryAcquireShared(ctx, key, 10*time.Second)
+		return c.TryAcquire(ctx, key, 10*time.Second, pglease.Shared())
 	}},
 	{"permit", func(ctx context.Context, c *pglease.Client, key string, wait bool) (*pglease.Lease, error) {
-		s, err := c.Semaphore(key, 3)
-		if err != nil {
-			return nil, err
-		}
 		if wait {
-			return s.Acquire(ctx, 10*time.Second)
+			return c.Acquire(ctx, key, 10*time.Second, pglease.Permits(3))
 		}
-		return s.TryAcquire(ctx, 10*time.Second)
+		return c.TryAcquire(ctx, key, 10*time.Second, pglease.Permits(3))
 	}},
 }
 
@@ -219,12 +215,12 @@ func TestHolderSaysTheKind(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, pgtest.Pool(t))
 	key := uniqueKey(t)
-	a, err := c.TryAcquireShared(ctx, key, 10*time.Second)
+	a, err := c.TryAcquire(ctx, key, 10*time.Second, pglease.Shared())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Release(ctx)
-	b, err := c.TryAcquireShared(ctx, key, 10*time.Second)
+	b, err := c.TryAcquire(ctx, key, 10*time.Second, pglease.Shared())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -222,11 +222,11 @@ func TestFairSharedExclusiveOrder(t *testing.T) {
 	for i, exclusive := range []bool{false, false, true, false} {
 		c := newClient(t, warmPool(t), opts...)
 		wg.Go(func() {
-			acquire := c.AcquireShared
+			kind := pglease.Shared()
 			if exclusive {
-				acquire = c.Acquire
+				kind = pglease.Exclusive()
 			}
-			l, err := acquire(ctx, key, 10*time.Second)
+			l, err := c.Acquire(ctx, key, 10*time.Second, kind)
 			if err != nil {
 				t.Error(err)
 				return
@@ -242,7 +242,7 @@ func TestFairSharedExclusiveOrder(t *testing.T) {
 	}
 	// A shared acquirer that does not queue is kept out too: the exclusive
 	// waiter is ahead of it.
-	if _, err := newClient(t, pgtest.Pool(t)).TryAcquireShared(ctx, key, time.Second); !errors.Is(err, pgfence.ErrNotAcquired) {
+	if _, err := newClient(t, pgtest.Pool(t)).TryAcquire(ctx, key, time.Second, pglease.Shared()); !errors.Is(err, pgfence.ErrNotAcquired) {
 		t.Fatalf("TryAcquireShared while an exclusive lease is held and waited for: %v", err)
 	}
 	if err := h.Release(ctx); err != nil {
@@ -276,7 +276,7 @@ func TestFairWakeFromAnyReleaser(t *testing.T) {
 			func() (*pglease.Lease, error) { return waiter.Acquire(ctx, key, 10*time.Second) }},
 		{"semaphore", func() (*pglease.Lease, error) { return sem.TryAcquire(ctx, 10*time.Second) },
 			func() (*pglease.Lease, error) { return semW.Acquire(ctx, 10*time.Second) }},
-		{"exclusive", func() (*pglease.Lease, error) { return plain.TryAcquireShared(ctx, key+"-rw", 10*time.Second) },
+		{"exclusive", func() (*pglease.Lease, error) { return plain.TryAcquire(ctx, key+"-rw", 10*time.Second, pglease.Shared()) },
 			func() (*pglease.Lease, error) { return waiter.Acquire(ctx, key+"-rw", 10*time.Second) }},
 	} {
 		t.Run(kind.name, func(t *testing.T) {
@@ -323,7 +323,7 @@ func TestFairWaiterPermitsMismatch(t *testing.T) {
 	if _, err := semaphore(t, c, key, 3).Acquire(ctx, time.Second); !errors.Is(err, pglease.ErrPermitsMismatch) {
 		t.Fatalf("a fair waiter for 3 permits of a key held as 2: %v", err)
 	}
-	if _, err := c.AcquireShared(ctx, key, time.Second); !errors.Is(err, pglease.ErrPermitsMismatch) {
+	if _, err := c.Acquire(ctx, key, time.Second, pglease.Shared()); !errors.Is(err, pglease.ErrPermitsMismatch) {
 		t.Fatalf("a fair shared waiter on a semaphore key: %v", err)
 	}
 	// An exclusive waiter is not refused: it waits for every permit.

@@ -72,10 +72,7 @@ func (w semWorker) run() error {
 		return err
 	}
 	defer c.Close()
-	sem, err := c.Semaphore(w.key, w.permits)
-	if err != nil {
-		return err
-	}
+	sem := semaphoreKey{c, w.key, w.permits}
 	g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: w.table, KeyColumn: "slot"})
 	if err != nil {
 		return err
@@ -134,7 +131,7 @@ func (w semWorker) run() error {
 	}()...)
 }
 
-func (w semWorker) stuckHolder(ctx context.Context, sem *pglease.Semaphore, write func(*pglease.Lease) error, say func(string, ...any)) error {
+func (w semWorker) stuckHolder(ctx context.Context, sem semaphoreKey, write func(*pglease.Lease) error, say func(string, ...any)) error {
 	l, err := sem.Acquire(ctx, time.Second)
 	if err != nil {
 		return err

@@ -16,13 +16,28 @@ import (
 	"github.com/pgfence/pgfence/pglease"
 )
 
-func semaphore(t *testing.T, c *pglease.Client, key string, permits int) *pglease.Semaphore {
-	t.Helper()
-	s, err := c.Semaphore(key, permits)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+// semaphoreKey is key taken as one of permits permits through c, so that the
+// tests of permits read as the tests of one semaphore.
+type semaphoreKey struct {
+	c       *pglease.Client
+	key     string
+	permits int
+}
+
+func semaphore(t *testing.T, c *pglease.Client, key string, permits int) semaphoreKey {
+	return semaphoreKey{c, key, permits}
+}
+
+func (s semaphoreKey) TryAcquire(ctx context.Context, ttl time.Duration) (*pglease.Lease, error) {
+	return s.c.TryAcquire(ctx, s.key, ttl, pglease.Permits(s.permits))
+}
+
+func (s semaphoreKey) Acquire(ctx context.Context, ttl time.Duration) (*pglease.Lease, error) {
+	return s.c.Acquire(ctx, s.key, ttl, pglease.Permits(s.permits))
+}
+
+func (s semaphoreKey) Do(ctx context.Context, ttl time.Duration, fn func(context.Context, *pglease.Lease) error) error {
+	return s.c.Do(ctx, s.key, ttl, fn, pglease.Permits(s.permits))
 }
 
 // Three permits: three TryAcquires get slots 0, 1, 2 with rising fences;
@@ -42,8 +57,8 @@ func TestSemaphorePermitsSlotsAndMismatch(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if l.Slot() != i || l.Permits() != 3 {
-				t.Fatalf("permit %d: slot %d of %d", i, l.Slot(), l.Permits())
+			if l.Slot() != i || l.Kind() != pglease.Permits(3) {
+				t.Fatalf("permit %d: slot %d, kind %v of %d", i, l.Slot(), l.Kind(), l.Kind().Permits())
 			}
 			if i > 0 && l.Fence() <= held[i-1].Fence() {
 				t.Fatalf("fence %d after %d", l.Fence(), held[i-1].Fence())
@@ -65,7 +80,7 @@ func TestSemaphorePermitsSlotsAndMismatch(t *testing.T) {
 				t.Fatalf("%d permits on a key held with 3: %v, want ErrPermitsMismatch", n, err)
 			}
 		}
-		if _, err := c.TryAcquireShared(ctx, key, 5*time.Second); !errors.Is(err, pglease.ErrPermitsMismatch) {
+		if _, err := c.TryAcquire(ctx, key, 5*time.Second, pglease.Shared()); !errors.Is(err, pglease.ErrPermitsMismatch) {
 			t.Fatalf("shared lease on a semaphore's key: %v, want ErrPermitsMismatch", err)
 		}
 	})
@@ -178,12 +193,15 @@ func TestSemaphoreInput(t *testing.T) {
 	t.Parallel()
 	c := newClient(t, pgtest.Pool(t))
 	for _, n := range []int{0, -1, pglease.MaxPermits + 1} {
-		if _, err := c.Semaphore("k", n); !errors.Is(err, pgfence.ErrInvalidInput) {
+		if _, err := c.TryAcquire(context.Background(), "k", time.Second, pglease.Permits(n)); !errors.Is(err, pgfence.ErrInvalidInput) {
 			t.Errorf("%d permits: %v", n, err)
 		}
 	}
-	if _, err := c.Semaphore("", 2); !errors.Is(err, pgfence.ErrInvalidInput) {
+	if _, err := c.TryAcquire(context.Background(), "", time.Second, pglease.Permits(2)); !errors.Is(err, pgfence.ErrInvalidInput) {
 		t.Errorf("empty key: %v", err)
+	}
+	if _, err := c.TryAcquire(context.Background(), "k", time.Second, pglease.Shared(), pglease.Permits(2)); !errors.Is(err, pgfence.ErrInvalidInput) {
+		t.Errorf("two kinds: %v", err)
 	}
 	s := semaphore(t, c, "k", 2)
 	if _, err := s.TryAcquire(context.Background(), time.Nanosecond); !errors.Is(err, pgfence.ErrInvalidInput) {
@@ -208,7 +226,7 @@ func TestCoordinationKindsWithSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := c.TryAcquireShared(ctx, key+"/rw", 5*time.Second)
+	r, err := c.TryAcquire(ctx, key+"/rw", 5*time.Second, pglease.Shared())
 	if err != nil {
 		t.Fatal(err)
 	}
