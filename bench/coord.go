@@ -88,7 +88,9 @@ func coordOps(c *pglease.Client) (map[string]lockOp, error) {
 		kMutexHot: func(ctx context.Context, _ string) (bool, error) {
 			return one(c.TryAcquire(ctx, "coord/hot", leaseTTL))
 		},
-		kSem: func(ctx context.Context, _ string) (bool, error) { return one(c.TryAcquire(ctx, "coord/sem", leaseTTL, pglease.Permits(4))) },
+		kSem: func(ctx context.Context, _ string) (bool, error) {
+			return one(c.TryAcquire(ctx, "coord/sem", leaseTTL, pglease.Permits(4)))
+		},
 		kShared: func(ctx context.Context, _ string) (bool, error) {
 			return one(c.TryAcquire(ctx, "coord/rw", leaseTTL, pglease.Shared()))
 		},
@@ -118,8 +120,8 @@ func (r *report) coordTable(p func(string, ...any)) {
 	p("## Coordination kinds: acquire + release pairs per second")
 	p("")
 	p("Each client loops: one acquisition that never waits, then its release (`WithoutAutoRenew`, TTL 30 s, one client on one pool); a refusal counts no pair. " +
-		"**mutex**: `TryAcquire`. **semaphore N=4**: `Semaphore(key, 4).TryAcquire` (a permit with its own fence; every acquisition of the key is judged under the key's row lock). " +
-		"**shared**: `TryAcquireShared`. **key set of 2**: `TryAcquireSet` of two keys drawn from 10,000, in one statement, all or none. Releases commit asynchronously for every kind.")
+		"**mutex**: `TryAcquire`. **semaphore N=4**: `TryAcquire(key, ttl, pglease.Permits(4))` (a permit with its own fence; every acquisition of the key is judged under the key's row lock). " +
+		"**shared**: `TryAcquire(key, ttl, pglease.Shared())`. **key set of 2**: `TryAcquireSet` of two keys drawn from 10,000, in one statement, all or none. Releases commit asynchronously for every kind.")
 	p("")
 	p("| clients | %s |", strings.Join(coordOrder, " | "))
 	p("|---:|%s", strings.Repeat("---:|", len(coordOrder)))

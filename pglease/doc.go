@@ -18,7 +18,7 @@
 //
 // A key is one lock whatever kind its holders ask for; a plain lease is its
 // exclusive kind. The other kinds, each grant with its own fence:
-// [Client.Semaphore] (N permits per key, a slot each), [Client.AcquireShared]
+// [Permits] (N permits per key, a slot each), [Shared]
 // (readers beside each other, excluded by the exclusive lease, with writer
 // preference),
 // [Client.AcquireSet] (several keys, all or none), [WithFairWaiting]

@@ -276,7 +276,9 @@ func TestFairWakeFromAnyReleaser(t *testing.T) {
 			func() (*pglease.Lease, error) { return waiter.Acquire(ctx, key, 10*time.Second) }},
 		{"semaphore", func() (*pglease.Lease, error) { return sem.TryAcquire(ctx, 10*time.Second) },
 			func() (*pglease.Lease, error) { return semW.Acquire(ctx, 10*time.Second) }},
-		{"exclusive", func() (*pglease.Lease, error) { return plain.TryAcquire(ctx, key+"-rw", 10*time.Second, pglease.Shared()) },
+		{"exclusive", func() (*pglease.Lease, error) {
+			return plain.TryAcquire(ctx, key+"-rw", 10*time.Second, pglease.Shared())
+		},
 			func() (*pglease.Lease, error) { return waiter.Acquire(ctx, key+"-rw", 10*time.Second) }},
 	} {
 		t.Run(kind.name, func(t *testing.T) {

@@ -18,8 +18,8 @@ import (
 // and the read after a release that found nothing go to that row;
 // everything else about a lease is the same for every kind.
 type leaseRow struct {
-	slot    int32 // the row's slot: 0 for the key's row, 1 and up for a shared holder or permit
-	kind    Kind  // the kind granted
+	slot int32 // the row's slot: 0 for the key's row, 1 and up for a shared holder or permit
+	kind Kind  // the kind granted
 
 	// hold is the minimum hold (HoldAtLeast): a release before the grant
 	// time plus hold leaves the lease held until then. Guarded by the

@@ -409,7 +409,9 @@ func TestWakeOnReleasePermits(t *testing.T) {
 	}{
 		{"semaphore", func() (*pglease.Lease, error) { return semH.TryAcquire(ctx, 10*time.Second) },
 			func() (*pglease.Lease, error) { return semW.Acquire(ctx, 10*time.Second) }},
-		{"exclusive", func() (*pglease.Lease, error) { return holder.TryAcquire(ctx, key+"-rw", 10*time.Second, pglease.Shared()) },
+		{"exclusive", func() (*pglease.Lease, error) {
+			return holder.TryAcquire(ctx, key+"-rw", 10*time.Second, pglease.Shared())
+		},
 			func() (*pglease.Lease, error) { return waiter.Acquire(ctx, key+"-rw", 10*time.Second) }},
 	} {
 		t.Run(kind.name, func(t *testing.T) {
