@@ -1,12 +1,10 @@
 package advisory
 
 import (
-	"fmt"
-
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"github.com/pgfence/pgfence"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/fencesql"
 	"github.com/pgfence/pgfence/internal/pgdb"
 	"github.com/pgfence/pgfence/internal/validate"

@@ -3,7 +3,6 @@ package advisory_test
 import (
 	"context"
 	"errors"
-	"github.com/pgfence/pgfence"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/advisory"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )

@@ -3,7 +3,6 @@ package advisory_test
 import (
 	"context"
 	"errors"
-	"github.com/pgfence/pgfence"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -13,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/advisory"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )

@@ -3,12 +3,12 @@ package advisory
 import (
 	"context"
 	"fmt"
-	"github.com/pgfence/pgfence"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/fencesql"
 	"github.com/pgfence/pgfence/internal/pgdb"
 )

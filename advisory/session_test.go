@@ -3,10 +3,10 @@ package advisory_test
 import (
 	"context"
 	"errors"
-	"github.com/pgfence/pgfence"
 	"testing"
 	"time"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/advisory"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/pgfence/pgfence"
 	"math/rand/v2"
 	"strings"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/pglease"
 )
 

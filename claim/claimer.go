@@ -1,13 +1,12 @@
 package claim
 
 import (
-	"sync"
-	"sync/atomic"
-
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"

@@ -3,8 +3,8 @@ package claim
 import (
 	"errors"
 	"fmt"
-	"github.com/pgfence/pgfence"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/keepalive"
 	"github.com/pgfence/pgfence/internal/validate"
 )

@@ -3,7 +3,6 @@ package claim
 import (
 	"context"
 	"errors"
-	"github.com/pgfence/pgfence"
 	"log/slog"
 	"runtime"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/otelx"
 	"github.com/pgfence/pgfence/internal/pgdb"
 )

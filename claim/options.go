@@ -1,10 +1,9 @@
 package claim
 
 import (
+	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
-
-	"fmt"
 	"os"
 	"time"
 

@@ -3,13 +3,13 @@ package claim_test
 import (
 	"context"
 	"errors"
-	"github.com/pgfence/pgfence"
 	"strconv"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/claim"
 	"github.com/pgfence/pgfence/internal/testsupport/otelxtest"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"

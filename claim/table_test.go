@@ -3,10 +3,10 @@ package claim_test
 import (
 	"context"
 	"errors"
-	"github.com/pgfence/pgfence"
 	"strings"
 	"testing"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/claim"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/pgfence/pgfence"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/pgdb"
 )
 

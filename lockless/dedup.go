@@ -1,15 +1,14 @@
 package lockless
 
 import (
-	"github.com/pgfence/pgfence"
-	"strings"
-
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/pgdb"
 )
 

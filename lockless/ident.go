@@ -1,15 +1,14 @@
 package lockless
 
 import (
-	"github.com/pgfence/pgfence"
-	"slices"
-
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/catalog"
 	"github.com/pgfence/pgfence/internal/validate"
 )

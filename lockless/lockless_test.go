@@ -3,7 +3,6 @@ package lockless_test
 import (
 	"context"
 	"errors"
-	"github.com/pgfence/pgfence"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/lockless"
 )

@@ -3,10 +3,10 @@ package lockless_test
 import (
 	"context"
 	"errors"
-	"github.com/pgfence/pgfence"
 	"strings"
 	"testing"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/lockless"
 )
 

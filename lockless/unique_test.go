@@ -3,12 +3,12 @@ package lockless_test
 import (
 	"context"
 	"errors"
-	"github.com/pgfence/pgfence"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/lockless"
 )
 

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/pgfence/pgfence"
 	"sort"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/pgdb"
 )
 

@@ -1,13 +1,13 @@
 package pgguard
 
 import (
+	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 
-	"errors"
-	"fmt"
-
 	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/pgfence/pgfence/internal/pgerr"
 	"github.com/pgfence/pgfence/internal/validate"
 )

@@ -3,7 +3,6 @@ package pgguard_test
 import (
 	"context"
 	"errors"
-	"github.com/pgfence/pgfence"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/metric/noop"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pgguard"
 )

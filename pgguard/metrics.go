@@ -3,13 +3,13 @@ package pgguard
 import (
 	"context"
 	"errors"
-	"github.com/pgfence/pgfence"
 	"reflect"
 	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/otelx"
 )
 

@@ -1,16 +1,15 @@
 package pgguard
 
 import (
-	"github.com/pgfence/pgfence"
-	"strconv"
-
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/catalog"
 	"github.com/pgfence/pgfence/internal/validate"
 )

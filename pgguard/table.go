@@ -3,11 +3,11 @@ package pgguard
 import (
 	"context"
 	"fmt"
-	"github.com/pgfence/pgfence"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/catalog"
 	"github.com/pgfence/pgfence/internal/validate"
 )

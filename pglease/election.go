@@ -3,10 +3,11 @@ package pglease
 import (
 	"context"
 	"errors"
-	"github.com/pgfence/pgfence"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfence/pgfence"
 )
 
 // Campaign competes for leadership under key until ctx ends, for as many

@@ -3,9 +3,9 @@ package pglease
 import (
 	"errors"
 	"fmt"
-	"github.com/pgfence/pgfence"
 	"time"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/validate"
 )
 

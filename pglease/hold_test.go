@@ -3,12 +3,12 @@ package pglease_test
 import (
 	"context"
 	"errors"
-	"github.com/pgfence/pgfence"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pglease"
 )

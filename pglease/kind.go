@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/pgfence/pgfence"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/fencesql"
 	"github.com/pgfence/pgfence/internal/pgerr"
 	"github.com/pgfence/pgfence/internal/validate"

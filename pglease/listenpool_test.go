@@ -2,10 +2,10 @@ package pglease_test
 
 import (
 	"errors"
-	"github.com/pgfence/pgfence"
 	"strings"
 	"testing"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pglease"
 )

@@ -3,7 +3,6 @@ package pglease
 import (
 	"context"
 	"errors"
-	"github.com/pgfence/pgfence"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -11,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/keepalive"
 	"github.com/pgfence/pgfence/internal/otelx"
 )

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/pgfence/pgfence"
 	mrand "math/rand/v2"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pglease"
 )

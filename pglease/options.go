@@ -2,7 +2,6 @@ package pglease
 
 import (
 	"fmt"
-	"github.com/pgfence/pgfence"
 	"log/slog"
 	"os"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/validate"
 )
 

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/pgfence/pgfence"
 	mrand "math/rand/v2"
 	"time"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/fencesql"
 )
 

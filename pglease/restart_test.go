@@ -3,12 +3,12 @@ package pglease_test
 import (
 	"context"
 	"errors"
-	"github.com/pgfence/pgfence"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/testsupport/dbenv"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/migrations"

@@ -3,10 +3,10 @@ package pglease_test
 import (
 	"context"
 	"errors"
-	"github.com/pgfence/pgfence"
 	"testing"
 	"time"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pglease"
 )

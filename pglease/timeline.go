@@ -3,6 +3,7 @@ package pglease
 import (
 	"context"
 	"fmt"
+
 	"github.com/pgfence/pgfence"
 )
 

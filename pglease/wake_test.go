@@ -3,13 +3,13 @@ package pglease_test
 import (
 	"context"
 	"errors"
-	"github.com/pgfence/pgfence"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/fencesql"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"

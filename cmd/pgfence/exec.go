@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	pgf "github.com/pgfence/pgfence"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	pgf "github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/cmd/pgfence/internal/oddrow"
 	"github.com/pgfence/pgfence/internal/validate"
 	"github.com/pgfence/pgfence/pglease"

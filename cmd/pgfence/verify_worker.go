@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	pgf "github.com/pgfence/pgfence"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	pgf "github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/pgdb"
 	"github.com/pgfence/pgfence/pglease"
 )

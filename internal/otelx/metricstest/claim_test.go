@@ -3,7 +3,6 @@ package metricstest_test
 import (
 	"context"
 	"errors"
-	"github.com/pgfence/pgfence"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/claim"
 	"github.com/pgfence/pgfence/internal/testsupport/otelxtest"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"

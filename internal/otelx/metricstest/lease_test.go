@@ -3,12 +3,12 @@ package metricstest_test
 import (
 	"context"
 	"errors"
-	"github.com/pgfence/pgfence"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/testsupport/otelxtest"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pglease"
