@@ -225,7 +225,7 @@ func TestHolderSaysTheKind(t *testing.T) {
 		t.Fatal(err)
 	}
 	h, ok, err := c.Holder(ctx, key)
-	if err != nil || !ok || h.Kind != "shared" || !h.Held || h.Fence != b.Fence() || h.Owner != "" {
+	if err != nil || !ok || h.Kind != pglease.Shared() || !h.Held || h.Fence != b.Fence() || h.Owner != "" {
 		t.Fatalf("Holder of a key held shared: %+v %v %v", h, ok, err)
 	}
 	b.Release(ctx)
@@ -238,7 +238,65 @@ func TestHolderSaysTheKind(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Release(ctx)
-	if h, _, err := c.Holder(ctx, key); err != nil || h.Kind != "exclusive" || h.Owner != c.Owner() || h.Fence != l.Fence() {
+	if h, _, err := c.Holder(ctx, key); err != nil || h.Kind != pglease.Exclusive() || h.Owner != c.Owner() || h.Fence != l.Fence() {
 		t.Fatalf("Holder of a plain lease: %+v %v", h, err)
+	}
+}
+
+// Holder and Observe name every holder of a key held as permits or shared:
+// each one's owner, fence, slot and expiry, from one read; a permit given back
+// is a change Observe reports, with the holders left.
+func TestHolderListsEveryHolder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	for _, kind := range []pglease.Kind{pglease.Permits(3), pglease.Shared()} {
+		t.Run(kind.String(), func(t *testing.T) {
+			key := uniqueKey(t)
+			var leases []*pglease.Lease
+			for i := range 3 {
+				c := newClient(t, pool, pglease.WithOwner(fmt.Sprintf("holder-%d", i)))
+				l, err := c.TryAcquire(ctx, key, 10*time.Second, kind)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer l.Release(ctx)
+				leases = append(leases, l)
+			}
+			watcher := newClient(t, pool)
+			h, ok, err := watcher.Holder(ctx, key)
+			if err != nil || !ok || h.Kind != kind || !h.Held || h.Owner != "" || h.Fence != leases[2].Fence() || len(h.Holders) != 3 {
+				t.Fatalf("Holder: %+v %v %v", h, ok, err)
+			}
+			for i, got := range h.Holders {
+				l := leases[i]
+				if got.Owner != fmt.Sprintf("holder-%d", i) || got.Fence != l.Fence() || got.Slot != l.Slot() || got.Kind != kind ||
+					!got.Held || got.Remaining <= 0 || got.Remaining > 10*time.Second || got.Since.IsZero() || got.Key != key {
+					t.Errorf("holder %d: %+v, want the lease of fence %d in slot %d", i, got, l.Fence(), l.Slot())
+				}
+			}
+
+			octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			ch, err := watcher.Observe(octx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if first := <-ch; len(first.Holders) != 3 {
+				t.Fatalf("Observe's first value: %+v", first)
+			}
+			if err := leases[1].Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for h := range ch {
+				if len(h.Holders) == 2 {
+					if !h.Held || h.Holders[0].Fence != leases[0].Fence() || h.Holders[1].Fence != leases[2].Fence() {
+						t.Fatalf("after a release: %+v", h)
+					}
+					return
+				}
+			}
+			t.Fatal("Observe did not report the release of one holder")
+		})
 	}
 }
