@@ -243,7 +243,7 @@ func TestFairSharedExclusiveOrder(t *testing.T) {
 	// A shared acquirer that does not queue is kept out too: the exclusive
 	// waiter is ahead of it.
 	if _, err := newClient(t, pgtest.Pool(t)).TryAcquire(ctx, key, time.Second, pglease.Shared()); !errors.Is(err, pgfence.ErrNotAcquired) {
-		t.Fatalf("TryAcquireShared while an exclusive lease is held and waited for: %v", err)
+		t.Fatalf("TryAcquire(Shared) while an exclusive lease is held and waited for: %v", err)
 	}
 	if err := h.Release(ctx); err != nil {
 		t.Fatal(err)
