@@ -23,6 +23,8 @@ type Claimer struct {
 	db   pgdb.DB // pool through pgdb.Wrap, built once
 	cfg  config
 	sql  statements
+	// enqueue is Enqueue's statement on the claimer's table (enqueue.go).
+	enqueue string
 	// pipeline: completions may ride in a claim's pipeline (a pgx.Batch,
 	// sent in the pool's default mode), which is unsafe behind a
 	// transaction pooler when that mode prepares named statements.
@@ -105,7 +107,11 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Claimer, err
 	if err != nil {
 		return nil, err
 	}
-	c := &Claimer{pool: pool, db: pgdb.Wrap(pool, ""), cfg: cfg, sql: stmts, pipeline: pipeline}
+	enqueue, err := enqueueStatement(cfg.table, cfg.schema)
+	if err != nil {
+		return nil, err
+	}
+	c := &Claimer{pool: pool, db: pgdb.Wrap(pool, ""), cfg: cfg, sql: stmts, enqueue: enqueue, pipeline: pipeline}
 	c.met = newMetrics(c)
 	return c, nil
 }

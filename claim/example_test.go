@@ -24,15 +24,15 @@ func ExampleClaimer() {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	for i := range 3 {
-		payload := []byte(fmt.Sprintf(`{"user":%d}`, i))
-		if _, err := claim.Enqueue(ctx, pool, claim.NewJob{Queue: "example-emails", Kind: "welcome", Payload: payload}); err != nil {
-			log.Fatal(err)
-		}
-	}
 	c, err := claim.New(ctx, pool, claim.WithQueue("example-emails"), claim.WithOwner("mailer-1"))
 	if err != nil {
 		log.Fatal(err)
+	}
+	for i := range 3 {
+		payload := []byte(fmt.Sprintf(`{"user":%d}`, i))
+		if _, err := c.Enqueue(ctx, pool, claim.NewJob{Kind: "welcome", Payload: payload}); err != nil {
+			log.Fatal(err)
+		}
 	}
 	jobs, err := c.Claim(ctx, 10, 30*time.Second)
 	if err != nil {
@@ -82,7 +82,7 @@ func ExampleRunner() {
 		log.Fatal(err)
 	}
 	for range 5 {
-		if _, err := claim.Enqueue(ctx, pool, claim.NewJob{Queue: "example-pool", Notify: "example_pool_jobs"}); err != nil {
+		if _, err := c.Enqueue(ctx, pool, claim.NewJob{Notify: "example_pool_jobs"}); err != nil {
 			log.Fatal(err)
 		}
 	}

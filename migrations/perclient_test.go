@@ -232,7 +232,11 @@ func sideBySide(t *testing.T, pool *pgxpool.Pool) {
 	t.Run("claim runners", func(t *testing.T) {
 		ids := map[string]int64{}
 		for _, s := range []string{a, b} {
-			id, err := claim.Enqueue(ctx, pool, claim.NewJob{Kind: "side", Schema: s})
+			enq, err := claim.New(ctx, pool, claim.WithSchema(s))
+			if err != nil {
+				t.Fatal(err)
+			}
+			id, err := enq.Enqueue(ctx, pool, claim.NewJob{Kind: "side"})
 			if err != nil {
 				t.Fatalf("enqueue in %s: %v", s, err)
 			}
@@ -324,9 +328,6 @@ func TestPerClientSchemaInput(t *testing.T) {
 		if _, err := claim.New(ctx, pool, claim.WithSchema(bad)); !errors.Is(err, pgfence.ErrInvalidInput) {
 			t.Errorf("claim.WithSchema(%q): %v, want pgfence.ErrInvalidInput", bad, err)
 		}
-		if _, err := claim.Enqueue(ctx, pool, claim.NewJob{Schema: bad + "x"}); !errors.Is(err, pgfence.ErrInvalidInput) && bad != "" {
-			t.Errorf("claim.NewJob{Schema: %q}: %v, want pgfence.ErrInvalidInput", bad+"x", err)
-		}
 		if _, err := payouts.New(ctx, pool, payouts.WithSchema(bad)); !errors.Is(err, pgfence.ErrInvalidInput) {
 			t.Errorf("payouts.WithSchema(%q): %v, want pgfence.ErrInvalidInput", bad, err)
 		}
@@ -355,8 +356,6 @@ func TestPerClientSchemaInput(t *testing.T) {
 	wantHint("pglease TryAcquire", err)
 	_, err = claim.New(ctx, pool, claim.WithSchema(missing))
 	wantHint("claim.New", err)
-	_, err = claim.Enqueue(ctx, pool, claim.NewJob{Schema: missing})
-	wantHint("claim.Enqueue", err)
 	_, err = payouts.New(ctx, pool, payouts.WithSchema(missing))
 	wantHint("payouts.New", err)
 	_, err = pgguard.NewGuard(ctx, pool, table, pgguard.WithSchema(missing))

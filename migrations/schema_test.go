@@ -188,7 +188,11 @@ func TestSchemasSideBySide(t *testing.T) {
 
 	pgtest.Step(t, "claims stay in their schema", func(t *testing.T) {
 		// A claimer on Beta Fences' jobs table: alpha's queue stays untouched.
-		if _, err := claim.Enqueue(ctx, b, claim.NewJob{Queue: "mail", Kind: "k"}); err != nil {
+		enq, err := claim.New(ctx, b, claim.WithQueue("mail"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := enq.Enqueue(ctx, b, claim.NewJob{Kind: "k"}); err != nil {
 			t.Fatal(err)
 		}
 		claimA, err := claim.New(ctx, a, claim.WithQueue("mail"))

@@ -114,7 +114,7 @@ func runCore(t *testing.T, pool *pgxpool.Pool, worker int) {
 
 	// claim: enqueue (JSON payload), claim, complete.
 	queue := name("q")
-	id, err := claim.Enqueue(ctx, pool, claim.NewJob{Queue: queue, Kind: "k", Payload: json.RawMessage(`{"n": 1}`)})
+	id, err := enqueueOn(ctx, pool, queue, claim.NewJob{Kind: "k", Payload: json.RawMessage(`{"n": 1}`)})
 	if check("enqueue", err) {
 		cl, err := claim.New(ctx, pool, claim.WithQueue(queue))
 		if check("claim.New", err) {
@@ -165,14 +165,14 @@ func testPoolBehindBouncer(t *testing.T, pool *pgxpool.Pool) {
 	defer cancel()
 	queue := name("poolq")
 	const jobs = 40
-	for i := range jobs {
-		if _, err := claim.Enqueue(ctx, pool, claim.NewJob{Queue: queue, Kind: "k", Payload: json.RawMessage(fmt.Sprintf(`{"i": %d}`, i))}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	cl, err := claim.New(ctx, pool, claim.WithQueue(queue))
 	if err != nil {
 		t.Fatal(err)
+	}
+	for i := range jobs {
+		if _, err := cl.Enqueue(ctx, pool, claim.NewJob{Kind: "k", Payload: json.RawMessage(fmt.Sprintf(`{"i": %d}`, i))}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var done atomic.Int64
 	all := make(chan struct{})
@@ -245,4 +245,13 @@ func TestREADMESettingBehindPgBouncer(t *testing.T) {
 	if ran.Load() == 0 {
 		t.Fatal("no function ran")
 	}
+}
+
+// enqueueOn enqueues j on queue of the ready-made jobs table.
+func enqueueOn(ctx context.Context, pool *pgxpool.Pool, queue string, j claim.NewJob) (int64, error) {
+	c, err := claim.New(ctx, pool, claim.WithQueue(queue))
+	if err != nil {
+		return 0, err
+	}
+	return c.Enqueue(ctx, pool, j)
 }
