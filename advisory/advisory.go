@@ -160,7 +160,7 @@ func TryDo(ctx context.Context, pool *pgxpool.Pool, key Key, fn func(ctx context
 		return fmt.Errorf("advisory: locking %v: %w", key, err)
 	}
 	if !got {
-		return fmt.Errorf("%w: %v", pgfence.ErrNotAcquired, key)
+		return fmt.Errorf("advisory: lock %v is held by another transaction: %w", key, pgfence.ErrNotAcquired)
 	}
 	return finish(ctx, tx, key, pid, fn)
 }

@@ -97,7 +97,7 @@ func lockSession(ctx context.Context, pool *pgxpool.Pool, key Key, try bool) (*S
 		return nil, fmt.Errorf("advisory: locking %v: %w", key, err)
 	case !got:
 		closeConn()
-		return nil, fmt.Errorf("%w: %v", pgfence.ErrNotAcquired, key)
+		return nil, fmt.Errorf("advisory: lock %v is held by another session: %w", key, pgfence.ErrNotAcquired)
 	}
 	return &SessionLock{key: key, conn: conn}, nil
 }
