@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -13,20 +12,13 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/fencesql"
 	"github.com/pgfence/pgfence/internal/pgdb"
 	"github.com/pgfence/pgfence/internal/validate"
 )
 
-var (
-	// ErrNotAcquired: TryDo found the key locked by another transaction and
-	// did not run the function.
-	ErrNotAcquired = errors.New("advisory: lock is held by another transaction")
-
-	// ErrInvalidInput: a key, pool or function was refused before anything
-	// was sent to the database.
-	ErrInvalidInput = validate.ErrInvalidInput
-)
+var ()
 
 func invalid(format string, args ...any) error { return validate.Invalid("advisory", format, args...) }
 
@@ -144,7 +136,7 @@ func check(pool *pgxpool.Pool, key Key, fn func(context.Context, pgx.Tx) error) 
 // panics). The key is held until the transaction ends, which is after fn
 // has returned: a statement of fn's that fails aborts only the savepoint, so
 // the key stays held while fn goes on. When another transaction holds key,
-// TryDo returns ErrNotAcquired at once and fn does not run. The error is
+// TryDo returns pgfence.ErrNotAcquired at once and fn does not run. The error is
 // fn's error, unchanged, or the commit's.
 //
 // fn's tx is the lock's transaction seen through its savepoint: tx.Commit
@@ -168,7 +160,7 @@ func TryDo(ctx context.Context, pool *pgxpool.Pool, key Key, fn func(ctx context
 		return fmt.Errorf("advisory: locking %v: %w", key, err)
 	}
 	if !got {
-		return fmt.Errorf("%w: %v", ErrNotAcquired, key)
+		return fmt.Errorf("advisory: lock %v is held by another transaction: %w", key, pgfence.ErrNotAcquired)
 	}
 	return finish(ctx, tx, key, pid, fn)
 }

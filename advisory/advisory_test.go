@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/advisory"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
@@ -33,7 +34,7 @@ func noop(context.Context, pgx.Tx) error { return nil }
 func tryFrom(t *testing.T, pool *pgxpool.Pool, k advisory.Key) bool {
 	t.Helper()
 	err := advisory.TryDo(context.Background(), pool, k, noop)
-	if err != nil && !errors.Is(err, advisory.ErrNotAcquired) {
+	if err != nil && !errors.Is(err, pgfence.ErrNotAcquired) {
 		t.Fatal(err)
 	}
 	return err == nil
@@ -139,7 +140,7 @@ func TestReleasedAtCommitAndRollback(t *testing.T) {
 		_, res := hold(t, pool, k, release)
 		ran := false
 		err := advisory.TryDo(ctx, pool, k, func(context.Context, pgx.Tx) error { ran = true; return nil })
-		if !errors.Is(err, advisory.ErrNotAcquired) || ran {
+		if !errors.Is(err, pgfence.ErrNotAcquired) || ran {
 			t.Fatalf("TryDo while held: %v, ran %v", err, ran)
 		}
 		close(release)
@@ -286,17 +287,17 @@ func TestBadInput(t *testing.T) {
 	pool := pgtest.Pool(t)
 	ctx := context.Background()
 	for _, s := range []string{"", "a\x00b", "\xff", strings.Repeat("k", 513)} {
-		if _, err := advisory.StringKey(s); !errors.Is(err, advisory.ErrInvalidInput) {
+		if _, err := advisory.StringKey(s); !errors.Is(err, pgfence.ErrInvalidInput) {
 			t.Errorf("StringKey(%q): %v", s, err)
 		}
 	}
-	if err := advisory.TryDo(ctx, pool, advisory.Key{}, noop); !errors.Is(err, advisory.ErrInvalidInput) {
+	if err := advisory.TryDo(ctx, pool, advisory.Key{}, noop); !errors.Is(err, pgfence.ErrInvalidInput) {
 		t.Errorf("zero key: %v", err)
 	}
-	if err := advisory.Do(ctx, nil, advisory.Int64Key(1), noop); !errors.Is(err, advisory.ErrInvalidInput) {
+	if err := advisory.Do(ctx, nil, advisory.Int64Key(1), noop); !errors.Is(err, pgfence.ErrInvalidInput) {
 		t.Errorf("nil pool: %v", err)
 	}
-	if err := advisory.Do(ctx, pool, advisory.Int64Key(1), nil); !errors.Is(err, advisory.ErrInvalidInput) {
+	if err := advisory.Do(ctx, pool, advisory.Int64Key(1), nil); !errors.Is(err, pgfence.ErrInvalidInput) {
 		t.Errorf("nil fn: %v", err)
 	}
 }

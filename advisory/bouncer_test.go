@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/advisory"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
@@ -56,7 +57,7 @@ func TestMutualExclusionBehindBouncer(t *testing.T) {
 		}
 		switch {
 		case err == nil:
-		case errors.Is(err, advisory.ErrNotAcquired), errors.Is(err, context.DeadlineExceeded):
+		case errors.Is(err, pgfence.ErrNotAcquired), errors.Is(err, context.DeadlineExceeded):
 		default:
 			failed.Add(1)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/advisory"
 )
 
@@ -36,7 +37,7 @@ func ExampleTryDo() {
 		return err
 	})
 	switch {
-	case errors.Is(err, advisory.ErrNotAcquired):
+	case errors.Is(err, pgfence.ErrNotAcquired):
 		fmt.Println("another instance is running the report; skipping this tick")
 	case err != nil:
 		fmt.Println("report failed:", err)

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/fencesql"
 	"github.com/pgfence/pgfence/internal/pgdb"
 )
@@ -42,7 +43,7 @@ type SessionLock struct {
 }
 
 // TryLockSession takes key at session level on a dedicated connection if it
-// is free, and returns ErrNotAcquired at once if another session or
+// is free, and returns pgfence.ErrNotAcquired at once if another session or
 // transaction holds it. The connection is taken out of pool (it counts
 // against the server's connections, not the pool's) until Unlock.
 func TryLockSession(ctx context.Context, pool *pgxpool.Pool, key Key) (*SessionLock, error) {
@@ -96,7 +97,7 @@ func lockSession(ctx context.Context, pool *pgxpool.Pool, key Key, try bool) (*S
 		return nil, fmt.Errorf("advisory: locking %v: %w", key, err)
 	case !got:
 		closeConn()
-		return nil, fmt.Errorf("%w: %v", ErrNotAcquired, key)
+		return nil, fmt.Errorf("advisory: lock %v is held by another session: %w", key, pgfence.ErrNotAcquired)
 	}
 	return &SessionLock{key: key, conn: conn}, nil
 }

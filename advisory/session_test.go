@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/advisory"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
@@ -25,7 +26,7 @@ func TestSessionLock(t *testing.T) {
 		if tryFrom(t, pool, k) {
 			t.Fatalf("%v: a transaction took a key held at session level", k)
 		}
-		if _, err := advisory.TryLockSession(ctx, pool, k); !errors.Is(err, advisory.ErrNotAcquired) {
+		if _, err := advisory.TryLockSession(ctx, pool, k); !errors.Is(err, pgfence.ErrNotAcquired) {
 			t.Fatalf("%v: second session lock: %v", k, err)
 		}
 		wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strings"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/pglease"
 )
 
@@ -73,12 +74,8 @@ func runCoord(ctx context.Context, e *env, rep *report) error {
 // coordOps are the timed operations: one acquisition (never waiting) and,
 // when granted, its release. A refusal is no pair.
 func coordOps(c *pglease.Client) (map[string]lockOp, error) {
-	sem, err := c.Semaphore("coord/sem", 4)
-	if err != nil {
-		return nil, err
-	}
 	one := func(l *pglease.Lease, err error) (bool, error) {
-		if errors.Is(err, pglease.ErrNotAcquired) {
+		if errors.Is(err, pgfence.ErrNotAcquired) {
 			return false, nil
 		}
 		if err != nil {
@@ -91,9 +88,11 @@ func coordOps(c *pglease.Client) (map[string]lockOp, error) {
 		kMutexHot: func(ctx context.Context, _ string) (bool, error) {
 			return one(c.TryAcquire(ctx, "coord/hot", leaseTTL))
 		},
-		kSem: func(ctx context.Context, _ string) (bool, error) { return one(sem.TryAcquire(ctx, leaseTTL)) },
+		kSem: func(ctx context.Context, _ string) (bool, error) {
+			return one(c.TryAcquire(ctx, "coord/sem", leaseTTL, pglease.Permits(4)))
+		},
 		kShared: func(ctx context.Context, _ string) (bool, error) {
-			return one(c.TryAcquireShared(ctx, "coord/rw", leaseTTL))
+			return one(c.TryAcquire(ctx, "coord/rw", leaseTTL, pglease.Shared()))
 		},
 		kMutexAny: func(ctx context.Context, _ string) (bool, error) { return one(c.TryAcquire(ctx, anyKey(), leaseTTL)) },
 		kSet: func(ctx context.Context, _ string) (bool, error) {
@@ -102,7 +101,7 @@ func coordOps(c *pglease.Client) (map[string]lockOp, error) {
 				b = anyKey()
 			}
 			s, err := c.TryAcquireSet(ctx, []string{a, b}, leaseTTL)
-			if errors.Is(err, pglease.ErrNotAcquired) {
+			if errors.Is(err, pgfence.ErrNotAcquired) {
 				return false, nil
 			}
 			if err != nil {
@@ -121,8 +120,8 @@ func (r *report) coordTable(p func(string, ...any)) {
 	p("## Coordination kinds: acquire + release pairs per second")
 	p("")
 	p("Each client loops: one acquisition that never waits, then its release (`WithoutAutoRenew`, TTL 30 s, one client on one pool); a refusal counts no pair. " +
-		"**mutex**: `TryAcquire`. **semaphore N=4**: `Semaphore(key, 4).TryAcquire` (a permit with its own fence; every acquisition of the key is judged under the key's row lock). " +
-		"**shared**: `TryAcquireShared`. **key set of 2**: `TryAcquireSet` of two keys drawn from 10,000, in one statement, all or none. Releases commit asynchronously for every kind.")
+		"**mutex**: `TryAcquire`. **semaphore N=4**: `TryAcquire(key, ttl, pglease.Permits(4))` (a permit with its own fence; every acquisition of the key is judged under the key's row lock). " +
+		"**shared**: `TryAcquire(key, ttl, pglease.Shared())`. **key set of 2**: `TryAcquireSet` of two keys drawn from 10,000, in one statement, all or none. Releases commit asynchronously for every kind.")
 	p("")
 	p("| clients | %s |", strings.Join(coordOrder, " | "))
 	p("|---:|%s", strings.Repeat("---:|", len(coordOrder)))

@@ -125,7 +125,7 @@ func resetJobTables(ctx context.Context, e *env, p *pgxpool.Pool) error {
 }
 
 // insertPgfenceJobs puts n runnable no-op jobs in pgfence_jobs with one
-// statement (setup, not timed; claim.Enqueue inserts one job per call).
+// statement (setup, not timed; Claimer.Enqueue inserts one job per call).
 func insertPgfenceJobs(ctx context.Context, p *pgxpool.Pool, queue string, n int) error {
 	_, err := p.Exec(ctx, `INSERT INTO pgfence_jobs (queue, kind) SELECT $1, 'noop' FROM generate_series(1, $2)`, queue, n)
 	return err

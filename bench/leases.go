@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/pglease"
 )
 
@@ -78,7 +79,7 @@ func newLeaseContenders(ctx context.Context, e *env, pool *pgxpool.Pool, maxClie
 	out = append(out, &leaseContender{name: cPgfence, close: func() { lc.Close() },
 		op: func(ctx context.Context, key string) (bool, error) {
 			l, err := lc.TryAcquire(ctx, key, leaseTTL)
-			if errors.Is(err, pglease.ErrNotAcquired) {
+			if errors.Is(err, pgfence.ErrNotAcquired) {
 				return false, nil
 			}
 			if err != nil {

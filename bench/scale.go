@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/claim"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -78,7 +79,7 @@ func runScale(ctx context.Context, e *env, rep *report) error {
 		t := time.Now()
 		l, err := lc.TryAcquire(ctx, fmt.Sprintf("live/%d", r.IntN(10000)), leaseTTL)
 		d := time.Since(t)
-		if errors.Is(err, pglease.ErrNotAcquired) {
+		if errors.Is(err, pgfence.ErrNotAcquired) {
 			return d, nil
 		}
 		if err != nil {

@@ -2,6 +2,7 @@ package claim_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/claim"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
@@ -32,7 +34,11 @@ func newClaimer(t *testing.T, pool *pgxpool.Pool, queue string, opts ...claim.Op
 
 func enqueue(t *testing.T, pool *pgxpool.Pool, j claim.NewJob) int64 {
 	t.Helper()
-	id, err := claim.Enqueue(context.Background(), pool, j)
+	c, err := claim.New(context.Background(), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := c.Enqueue(context.Background(), pool, j)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,8 +85,8 @@ func claimOne(t *testing.T, c *claim.Claimer, ttl time.Duration) *claim.Job {
 func mustLeaseLost(t *testing.T, what string, err error) {
 	t.Helper()
 	var lle *claim.LeaseLostError
-	if !errors.Is(err, claim.ErrLeaseLost) || !errors.As(err, &lle) {
-		t.Fatalf("%s: got %v, want ErrLeaseLost", what, err)
+	if !errors.Is(err, pgfence.ErrLeaseLost) || !errors.As(err, &lle) {
+		t.Fatalf("%s: got %v, want pgfence.ErrLeaseLost", what, err)
 	}
 }
 
@@ -287,14 +293,14 @@ func TestBadInputClaimsNothing(t *testing.T) {
 		}{{0, time.Minute}, {-1, time.Minute}, {claim.MaxBatch + 1, time.Minute}, {1 << 40, time.Minute},
 			{1, 0}, {1, -time.Second}, {1, time.Microsecond}, {1, 25 * time.Hour}} {
 			jobs, err := c.Claim(ctx, tc.n, tc.ttl)
-			if !errors.Is(err, claim.ErrInvalidInput) || jobs != nil {
-				t.Errorf("Claim(%d, %v) = %v, %v; want ErrInvalidInput", tc.n, tc.ttl, jobs, err)
+			if !errors.Is(err, pgfence.ErrInvalidInput) || jobs != nil {
+				t.Errorf("Claim(%d, %v) = %v, %v; want pgfence.ErrInvalidInput", tc.n, tc.ttl, jobs, err)
 			}
 		}
-		if _, err := c.Rescue(ctx, 0); !errors.Is(err, claim.ErrInvalidInput) {
+		if _, err := c.Rescue(ctx, 0); !errors.Is(err, pgfence.ErrInvalidInput) {
 			t.Errorf("Rescue(0): %v", err)
 		}
-		if err := c.Complete(ctx, nil); !errors.Is(err, claim.ErrInvalidInput) {
+		if err := c.Complete(ctx, nil); !errors.Is(err, pgfence.ErrInvalidInput) {
 			t.Errorf("Complete(nil): %v", err)
 		}
 	})
@@ -326,13 +332,13 @@ func TestBadInputClaimsNothing(t *testing.T) {
 			"fence type": func(tb *claim.Table) { tb.Fence = "attempt"; tb.Attempt = "fence" },
 		} {
 			err := bad(mod)
-			if !errors.Is(err, claim.ErrInvalidInput) {
-				t.Errorf("%s: got %v, want ErrInvalidInput", name, err)
+			if !errors.Is(err, pgfence.ErrInvalidInput) {
+				t.Errorf("%s: got %v, want pgfence.ErrInvalidInput", name, err)
 			} else {
 				t.Logf("%s: %v", name, err)
 			}
 		}
-		if _, err := claim.New(ctx, pool, claim.WithQueue("")); !errors.Is(err, claim.ErrInvalidInput) {
+		if _, err := claim.New(ctx, pool, claim.WithQueue("")); !errors.Is(err, pgfence.ErrInvalidInput) {
 			t.Errorf("empty queue: %v", err)
 		}
 	})
@@ -443,7 +449,7 @@ func TestCompleteTxCommitsWithTheWork(t *testing.T) {
 	if n != 1 {
 		t.Fatalf("%d effects, want 1", n)
 	}
-	if _, err := claim.Enqueue(ctx, pool, claim.NewJob{Payload: []byte("{nope")}); !errors.Is(err, claim.ErrInvalidInput) {
+	if _, err := newClaimer(t, pool, "bad-payload").Enqueue(ctx, pool, claim.NewJob{Payload: []byte("{nope")}); !errors.Is(err, pgfence.ErrInvalidInput) {
 		t.Fatal(fmt.Sprint("bad payload: ", err))
 	}
 }
@@ -472,5 +478,67 @@ func TestClaimOrderServedByPartialIndex(t *testing.T) {
 	p := strings.Join(plan, "\n")
 	if !strings.Contains(p, "pgfence_jobs_claim_idx") || strings.Contains(p, "Sort") {
 		t.Fatalf("claim plan does not use the partial index in order:\n%s", p)
+	}
+}
+
+// Enqueue writes to the claimer's own table, with its names and in its
+// queue, so that the claimer claims what it enqueued; a value for a column
+// the table lacks is refused, not dropped.
+func TestEnqueueOwnTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	if _, err := pool.Exec(ctx, `
+DROP TABLE IF EXISTS "Enqueue Own";
+CREATE TABLE "Enqueue Own" (
+  job_id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  lane       text NOT NULL,
+  what       varchar(32),
+  body       jsonb,
+  status     text NOT NULL,
+  prio       integer NOT NULL,
+  not_before timestamptz NOT NULL,
+  tries      integer NOT NULL,
+  max_tries  integer NOT NULL,
+  token      bigint,
+  worker     text,
+  leased_to  timestamptz
+);`); err != nil {
+		t.Fatal(err)
+	}
+	tb := claim.Table{Name: "Enqueue Own", ID: "job_id", State: "status", Priority: "prio", RunAt: "not_before",
+		Attempt: "tries", MaxAttempts: "max_tries", Fence: "token", Owner: "worker", ExpiresAt: "leased_to",
+		Queue: "lane", Kind: "what", Payload: "body"}
+	c, err := claim.New(ctx, pool, claim.WithTable(tb), claim.WithQueue("east"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := c.Enqueue(ctx, pool, claim.NewJob{Kind: "ship", Payload: json.RawMessage(`{"n": 1}`), MaxAttempts: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lane, what string
+	var tries, maxTries int
+	if err := pool.QueryRow(ctx, `SELECT lane, what, tries, max_tries FROM "Enqueue Own" WHERE job_id = $1`, id).
+		Scan(&lane, &what, &tries, &maxTries); err != nil || lane != "east" || what != "ship" || tries != 0 || maxTries != 4 {
+		t.Fatalf("row %d: lane %q kind %q tries %d of %d (%v)", id, lane, what, tries, maxTries, err)
+	}
+	jobs, err := c.Claim(ctx, 5, time.Minute)
+	if err != nil || len(jobs) != 1 || jobs[0].ID != id || string(jobs[0].Payload) != `{"n": 1}` {
+		t.Fatalf("claim = %v, %v", jobs, err)
+	}
+
+	bare := claim.Table{Name: "Enqueue Own", ID: "job_id", State: "status", Priority: "prio", RunAt: "not_before",
+		Attempt: "tries", MaxAttempts: "max_tries", Fence: "token", Owner: "worker", ExpiresAt: "leased_to"}
+	b, err := claim.New(ctx, pool, claim.WithTable(bare))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, j := range map[string]claim.NewJob{
+		"queue": {Queue: "west"}, "kind": {Kind: "ship"}, "payload": {Payload: json.RawMessage(`{}`)},
+	} {
+		if _, err := b.Enqueue(ctx, pool, j); !errors.Is(err, pgfence.ErrInvalidInput) {
+			t.Errorf("%s for a table without that column: %v, want pgfence.ErrInvalidInput", name, err)
+		}
 	}
 }

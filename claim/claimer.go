@@ -23,6 +23,8 @@ type Claimer struct {
 	db   pgdb.DB // pool through pgdb.Wrap, built once
 	cfg  config
 	sql  statements
+	// enqueue is Enqueue's statement on the claimer's table (enqueue.go).
+	enqueue string
 	// pipeline: completions may ride in a claim's pipeline (a pgx.Batch,
 	// sent in the pool's default mode), which is unsafe behind a
 	// transaction pooler when that mode prepares named statements.
@@ -105,7 +107,11 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Claimer, err
 	if err != nil {
 		return nil, err
 	}
-	c := &Claimer{pool: pool, db: pgdb.Wrap(pool, ""), cfg: cfg, sql: stmts, pipeline: pipeline}
+	enqueue, err := enqueueStatement(cfg.table, cfg.schema)
+	if err != nil {
+		return nil, err
+	}
+	c := &Claimer{pool: pool, db: pgdb.Wrap(pool, ""), cfg: cfg, sql: stmts, enqueue: enqueue, pipeline: pipeline}
 	c.met = newMetrics(c)
 	return c, nil
 }
@@ -143,7 +149,7 @@ func checkTTL(ttl time.Duration) error {
 // ttl from the database's now(). The claim commits durably whatever
 // the session's synchronous_commit, since a claim lost in a crash could see
 // its fence issued again. n must lie in [1, 10000] and ttl in
-// [10ms, 24h]; otherwise ErrInvalidInput and nothing is claimed.
+// [10ms, 24h]; otherwise pgfence.ErrInvalidInput and nothing is claimed.
 func (c *Claimer) Claim(ctx context.Context, n int, ttl time.Duration) ([]*Job, error) {
 	if n < 1 || n > maxBatch {
 		return nil, invalid("batch size %d is outside [1, %d]", n, maxBatch)
@@ -209,13 +215,13 @@ func (c *Claimer) checkJob(j *Job) error {
 // Renew extends the job's lease by its TTL from the database's now(),
 // only while the lease is unexpired and the row still runs under this fence:
 // it never resurrects a lease that Rescue may have taken. On success the
-// job's local deadline moves too. ErrLeaseLost (a *LeaseLostError) means stop
+// job's local deadline moves too. pgfence.ErrLeaseLost (a *LeaseLostError) means stop
 // working on the job; any other error is transient and the lease stays
 // valid until Deadline.
 //
 // The TTL is the one given to the Claim that returned the job (a Runner's
 // WithTTL), which only Claim records: a Job built by hand (&Job{ID: …, Fence: …}) has none, and Renew
-// refuses it with ErrInvalidInput, sending nothing, rather than guess a
+// refuses it with pgfence.ErrInvalidInput, sending nothing, rather than guess a
 // TTL (the Claimer has no TTL of its own; each Claim names one). Complete,
 // Fail and Release need only ID and Fence and take such a Job.
 func (c *Claimer) Renew(ctx context.Context, j *Job) error {
@@ -241,7 +247,7 @@ func (c *Claimer) Renew(ctx context.Context, j *Job) error {
 // Complete marks the job completed if it still runs under this fence.
 // Completing twice with the same fence (a retry after a lost answer) is not
 // an error, also when the retry waited for the first attempt's transaction
-// (the row is read back after the wait when the statement changed nothing). ErrLeaseLost means another worker has or had the job since: this
+// (the row is read back after the wait when the statement changed nothing). pgfence.ErrLeaseLost means another worker has or had the job since: this
 // attempt's result does not count.
 func (c *Claimer) Complete(ctx context.Context, j *Job) error {
 	err := c.complete(ctx, c.db, j)

@@ -4,20 +4,12 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/keepalive"
 	"github.com/pgfence/pgfence/internal/validate"
 )
 
 var (
-	// ErrLeaseLost: a write by a worker matched no row with its job's id,
-	// fence and state 'running'. The job was rescued (its lease expired),
-	// claimed again by another worker, or finished. Stop working on it;
-	// anything already sent elsewhere may still happen.
-	ErrLeaseLost = errors.New("claim: job lease lost")
-
-	// ErrInvalidInput: a batch size, lease, identifier or option was refused
-	// before anything was sent to the database. The text says which and why.
-	ErrInvalidInput = validate.ErrInvalidInput
 
 	// ErrShutdown is the cause of a job's context when Runner's shutdown grace
 	// period ended before the job's handler returned. The job is released
@@ -28,7 +20,7 @@ var (
 func invalid(format string, args ...any) error { return validate.Invalid("claim", format, args...) }
 
 // LeaseLostError says which write was refused. It satisfies
-// errors.Is(err, ErrLeaseLost).
+// errors.Is(err, pgfence.ErrLeaseLost).
 type LeaseLostError struct {
 	Op    string // "renew", "complete", "fail", "release" or "local deadline"
 	JobID int64
@@ -61,5 +53,5 @@ func (e *LeaseLostError) Error() string {
 	return fmt.Sprintf("claim: %s job %d (fence %d): lease lost: the job is no longer running under this fence (rescued, claimed again or finished)", e.Op, e.JobID, e.Fence)
 }
 
-// Is reports ErrLeaseLost.
-func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
+// Is reports pgfence.ErrLeaseLost.
+func (e *LeaseLostError) Is(target error) bool { return target == pgfence.ErrLeaseLost }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/claim"
 )
 
@@ -23,15 +24,15 @@ func ExampleClaimer() {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	for i := range 3 {
-		payload := []byte(fmt.Sprintf(`{"user":%d}`, i))
-		if _, err := claim.Enqueue(ctx, pool, claim.NewJob{Queue: "example-emails", Kind: "welcome", Payload: payload}); err != nil {
-			log.Fatal(err)
-		}
-	}
 	c, err := claim.New(ctx, pool, claim.WithQueue("example-emails"), claim.WithOwner("mailer-1"))
 	if err != nil {
 		log.Fatal(err)
+	}
+	for i := range 3 {
+		payload := []byte(fmt.Sprintf(`{"user":%d}`, i))
+		if _, err := c.Enqueue(ctx, pool, claim.NewJob{Kind: "welcome", Payload: payload}); err != nil {
+			log.Fatal(err)
+		}
 	}
 	jobs, err := c.Claim(ctx, 10, 30*time.Second)
 	if err != nil {
@@ -41,7 +42,7 @@ func ExampleClaimer() {
 		// ... send the e-mail, with an idempotency key derived from j.ID ...
 		err := c.Complete(ctx, j)
 		switch {
-		case errors.Is(err, claim.ErrLeaseLost):
+		case errors.Is(err, pgfence.ErrLeaseLost):
 			fmt.Println("job", string(j.Payload), "was taken over; its result does not count")
 		case err != nil:
 			fmt.Println("could not record:", err)
@@ -81,7 +82,7 @@ func ExampleRunner() {
 		log.Fatal(err)
 	}
 	for range 5 {
-		if _, err := claim.Enqueue(ctx, pool, claim.NewJob{Queue: "example-pool", Notify: "example_pool_jobs"}); err != nil {
+		if _, err := c.Enqueue(ctx, pool, claim.NewJob{Notify: "example_pool_jobs"}); err != nil {
 			log.Fatal(err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/otelx"
 	"github.com/pgfence/pgfence/internal/pgdb"
 )
@@ -151,12 +152,12 @@ func (m *metrics) rescued(r RescueResult) {
 }
 
 // batchCompleted records one job's result of a batched completion (Runner):
-// nil is a completion, ErrLeaseLost a refusal; a write error is neither.
+// nil is a completion, pgfence.ErrLeaseLost a refusal; a write error is neither.
 func (m *metrics) batchCompleted(j *Job, err error) {
 	switch {
 	case err == nil:
 		m.completed(j)
-	case errors.Is(err, ErrLeaseLost):
+	case errors.Is(err, pgfence.ErrLeaseLost):
 		m.leaseLost(opComplete)
 	}
 }

@@ -26,7 +26,7 @@ const (
 
 // Option configures New (a Claimer) or NewRunner and NewTxRunner (a
 // Runner); each With function says which. One given to the other is refused
-// with ErrInvalidInput, so a setting is never silently ignored.
+// with pgfence.ErrInvalidInput, so a setting is never silently ignored.
 type Option func(settings) error
 
 // settings is what an Option configures: exactly one of the two is set.
@@ -126,7 +126,7 @@ func WithTable(t Table) Option {
 // ready-made pgfence_jobs. Every statement names them qualified, so no
 // search_path is needed and the claimer works behind a transaction pooler.
 // Default: found through the search_path. A name that is not a plain
-// identifier is refused with ErrInvalidInput.
+// identifier is refused with pgfence.ErrInvalidInput.
 func WithSchema(schema string) Option {
 	return claimerOption("WithSchema", func(c *config) error {
 		if err := checkIdent("schema", schema); err != nil {
@@ -153,7 +153,7 @@ func WithQueue(name string) Option {
 // WithOwner sets the label stored in the owner column of claimed rows, for
 // humans and dashboards. Default: "<hostname>/<pid>". It proves nothing: the
 // fence does. The label must be 1 to 256 bytes of valid UTF-8 without a NUL
-// byte; New refuses any other with ErrInvalidInput.
+// byte; New refuses any other with pgfence.ErrInvalidInput.
 func WithOwner(label string) Option {
 	return claimerOption("WithOwner", func(c *config) error {
 		if err := validate.Owner(label); err != nil {

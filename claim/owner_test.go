@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/claim"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
@@ -28,7 +29,7 @@ func (q *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryE
 
 // TestOwnerLabelValidated: claim.New refuses an owner label the database
 // cannot store (NUL, invalid UTF-8), an empty or an oversized one with
-// ErrInvalidInput before any statement is sent (so a Pool can never be built
+// pgfence.ErrInvalidInput before any statement is sent (so a Pool can never be built
 // on a claimer whose every claim would fail); a valid label is written to
 // the claimed rows.
 func TestOwnerLabelValidated(t *testing.T) {
@@ -43,8 +44,8 @@ func TestOwnerLabelValidated(t *testing.T) {
 		"257 bytes":    strings.Repeat("o", 257),
 	} {
 		c, err := claim.New(ctx, pool, claim.WithOwner(label))
-		if !errors.Is(err, claim.ErrInvalidInput) || c != nil {
-			t.Errorf("%s: New = %v, %v; want ErrInvalidInput", name, c, err)
+		if !errors.Is(err, pgfence.ErrInvalidInput) || c != nil {
+			t.Errorf("%s: New = %v, %v; want pgfence.ErrInvalidInput", name, c, err)
 		} else {
 			t.Logf("%s: %v", name, err)
 		}

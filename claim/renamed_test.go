@@ -9,6 +9,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/claim"
 	"github.com/pgfence/pgfence/internal/testsupport/otelxtest"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
@@ -116,7 +117,7 @@ INSERT INTO `+q+` ("Line", "Not Before") VALUES ('other', now() - interval '1 ho
 		t.Errorf("rescued job: %s %q", st, why)
 	}
 	res, err := c.CompleteManyForTest(ctx, jobs[3:])
-	if err != nil || res[0] != nil || !errors.Is(res[1], claim.ErrLeaseLost) {
+	if err != nil || res[0] != nil || !errors.Is(res[1], pgfence.ErrLeaseLost) {
 		t.Fatalf("complete many = %v, %v; want the rescued one lost", res, err)
 	}
 	if res, err := c.SettleManyForTest(ctx, jobs[3:4]); err != nil || res[0] != nil {

@@ -7,12 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/claim"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
 
 // Renew on a Job built by hand (no TTL: only Claim sets it) is refused with
-// ErrInvalidInput and sends nothing: before, it set expires_at = now() and
+// pgfence.ErrInvalidInput and sends nothing: before, it set expires_at = now() and
 // so ended the lease it meant to extend. Renew on the claimed Job still
 // extends the lease by its TTL, and Complete takes the hand-built Job.
 func TestRenewRefusesAJobWithoutTTL(t *testing.T) {
@@ -30,8 +31,8 @@ func TestRenewRefusesAJobWithoutTTL(t *testing.T) {
 	}
 	built := &claim.Job{ID: j.ID, Fence: j.Fence}
 	err := c.Renew(ctx, built)
-	if !errors.Is(err, claim.ErrInvalidInput) || !strings.Contains(err.Error(), "returned by Claim") {
-		t.Fatalf("Renew of a hand-built job: %v, want ErrInvalidInput saying to use the Job from Claim", err)
+	if !errors.Is(err, pgfence.ErrInvalidInput) || !strings.Contains(err.Error(), "returned by Claim") {
+		t.Fatalf("Renew of a hand-built job: %v, want pgfence.ErrInvalidInput saying to use the Job from Claim", err)
 	}
 	var after time.Time
 	var live bool

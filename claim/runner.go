@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/listen"
 	"github.com/pgfence/pgfence/internal/pgdb"
 )
@@ -201,7 +202,7 @@ func WithListen(channel string) Option {
 // clients or are dropped), logs a warning once per Run, counts
 // pgfence.listen.disabled, and claims at each poll interval
 // (WithPollInterval). NewRunner and NewTxRunner refuse the option without
-// WithListen, and a nil pool, with ErrInvalidInput.
+// WithListen, and a nil pool, with pgfence.ErrInvalidInput.
 func WithListenPool(pool *pgxpool.Pool) Option {
 	return runnerOption("WithListenPool", func(c *runnerConfig) error {
 		if pool == nil {
@@ -290,7 +291,7 @@ type Runner struct {
 // workers + 3 with WithListen, whose listener holds a connection for the
 // length of Run (of its own pool with WithListenPool: then workers + 2). A smaller pool would starve the renewals of connections
 // while the handlers run, and every job longer than its lease would lose it;
-// NewTxRunner refuses it with ErrInvalidInput.
+// NewTxRunner refuses it with pgfence.ErrInvalidInput.
 func NewTxRunner(c *Claimer, h TxHandler, opts ...Option) (*Runner, error) {
 	if h == nil {
 		return nil, invalid("nil handler")
@@ -567,7 +568,7 @@ func (rn *Runner) process(base context.Context, r *run, j *Job) {
 	cancel(nil)
 
 	if herr == nil && rn.txh == nil {
-		if errors.Is(cause, ErrLeaseLost) {
+		if errors.Is(cause, pgfence.ErrLeaseLost) {
 			// The lease was lost (local deadline passed, or a renewal
 			// found the job gone) before the handler returned: its work
 			// may overlap another attempt's, so it is not completed.
@@ -603,7 +604,7 @@ func (rn *Runner) process(base context.Context, r *run, j *Job) {
 // report classifies a result's write error, logs it and calls the hook.
 func (rn *Runner) report(j *Job, res Result) {
 	if res.Err != nil {
-		if errors.Is(res.Err, ErrLeaseLost) {
+		if errors.Is(res.Err, pgfence.ErrLeaseLost) {
 			res.Outcome = LeaseLost
 			rn.c.cfg.logger.Warn("claim: job result refused: lease lost", "job", j.ID, "fence", j.Fence, "err", res.Err)
 		} else {
@@ -715,7 +716,7 @@ func (rn *Runner) callTx(ctx context.Context, j *Job) error {
 	if err := rn.txh(ctx, tx, j); err != nil {
 		return err
 	}
-	if cause := context.Cause(ctx); errors.Is(cause, ErrLeaseLost) {
+	if cause := context.Cause(ctx); errors.Is(cause, pgfence.ErrLeaseLost) {
 		rn.c.met.leaseLost(opComplete)
 		return &completedInTx{outcome: LeaseLost, err: cause}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/jackc/pgx/v5"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -12,14 +11,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/claim"
 	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
 
-func enqueueMany(t testing.TB, q fencedb.DBTX, queue string, n int, maxAttempts int32) {
+func enqueueMany(t testing.TB, q pgfence.DBTX, queue string, n int, maxAttempts int32) {
 	t.Helper()
 	p := fencedb.EnqueueJobsParams{Queue: queue}
 	for i := range n {
@@ -410,11 +411,11 @@ func TestOptionsPerConstructor(t *testing.T) {
 	pool := pgtest.Pool(t)
 	c := newClaimer(t, pool, queue("optsfor"))
 	h := func(context.Context, *claim.Job) error { return nil }
-	if _, err := claim.New(ctx, pool, claim.WithWorkers(2)); !errors.Is(err, claim.ErrInvalidInput) ||
+	if _, err := claim.New(ctx, pool, claim.WithWorkers(2)); !errors.Is(err, pgfence.ErrInvalidInput) ||
 		!strings.Contains(err.Error(), "WithWorkers configures a Runner") {
 		t.Errorf("New(WithWorkers): %v", err)
 	}
-	if _, err := claim.NewRunner(c, h, claim.WithQueue("x")); !errors.Is(err, claim.ErrInvalidInput) ||
+	if _, err := claim.NewRunner(c, h, claim.WithQueue("x")); !errors.Is(err, pgfence.ErrInvalidInput) ||
 		!strings.Contains(err.Error(), "WithQueue configures a Claimer") {
 		t.Errorf("NewRunner(WithQueue): %v", err)
 	}
@@ -437,17 +438,17 @@ func TestRunnerBadOptions(t *testing.T) {
 		"listen pool nil":                claim.WithListenPool(nil),
 		"listen pool without WithListen": claim.WithListenPool(pool),
 	} {
-		if _, err := claim.NewRunner(c, h, o); !errors.Is(err, claim.ErrInvalidInput) {
+		if _, err := claim.NewRunner(c, h, o); !errors.Is(err, pgfence.ErrInvalidInput) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
 	if _, err := claim.NewRunner(c, h, claim.WithListenPool(pool), claim.WithListen("x")); err != nil {
 		t.Errorf("WithListenPool before WithListen: %v", err)
 	}
-	if _, err := claim.NewRunner(nil, h); !errors.Is(err, claim.ErrInvalidInput) {
+	if _, err := claim.NewRunner(nil, h); !errors.Is(err, pgfence.ErrInvalidInput) {
 		t.Error("nil claimer accepted")
 	}
-	if _, err := claim.NewRunner(c, nil); !errors.Is(err, claim.ErrInvalidInput) {
+	if _, err := claim.NewRunner(c, nil); !errors.Is(err, pgfence.ErrInvalidInput) {
 		t.Error("nil handler accepted")
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/claim"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
@@ -274,8 +275,8 @@ INSERT INTO "My Mails" (status, done_at) VALUES ('completed', now()), ('complete
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.SweepFinished(ctx, time.Hour); !errors.Is(err, claim.ErrInvalidInput) || !strings.Contains(err.Error(), "FinishedAt") {
-		t.Fatalf("sweep without FinishedAt: %v, want ErrInvalidInput naming FinishedAt", err)
+	if _, err := c.SweepFinished(ctx, time.Hour); !errors.Is(err, pgfence.ErrInvalidInput) || !strings.Contains(err.Error(), "FinishedAt") {
+		t.Fatalf("sweep without FinishedAt: %v, want pgfence.ErrInvalidInput naming FinishedAt", err)
 	}
 }
 
@@ -284,7 +285,7 @@ func TestSweepFinishedRefusesBadInput(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	c := newClaimer(t, pool, queue("sweep-bad"))
-	if _, err := c.SweepFinished(ctx, -time.Second); !errors.Is(err, claim.ErrInvalidInput) {
-		t.Errorf("negative age: %v, want ErrInvalidInput", err)
+	if _, err := c.SweepFinished(ctx, -time.Second); !errors.Is(err, pgfence.ErrInvalidInput) {
+		t.Errorf("negative age: %v, want pgfence.ErrInvalidInput", err)
 	}
 }

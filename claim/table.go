@@ -28,7 +28,8 @@ import (
 // Optional columns ("" for none): Queue (text or varchar; claims and rescues
 // then touch only the claimer's queue), LastError (text or varchar; Fail and
 // Rescue record why), FinishedAt (timestamptz; set on completed and dead),
-// Payload (any type; returned as JSON with each claimed job).
+// Payload (any type; returned as JSON with each claimed job; Claimer.Enqueue
+// writes it as jsonb), Kind (text or varchar; written by Claimer.Enqueue).
 //
 // Give the table a partial index that serves the claim order, for example
 //
@@ -42,7 +43,7 @@ type Table struct {
 
 	ID, State, Priority, RunAt, Attempt, MaxAttempts, Fence, Owner, ExpiresAt string
 
-	Queue, LastError, FinishedAt, Payload string
+	Queue, LastError, FinishedAt, Payload, Kind string
 }
 
 // defaultTable is the ready-made pgfence_jobs table that pgfence's
@@ -53,7 +54,7 @@ func defaultTable() Table {
 		ID:   "id", State: "state", Priority: "priority", RunAt: "run_at",
 		Attempt: "attempt", MaxAttempts: "max_attempts", Fence: "fence",
 		Owner: "owner", ExpiresAt: "expires_at",
-		Queue: "queue", LastError: "last_error", FinishedAt: "finished_at", Payload: "payload",
+		Queue: "queue", LastError: "last_error", FinishedAt: "finished_at", Payload: "payload", Kind: "kind",
 	}
 }
 
@@ -91,6 +92,7 @@ func (t Table) columns() []colSpec {
 		{"LastError", t.LastError, false, textTypes},
 		{"FinishedAt", t.FinishedAt, false, tsTypes},
 		{"Payload", t.Payload, false, nil},
+		{"Kind", t.Kind, false, textTypes},
 	}
 }
 

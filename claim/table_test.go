@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/claim"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
-	"github.com/pgfence/pgfence/lockless"
 )
 
 // New checks the job table against the catalog and says what is wrong with
@@ -37,12 +37,12 @@ CREATE VIEW jobs_fit_view AS SELECT * FROM pgfence_jobs`); err != nil {
 		{named("jobs_fit_int_fence"), `column "fence" of "jobs_fit_int_fence" (the Fence column) is integer; want one of bigint`},
 	} {
 		_, err := claim.New(ctx, pool, claim.WithTable(c.table))
-		if !errors.Is(err, claim.ErrInvalidInput) || !strings.Contains(err.Error(), c.want) {
+		if !errors.Is(err, pgfence.ErrInvalidInput) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("New(%s) = %v, want invalid input with %q", c.table.Name, err, c.want)
 		}
 		// One sentinel across packages: a claim refusal is lockless's too.
-		if !errors.Is(err, lockless.ErrInvalidInput) {
-			t.Errorf("errors.Is(%v, lockless.ErrInvalidInput) = false", err)
+		if !errors.Is(err, pgfence.ErrInvalidInput) {
+			t.Errorf("errors.Is(%v, pgfence.ErrInvalidInput) = false", err)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/claim"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
@@ -42,8 +43,8 @@ func TestTxRunnerNeedsConnectionsForRenewals(t *testing.T) {
 				opts = append(opts, claim.WithListen("txconns"))
 			}
 			_, err := claim.NewTxRunner(c, h, opts...)
-			if !errors.Is(err, claim.ErrInvalidInput) || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("MaxConns %d, %d workers, listen %v: %v, want ErrInvalidInput saying %q", tc.maxConns, tc.workers, tc.listen, err, tc.want)
+			if !errors.Is(err, pgfence.ErrInvalidInput) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("MaxConns %d, %d workers, listen %v: %v, want pgfence.ErrInvalidInput saying %q", tc.maxConns, tc.workers, tc.listen, err, tc.want)
 			}
 			// The plain Runner holds no connection during a handler.
 			if _, err := claim.NewRunner(c, func(context.Context, *claim.Job) error { return nil }, opts...); err != nil {

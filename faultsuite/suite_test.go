@@ -105,8 +105,12 @@ func newHarness(t *testing.T, cfg config) *harness {
 			t.Fatal(err)
 		}
 	}
+	queue, err := claim.New(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for range jobs {
-		if _, err := claim.Enqueue(ctx, pool, claim.NewJob{MaxAttempts: 1000}); err != nil {
+		if _, err := queue.Enqueue(ctx, pool, claim.NewJob{MaxAttempts: 1000}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -246,7 +250,7 @@ func (h *harness) rescueLoop(ctx context.Context) {
 		var available int
 		if h.pool.QueryRow(rctx, `SELECT count(*) FROM pgfence_jobs WHERE state = 'available'`).Scan(&available) == nil {
 			for range max(0, jobs/4-available) {
-				if _, err := claim.Enqueue(rctx, h.pool, claim.NewJob{MaxAttempts: 1000}); err != nil {
+				if _, err := c.Enqueue(rctx, h.pool, claim.NewJob{MaxAttempts: 1000}); err != nil {
 					break
 				}
 			}

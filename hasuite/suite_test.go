@@ -18,9 +18,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/testsupport/needtool"
 	"github.com/pgfence/pgfence/migrations"
-	"github.com/pgfence/pgfence/pgguard"
 )
 
 // TestMain doubles as the worker's main (see worker_test.go): the suite
@@ -261,7 +261,7 @@ func (d *drill) judge(db *recordDB, fault time.Time, tl int64, hung []string) ve
 		}
 		seen[k] = true
 		high[r.Key] = max(high[r.Key], r.Fence)
-		if tl := pgguard.Timeline(r.Fence); tl < highTL[r.Worker] {
+		if tl := pgfence.Timeline(r.Fence); tl < highTL[r.Worker] {
 			v.downInProcess++
 		} else {
 			highTL[r.Worker] = tl
@@ -269,7 +269,7 @@ func (d *drill) judge(db *recordDB, fault time.Time, tl int64, hung []string) ve
 		if !written[k] {
 			v.lost++
 		}
-		if pgguard.Timeline(r.Fence) > tl {
+		if pgfence.Timeline(r.Fence) > tl {
 			after := time.Duration(r.Ack - fault.UnixNano())
 			if v.firstGrant == 0 || after < v.firstGrant {
 				v.firstGrant = after
@@ -291,8 +291,8 @@ func (d *drill) judge(db *recordDB, fault time.Time, tl int64, hung []string) ve
 				v.overlaps++
 				if v.example == "" {
 					v.example = fmt.Sprintf("%s held %s with fence %d (timeline %d) until %s; %s took it with fence %d (timeline %d) at %s",
-						rs[i].Worker, rs[i].Key, rs[i].Fence, pgguard.Timeline(rs[i].Fence), time.Unix(0, rs[i].End).Format("15:04:05.000"),
-						rs[j].Worker, rs[j].Fence, pgguard.Timeline(rs[j].Fence), time.Unix(0, rs[j].Got).Format("15:04:05.000"))
+						rs[i].Worker, rs[i].Key, rs[i].Fence, pgfence.Timeline(rs[i].Fence), time.Unix(0, rs[i].End).Format("15:04:05.000"),
+						rs[j].Worker, rs[j].Fence, pgfence.Timeline(rs[j].Fence), time.Unix(0, rs[j].Got).Format("15:04:05.000"))
 				}
 			}
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/pgguard"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -179,11 +180,11 @@ func (w *workerState) once(key string) {
 		return err
 	})
 	switch {
-	case errors.Is(err, pglease.ErrNotAcquired):
+	case errors.Is(err, pgfence.ErrNotAcquired):
 		w.count(&w.sum.Refused)
 		time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
 		return
-	case errors.Is(err, pgguard.ErrStaleTimeline):
+	case errors.Is(err, pgfence.ErrStaleTimeline):
 		w.count(&w.sum.Stale)
 		time.Sleep(100 * time.Millisecond)
 		return
@@ -211,7 +212,7 @@ func (w *workerState) once(key string) {
 	}
 	time.Sleep(time.Duration(rand.IntN(30)) * time.Millisecond) // the work the lease protects
 	rec.End = min(time.Now().UnixNano(), l.Deadline().UnixNano())
-	if err := w.timed(bg, l.Release); err != nil && !errors.Is(err, pglease.ErrLeaseLost) {
+	if err := w.timed(bg, l.Release); err != nil && !errors.Is(err, pgfence.ErrLeaseLost) {
 		w.failed(err)
 	}
 	w.emit("L", rec)

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/pgdb"
 )
 
@@ -13,8 +13,6 @@ var (
 	// ErrInsufficient: Counter.Take found fewer than the requested units
 	// (sold out). Nothing was taken.
 	ErrInsufficient = errors.New("lockless: not enough left")
-	// ErrNotFound: no row has the given key. Nothing was written.
-	ErrNotFound = errors.New("lockless: no such row")
 )
 
 // CounterSpec names a table with a key column and an integer quantity
@@ -38,7 +36,7 @@ type Counter struct {
 // have a unique index or constraint of its own, so that a key names one row;
 // the quantity column must be smallint, integer or bigint) and prepares the
 // statement.
-func NewCounter(ctx context.Context, q fencedb.DBTX, spec CounterSpec) (*Counter, error) {
+func NewCounter(ctx context.Context, q pgfence.DBTX, spec CounterSpec) (*Counter, error) {
 	cols, err := spec.Table.keyedColumns(ctx, q, spec.Key)
 	if err != nil {
 		return nil, err
@@ -58,9 +56,9 @@ SELECT (SELECT %[3]s::bigint FROM took), EXISTS (SELECT 1 FROM %[1]s WHERE %[2]s
 
 // Take removes n units from the row with key, only if at least n are left,
 // in one statement, and returns how many remain. ErrInsufficient means fewer
-// than n were left and nothing was taken; ErrNotFound that no row has key.
+// than n were left and nothing was taken; pgfence.ErrNotFound that no row has key.
 // n must be at least 1.
-func (c *Counter) Take(ctx context.Context, q fencedb.DBTX, key any, n int64) (remaining int64, err error) {
+func (c *Counter) Take(ctx context.Context, q pgfence.DBTX, key any, n int64) (remaining int64, err error) {
 	if q == nil {
 		return 0, invalid("nil querier")
 	}
@@ -76,7 +74,7 @@ func (c *Counter) Take(ctx context.Context, q fencedb.DBTX, key any, n int64) (r
 	case left != nil:
 		return *left, nil
 	case !exists:
-		return 0, fmt.Errorf("%w: %s has no row with %s = %v", ErrNotFound, c.spec.Table.ident(), c.spec.Key, key)
+		return 0, fmt.Errorf("%w: %s has no row with %s = %v", pgfence.ErrNotFound, c.spec.Table.ident(), c.spec.Key, key)
 	}
 	return 0, fmt.Errorf("%w: %s = %v has fewer than %d", ErrInsufficient, c.spec.Key, key, n)
 }

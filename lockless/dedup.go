@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/pgdb"
 )
 
@@ -37,11 +37,11 @@ type InsertOnce struct {
 }
 
 // NewInsertOnce checks spec against the catalog through q and prepares the
-// statements. It refuses, with ErrInvalidInput, unsafe or unknown names and
+// statements. It refuses, with pgfence.ErrInvalidInput, unsafe or unknown names and
 // conflict columns that no unique index or constraint covers exactly (in any
 // order; not a partial, expression or deferrable one): INSERT ... ON
 // CONFLICT would fail on every call without one.
-func NewInsertOnce(ctx context.Context, q fencedb.DBTX, spec InsertOnceSpec) (*InsertOnce, error) {
+func NewInsertOnce(ctx context.Context, q pgfence.DBTX, spec InsertOnceSpec) (*InsertOnce, error) {
 	rel, err := spec.Table.resolve(ctx, q)
 	if err != nil {
 		return nil, err
@@ -97,7 +97,7 @@ func NewInsertOnce(ctx context.Context, q fencedb.DBTX, spec InsertOnceSpec) (*I
 // (read right after the insert found the conflict). A concurrent inserter of
 // the same key that has not committed yet makes Insert wait for its outcome,
 // as the unique index does; if it rolls back, this call wins.
-func (i *InsertOnce) Insert(ctx context.Context, q fencedb.DBTX, values []any, dest ...any) (won bool, err error) {
+func (i *InsertOnce) Insert(ctx context.Context, q pgfence.DBTX, values []any, dest ...any) (won bool, err error) {
 	if q == nil {
 		return false, invalid("nil querier")
 	}

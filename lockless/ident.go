@@ -8,16 +8,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/catalog"
 	"github.com/pgfence/pgfence/internal/validate"
 )
 
-var (
-	// ErrInvalidInput: an identifier, value or argument was refused before
-	// anything was written. The text says which and why.
-	ErrInvalidInput = validate.ErrInvalidInput
-)
+var ()
 
 func invalid(format string, args ...any) error { return validate.Invalid("lockless", format, args...) }
 
@@ -63,7 +59,7 @@ func quoteAll(cols []string) string {
 }
 
 // resolve finds the table in the catalog through q.
-func (t Table) resolve(ctx context.Context, q fencedb.DBTX) (*catalog.Relation, error) {
+func (t Table) resolve(ctx context.Context, q pgfence.DBTX) (*catalog.Relation, error) {
 	if q == nil {
 		return nil, invalid("nil querier")
 	}
@@ -76,7 +72,7 @@ func (t Table) resolve(ctx context.Context, q fencedb.DBTX) (*catalog.Relation, 
 // keyedColumns returns the columns and their types (format_type) of a
 // table whose rows key names one each: it checks that it is a table and
 // that key has a unique index of its own (uniqueOn).
-func (t Table) keyedColumns(ctx context.Context, q fencedb.DBTX, key string) (map[string]string, error) {
+func (t Table) keyedColumns(ctx context.Context, q pgfence.DBTX, key string) (map[string]string, error) {
 	rel, err := t.resolve(ctx, q)
 	if err != nil {
 		return nil, err
@@ -129,7 +125,7 @@ func isInt(typ string) bool { return typ == "smallint" || typ == "integer" || ty
 // with SQLSTATE 42P10); for Versioned and Counter it is what makes their
 // key name one row, so that a write meant for one row never changes
 // several. A partial, expression or deferrable index does not count.
-func (t Table) uniqueOn(ctx context.Context, q fencedb.DBTX, rel *catalog.Relation, cols []string, why string) error {
+func (t Table) uniqueOn(ctx context.Context, q pgfence.DBTX, rel *catalog.Relation, cols []string, why string) error {
 	indexes, err := catalog.UniqueIndexes(ctx, q, rel)
 	if err != nil {
 		return fmt.Errorf("lockless: reading the indexes of %s: %w", t.ident(), err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/lockless"
 )
@@ -141,7 +142,7 @@ func TestInventoryNeverOversold(t *testing.T) {
 	if sold.Load() != 10 || soldOut.Load() != buyers-10 || q != 0 || minSeen.Load() < 0 {
 		t.Fatalf("sold %d, sold out %d, quantity %d, lowest seen %d", sold.Load(), soldOut.Load(), q, minSeen.Load())
 	}
-	if _, err := stock.Take(ctx, pool, "no-such-sku", 1); !errors.Is(err, lockless.ErrNotFound) {
+	if _, err := stock.Take(ctx, pool, "no-such-sku", 1); !errors.Is(err, pgfence.ErrNotFound) {
 		t.Fatalf("unknown sku: %v", err)
 	}
 	pool.Exec(ctx, `UPDATE inventory SET quantity = 3 WHERE sku = 'sku-1'`)
@@ -205,7 +206,7 @@ func TestOptimisticConcurrency(t *testing.T) {
 		// A stale version is refused with the current one, and nothing changes.
 		_, err := acct.Update(ctx, pool, 1, 3, map[string]any{"balance": -1, "note": "stale"})
 		var ce *lockless.ConflictError
-		if !errors.Is(err, lockless.ErrConflict) || !errors.As(err, &ce) || ce.Expected != 3 || ce.Current != ver {
+		if !errors.Is(err, pgfence.ErrConflict) || !errors.As(err, &ce) || ce.Expected != 3 || ce.Current != ver {
 			t.Fatalf("stale update: %v", err)
 		}
 		if v, err := acct.Update(ctx, pool, 1, ver, map[string]any{"note": "fresh"}); err != nil || v != ver+1 {
@@ -233,18 +234,18 @@ func TestBadIdentifiersAndInput(t *testing.T) {
 		"bad schema":       {Table: lockless.Table{Schema: "pg_catalog\n", Name: "invoices"}, Columns: []string{"customer_id"}, ConflictOn: []string{"customer_id"}},
 	}
 	for name, spec := range specs {
-		if _, err := lockless.NewInsertOnce(ctx, pool, spec); !errors.Is(err, lockless.ErrInvalidInput) {
+		if _, err := lockless.NewInsertOnce(ctx, pool, spec); !errors.Is(err, pgfence.ErrInvalidInput) {
 			t.Errorf("%s: %v", name, err)
 		} else {
 			t.Logf("%s: %v", name, err)
 		}
 	}
-	if _, err := lockless.NewCounter(ctx, pool, lockless.CounterSpec{Table: lockless.Table{Name: "inventory"}, Key: "sku", Quantity: "sku"}); !errors.Is(err, lockless.ErrInvalidInput) {
+	if _, err := lockless.NewCounter(ctx, pool, lockless.CounterSpec{Table: lockless.Table{Name: "inventory"}, Key: "sku", Quantity: "sku"}); !errors.Is(err, pgfence.ErrInvalidInput) {
 		t.Errorf("text quantity: %v", err)
 	}
 	stock, _ := lockless.NewCounter(ctx, pool, lockless.CounterSpec{Table: lockless.Table{Name: "inventory"}, Key: "sku", Quantity: "quantity"})
 	for _, n := range []int64{0, -5} {
-		if _, err := stock.Take(ctx, pool, "x", n); !errors.Is(err, lockless.ErrInvalidInput) {
+		if _, err := stock.Take(ctx, pool, "x", n); !errors.Is(err, pgfence.ErrInvalidInput) {
 			t.Errorf("take %d: %v", n, err)
 		}
 	}
@@ -256,7 +257,7 @@ func TestBadIdentifiersAndInput(t *testing.T) {
 		"unknown":   {"nope": 1},
 		"injection": {"balance = 0, version": 1},
 	} {
-		if _, err := acct.Update(ctx, pool, 1, 0, set); !errors.Is(err, lockless.ErrInvalidInput) {
+		if _, err := acct.Update(ctx, pool, 1, 0, set); !errors.Is(err, pgfence.ErrInvalidInput) {
 			t.Errorf("set %s: %v", name, err)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/lockless"
 )
 
@@ -54,8 +55,8 @@ CREATE UNIQUE INDEX ON dedup_idx (x) INCLUDE (a);                -- INCLUDE colu
 		} {
 			t.Run(name, func(t *testing.T) {
 				_, err := lockless.NewInsertOnce(ctx, pool, spec(on...))
-				if !errors.Is(err, lockless.ErrInvalidInput) {
-					t.Errorf("%s %v: got %v, want ErrInvalidInput", name, on, err)
+				if !errors.Is(err, pgfence.ErrInvalidInput) {
+					t.Errorf("%s %v: got %v, want pgfence.ErrInvalidInput", name, on, err)
 					return
 				}
 				t.Logf("%s: %v", name, err)

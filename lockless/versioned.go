@@ -9,16 +9,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/pgdb"
 )
 
-// ErrConflict: an optimistic update found the row at another version than
-// the one the caller read. Errors returned for it are *ConflictError.
-var ErrConflict = errors.New("lockless: version conflict")
-
 // ConflictError says what an optimistic update found instead of the version
-// it expected. It satisfies errors.Is(err, ErrConflict).
+// it expected. It satisfies errors.Is(err, pgfence.ErrConflict).
 type ConflictError struct {
 	Table string // quoted table name
 	Key   any
@@ -37,8 +33,8 @@ func (e *ConflictError) Error() string {
 	return fmt.Sprintf("lockless: version conflict on %s key %v: expected version %d, found %d: read again and retry", e.Table, e.Key, e.Expected, e.Current)
 }
 
-// Is reports ErrConflict.
-func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
+// Is reports pgfence.ErrConflict.
+func (e *ConflictError) Is(target error) bool { return target == pgfence.ErrConflict }
 
 // VersionedSpec names a table with a key column and an integer version
 // column, such as accounts (account_id, balance, version).
@@ -62,7 +58,7 @@ type Versioned struct {
 // one row; the version column must be smallint, integer or bigint) and
 // remembers the table's columns, so that Update can refuse unknown ones
 // without a round trip.
-func NewVersioned(ctx context.Context, q fencedb.DBTX, spec VersionedSpec) (*Versioned, error) {
+func NewVersioned(ctx context.Context, q pgfence.DBTX, spec VersionedSpec) (*Versioned, error) {
 	cols, err := spec.Table.keyedColumns(ctx, q, spec.Key)
 	if err != nil {
 		return nil, err
@@ -79,11 +75,11 @@ func NewVersioned(ctx context.Context, q fencedb.DBTX, spec VersionedSpec) (*Ver
 
 // Update sets the columns in set on the row with key, only if its version is
 // still readVersion, and raises the version by one, in one statement. It
-// returns the new version. A *ConflictError (errors.Is(err, ErrConflict))
+// returns the new version. A *ConflictError (errors.Is(err, pgfence.ErrConflict))
 // means another writer got there first, or the row is gone: nothing was
 // written; read the row again and decide again. set must name at least one
 // column of the table other than the key and version columns.
-func (v *Versioned) Update(ctx context.Context, q fencedb.DBTX, key any, readVersion int64, set map[string]any) (newVersion int64, err error) {
+func (v *Versioned) Update(ctx context.Context, q pgfence.DBTX, key any, readVersion int64, set map[string]any) (newVersion int64, err error) {
 	if q == nil {
 		return 0, invalid("nil querier")
 	}

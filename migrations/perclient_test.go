@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/claim"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/payouts"
@@ -231,7 +232,11 @@ func sideBySide(t *testing.T, pool *pgxpool.Pool) {
 	t.Run("claim runners", func(t *testing.T) {
 		ids := map[string]int64{}
 		for _, s := range []string{a, b} {
-			id, err := claim.Enqueue(ctx, pool, claim.NewJob{Kind: "side", Schema: s})
+			enq, err := claim.New(ctx, pool, claim.WithSchema(s))
+			if err != nil {
+				t.Fatal(err)
+			}
+			id, err := enq.Enqueue(ctx, pool, claim.NewJob{Kind: "side"})
 			if err != nil {
 				t.Fatalf("enqueue in %s: %v", s, err)
 			}
@@ -292,7 +297,7 @@ func sideBySide(t *testing.T, pool *pgxpool.Pool) {
 		if _, err := pa.Create(ctx, pool, id, 100, "EUR"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := pb.Get(ctx, pool, id); !errors.Is(err, pgguard.ErrNoRow) {
+		if _, err := pb.Get(ctx, pool, id); !errors.Is(err, pgfence.ErrNotFound) {
 			t.Fatalf("B sees A's payout: %v", err)
 		}
 		var f int64
@@ -317,23 +322,20 @@ func TestPerClientSchemaInput(t *testing.T) {
 	pool := pgtest.Pool(t)
 	table := pgguard.Table{Schema: "public", Name: "payout_intents", KeyColumn: "payout_id"}
 	for _, bad := range []string{"", `x"; DROP TABLE y; --`, " lead", "a/*b", strings.Repeat("s", 64)} {
-		if _, err := pglease.New(pool, pglease.WithSchema(bad)); !errors.Is(err, pglease.ErrInvalidInput) {
-			t.Errorf("pglease.WithSchema(%q): %v, want ErrInvalidInput", bad, err)
+		if _, err := pglease.New(pool, pglease.WithSchema(bad)); !errors.Is(err, pgfence.ErrInvalidInput) {
+			t.Errorf("pglease.WithSchema(%q): %v, want pgfence.ErrInvalidInput", bad, err)
 		}
-		if _, err := claim.New(ctx, pool, claim.WithSchema(bad)); !errors.Is(err, claim.ErrInvalidInput) {
-			t.Errorf("claim.WithSchema(%q): %v, want ErrInvalidInput", bad, err)
+		if _, err := claim.New(ctx, pool, claim.WithSchema(bad)); !errors.Is(err, pgfence.ErrInvalidInput) {
+			t.Errorf("claim.WithSchema(%q): %v, want pgfence.ErrInvalidInput", bad, err)
 		}
-		if _, err := claim.Enqueue(ctx, pool, claim.NewJob{Schema: bad + "x"}); !errors.Is(err, claim.ErrInvalidInput) && bad != "" {
-			t.Errorf("claim.NewJob{Schema: %q}: %v, want ErrInvalidInput", bad+"x", err)
+		if _, err := payouts.New(ctx, pool, payouts.WithSchema(bad)); !errors.Is(err, pgfence.ErrInvalidInput) {
+			t.Errorf("payouts.WithSchema(%q): %v, want pgfence.ErrInvalidInput", bad, err)
 		}
-		if _, err := payouts.New(ctx, pool, payouts.WithSchema(bad)); !errors.Is(err, pgguard.ErrInvalidInput) {
-			t.Errorf("payouts.WithSchema(%q): %v, want ErrInvalidInput", bad, err)
+		if _, err := pgguard.NewGuard(ctx, pool, table, pgguard.WithSchema(bad)); !errors.Is(err, pgfence.ErrInvalidInput) {
+			t.Errorf("pgguard.NewGuard(WithSchema(%q)): %v, want pgfence.ErrInvalidInput", bad, err)
 		}
-		if _, err := pgguard.NewGuard(ctx, pool, table, pgguard.WithSchema(bad)); !errors.Is(err, pgguard.ErrInvalidInput) {
-			t.Errorf("pgguard.NewGuard(WithSchema(%q)): %v, want ErrInvalidInput", bad, err)
-		}
-		if err := pgguard.InstallTrigger(ctx, pool, table, pgguard.Strict, pgguard.WithSchema(bad)); !errors.Is(err, pgguard.ErrInvalidInput) {
-			t.Errorf("pgguard.InstallTrigger(WithSchema(%q)): %v, want ErrInvalidInput", bad, err)
+		if err := pgguard.InstallTrigger(ctx, pool, table, pgguard.Strict, pgguard.WithSchema(bad)); !errors.Is(err, pgfence.ErrInvalidInput) {
+			t.Errorf("pgguard.InstallTrigger(WithSchema(%q)): %v, want pgfence.ErrInvalidInput", bad, err)
 		}
 	}
 
@@ -354,8 +356,6 @@ func TestPerClientSchemaInput(t *testing.T) {
 	wantHint("pglease TryAcquire", err)
 	_, err = claim.New(ctx, pool, claim.WithSchema(missing))
 	wantHint("claim.New", err)
-	_, err = claim.Enqueue(ctx, pool, claim.NewJob{Schema: missing})
-	wantHint("claim.Enqueue", err)
 	_, err = payouts.New(ctx, pool, payouts.WithSchema(missing))
 	wantHint("payouts.New", err)
 	_, err = pgguard.NewGuard(ctx, pool, table, pgguard.WithSchema(missing))

@@ -12,10 +12,6 @@ import (
 	"github.com/pgfence/pgfence/internal/validate"
 )
 
-// ErrInvalidInput: an option was refused (for example a schema name that is
-// not a plain identifier). Nothing was run.
-var ErrInvalidInput = validate.ErrInvalidInput
-
 // ErrNoSuchSchema: Down, Version or Force named a schema (WithSchema) that
 // does not exist. Only Up creates it.
 var ErrNoSuchSchema = errors.New("pgfence migrations: no such schema")

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/claim"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/migrations"
@@ -187,7 +188,11 @@ func TestSchemasSideBySide(t *testing.T) {
 
 	pgtest.Step(t, "claims stay in their schema", func(t *testing.T) {
 		// A claimer on Beta Fences' jobs table: alpha's queue stays untouched.
-		if _, err := claim.Enqueue(ctx, b, claim.NewJob{Queue: "mail", Kind: "k"}); err != nil {
+		enq, err := claim.New(ctx, b, claim.WithQueue("mail"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := enq.Enqueue(ctx, b, claim.NewJob{Kind: "k"}); err != nil {
 			t.Fatal(err)
 		}
 		claimA, err := claim.New(ctx, a, claim.WithQueue("mail"))
@@ -241,11 +246,11 @@ func TestSchemaInput(t *testing.T) {
 	ctx := context.Background()
 	base := bareDatabase(t)
 	for _, bad := range []string{`x"; DROP TABLE y; --`, " lead", "a/*b", "x$$y"} {
-		if err := migrations.Up(ctx, base, migrations.WithSchema(bad)); !errors.Is(err, migrations.ErrInvalidInput) {
-			t.Errorf("Up(WithSchema(%q)) = %v, want ErrInvalidInput", bad, err)
+		if err := migrations.Up(ctx, base, migrations.WithSchema(bad)); !errors.Is(err, pgfence.ErrInvalidInput) {
+			t.Errorf("Up(WithSchema(%q)) = %v, want pgfence.ErrInvalidInput", bad, err)
 		}
-		if err := migrations.UseSchema(base.Config(), bad); !errors.Is(err, migrations.ErrInvalidInput) {
-			t.Errorf("UseSchema(%q) = %v, want ErrInvalidInput", bad, err)
+		if err := migrations.UseSchema(base.Config(), bad); !errors.Is(err, pgfence.ErrInvalidInput) {
+			t.Errorf("UseSchema(%q) = %v, want pgfence.ErrInvalidInput", bad, err)
 		}
 	}
 	var n int

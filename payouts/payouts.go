@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/pgdb"
 	"github.com/pgfence/pgfence/internal/validate"
@@ -44,10 +45,6 @@ func (s State) Final() bool { return s == Submitted || s == Failed }
 // migrations), unqualified: it is found on the search_path, like pgfence's
 // other objects, unless WithSchema names its schema.
 const tableName = "payout_intents"
-
-// ErrConflict: Intents.Create found the payout already recorded with a
-// different amount or currency.
-var ErrConflict = errors.New("payouts: conflicting intent")
 
 // Payout is one payout intent: the durable record, written before the
 // provider is called, of a side effect that the provider cannot fence.
@@ -126,7 +123,7 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 // functions of schema (migrated with migrations.WithSchema): every statement
 // names them qualified, so no search_path is needed and the Intents work
 // behind a transaction pooler. Default: found through the search_path. A
-// name that is not a plain identifier is refused with ErrInvalidInput.
+// name that is not a plain identifier is refused with pgfence.ErrInvalidInput.
 func WithSchema(schema string) Option {
 	return func(o *config) error {
 		if err := validate.Identifier("schema", schema); err != nil {
@@ -138,7 +135,7 @@ func WithSchema(schema string) Option {
 }
 
 // queries runs the generated statements on db in the configured schema.
-func (c *config) queries(db fencedb.DBTX) *fencedb.Queries {
+func (c *config) queries(db pgfence.DBTX) *fencedb.Queries {
 	return fencedb.New(pgdb.Wrap(db, c.schema))
 }
 
@@ -165,7 +162,7 @@ func WithOwnFenceSource() Option {
 	}
 }
 
-// invalid refuses bad input: errors.Is(err, pgguard.ErrInvalidInput) holds
+// invalid refuses bad input: errors.Is(err, pgfence.ErrInvalidInput) holds
 // (one value for every package, internal/validate).
 func invalid(format string, args ...any) error {
 	return validate.Invalid("payouts", format, args...)
@@ -194,7 +191,7 @@ type Intents struct {
 // table on db's search_path once, here, as [pgguard.NewGuard] does, while
 // the transitions name it unqualified: run them on connections with the same
 // search_path.
-func New(ctx context.Context, db fencedb.DBTX, opts ...Option) (*Intents, error) {
+func New(ctx context.Context, db pgfence.DBTX, opts ...Option) (*Intents, error) {
 	if db == nil {
 		return nil, invalid("nil DBTX")
 	}
@@ -254,8 +251,8 @@ func checkPayout(id string, fence int64) error {
 // "EUR") under id, in state Pending, with its idempotency key. It is
 // idempotent: when the payout exists with the same amount and currency it
 // returns it as it is (whatever its state); with another amount or currency
-// it returns ErrConflict.
-func (p *Intents) Create(ctx context.Context, db fencedb.DBTX, id string, amountCents int64, currency string) (Payout, error) {
+// it returns pgfence.ErrConflict.
+func (p *Intents) Create(ctx context.Context, db pgfence.DBTX, id string, amountCents int64, currency string) (Payout, error) {
 	if db == nil {
 		return Payout{}, invalid("nil DBTX")
 	}
@@ -284,20 +281,20 @@ func (p *Intents) Create(ctx context.Context, db fencedb.DBTX, id string, amount
 	}
 	if existing.AmountCents != amountCents || existing.Currency != currency {
 		return existing, fmt.Errorf("%w: payout %q is recorded for %d %s, not %d %s",
-			ErrConflict, id, existing.AmountCents, existing.Currency, amountCents, currency)
+			pgfence.ErrConflict, id, existing.AmountCents, existing.Currency, amountCents, currency)
 	}
 	return existing, nil
 }
 
-// Get reads one payout; an error satisfying [pgguard.ErrNoRow] if there is
+// Get reads one payout; an error satisfying [pgfence.ErrNotFound] if there is
 // none.
-func (p *Intents) Get(ctx context.Context, db fencedb.DBTX, id string) (Payout, error) {
+func (p *Intents) Get(ctx context.Context, db pgfence.DBTX, id string) (Payout, error) {
 	if db == nil {
 		return Payout{}, invalid("nil DBTX")
 	}
 	row, err := p.cfg.queries(db).GetPayout(ctx, id)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Payout{}, fmt.Errorf("%w: no payout %q", pgguard.ErrNoRow, id)
+		return Payout{}, fmt.Errorf("%w: no payout %q", pgfence.ErrNotFound, id)
 	}
 	if err != nil {
 		return Payout{}, fmt.Errorf("payouts: reading payout %q: %w", id, err)
@@ -310,8 +307,8 @@ func (p *Intents) Get(ctx context.Context, db fencedb.DBTX, id string) (Payout, 
 // its IdempotencyKey. When it changes no row, it says why as a Guard's
 // guarded write does ([pgguard.Guard.Check]): a *pgguard.StaleFenceError (a
 // newer holder moved it; counted), [pgguard.ErrAlreadyDone] (it is Submitted
-// or Failed) or [pgguard.ErrNoRow].
-func (p *Intents) BeginSubmit(ctx context.Context, db fencedb.DBTX, id string, fence int64) (Payout, error) {
+// or Failed) or [pgfence.ErrNotFound].
+func (p *Intents) BeginSubmit(ctx context.Context, db pgfence.DBTX, id string, fence int64) (Payout, error) {
 	if err := checkPayout(id, fence); err != nil {
 		return Payout{}, err
 	}
@@ -324,8 +321,8 @@ func (p *Intents) BeginSubmit(ctx context.Context, db fencedb.DBTX, id string, f
 // under fence. On zero rows: a *pgguard.StaleFenceError,
 // [pgguard.ErrAlreadyDone] (it is Submitted or Failed already: a repeated
 // transition), [pgguard.ErrPrecondition] (it is still Pending: BeginSubmit
-// was not called) or [pgguard.ErrNoRow].
-func (p *Intents) MarkSubmitted(ctx context.Context, db fencedb.DBTX, id string, fence int64, providerRef string) (Payout, error) {
+// was not called) or [pgfence.ErrNotFound].
+func (p *Intents) MarkSubmitted(ctx context.Context, db pgfence.DBTX, id string, fence int64, providerRef string) (Payout, error) {
 	if err := checkPayout(id, fence); err != nil {
 		return Payout{}, err
 	}
@@ -341,8 +338,8 @@ func (p *Intents) MarkSubmitted(ctx context.Context, db fencedb.DBTX, id string,
 // -> Failed, under fence, with a reason. Only record it when the provider
 // said so, or reconciliation established that it never received the payout:
 // a Submitting payout may have been paid. On zero rows: a
-// *pgguard.StaleFenceError, [pgguard.ErrAlreadyDone] or [pgguard.ErrNoRow].
-func (p *Intents) MarkFailed(ctx context.Context, db fencedb.DBTX, id string, fence int64, reason string) (Payout, error) {
+// *pgguard.StaleFenceError, [pgguard.ErrAlreadyDone] or [pgfence.ErrNotFound].
+func (p *Intents) MarkFailed(ctx context.Context, db pgfence.DBTX, id string, fence int64, reason string) (Payout, error) {
 	if err := checkPayout(id, fence); err != nil {
 		return Payout{}, err
 	}
@@ -360,7 +357,7 @@ func (p *Intents) MarkFailed(ctx context.Context, db fencedb.DBTX, id string, fe
 // calling the provider). Reconcile each: take the payout's lease, ask the
 // provider by IdempotencyKey, then MarkSubmitted, MarkFailed or BeginSubmit
 // again, under the new fence. Never guess.
-func (p *Intents) Stuck(ctx context.Context, db fencedb.DBTX, olderThan time.Duration, limit int) ([]Payout, error) {
+func (p *Intents) Stuck(ctx context.Context, db pgfence.DBTX, olderThan time.Duration, limit int) ([]Payout, error) {
 	if db == nil {
 		return nil, invalid("nil DBTX")
 	}
@@ -386,7 +383,7 @@ func (p *Intents) Stuck(ctx context.Context, db fencedb.DBTX, olderThan time.Dur
 // transition runs one guarded transition (run: the UPDATE with the fence
 // predicate, the precondition from, and the transaction's fence, in one
 // statement) and, when it changes no row, lets the Guard decide why.
-func (p *Intents) transition(ctx context.Context, db fencedb.DBTX, id string, fence int64, op string, from pgguard.Cond,
+func (p *Intents) transition(ctx context.Context, db pgfence.DBTX, id string, fence int64, op string, from pgguard.Cond,
 	run func(*fencedb.Queries) (fencedb.PayoutIntent, error)) (Payout, error) {
 	if db == nil {
 		return Payout{}, invalid("nil DBTX")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/payouts"
 	"github.com/pgfence/pgfence/pgguard"
@@ -55,7 +56,7 @@ func TestIntents(t *testing.T) {
 		if err != nil || again.IdempotencyKey != created.IdempotencyKey {
 			t.Fatalf("Create is not idempotent: %+v %v", again, err)
 		}
-		if _, err := p.Create(ctx, pool, "po_1", 99, "EUR"); !errors.Is(err, payouts.ErrConflict) {
+		if _, err := p.Create(ctx, pool, "po_1", 99, "EUR"); !errors.Is(err, pgfence.ErrConflict) {
 			t.Fatalf("Create with another amount: %v", err)
 		}
 	})
@@ -135,10 +136,10 @@ func TestIntents(t *testing.T) {
 	})
 
 	pgtest.Step(t, "missing payouts", func(t *testing.T) {
-		if _, err := p.BeginSubmit(ctx, pool, "po_404", fr); !errors.Is(err, pgguard.ErrNoRow) {
+		if _, err := p.BeginSubmit(ctx, pool, "po_404", fr); !errors.Is(err, pgfence.ErrNotFound) {
 			t.Fatalf("BeginSubmit of a missing payout: %v", err)
 		}
-		if _, err := p.Get(ctx, pool, "po_404"); !errors.Is(err, pgguard.ErrNoRow) {
+		if _, err := p.Get(ctx, pool, "po_404"); !errors.Is(err, pgfence.ErrNotFound) {
 			t.Fatalf("Get of a missing payout: %v", err)
 		}
 	})
@@ -203,7 +204,7 @@ func TestIntents(t *testing.T) {
 			"nil stale hook": func() error { _, err := payouts.New(ctx, pool, payouts.WithStaleHook(nil)); return err }(),
 			"nil hook":       func() error { _, err := payouts.New(ctx, pool, payouts.WithStaleHook(nil)); return err }(),
 		} {
-			if !errors.Is(err, pgguard.ErrInvalidInput) {
+			if !errors.Is(err, pgfence.ErrInvalidInput) {
 				t.Errorf("%s: %v", name, err)
 			}
 		}

@@ -6,7 +6,7 @@
 // column and its fence column; [Guard.Update] changes the row only if the
 // fence is at least the row's, and stamps it, in one statement. Zero rows is
 // an answer: [ErrStaleFence] (with both fences), [ErrAlreadyDone],
-// [ErrPrecondition] or [ErrNoRow]. [Guard.ClaimFirst] refuses stale writes
+// [ErrPrecondition] or [pgfence.ErrNotFound]. [Guard.ClaimFirst] refuses stale writes
 // even before the new holder's first one. [InstallTrigger] makes the database
 // refuse stale or unfenced UPDATEs and DELETEs from any SQL, for fences set
 // in the same transaction ([RunFenced], [SetFence]). Fencing stops holders

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/pgfence/pgfence/internal/pgerr"
 	"github.com/pgfence/pgfence/internal/validate"
 )
@@ -29,9 +30,6 @@ var (
 	// ErrPrecondition: the error satisfies both.
 	ErrAlreadyDone = errors.New("pgguard: already done")
 
-	// ErrNoRow: no row has the key.
-	ErrNoRow = errors.New("pgguard: no such row")
-
 	// ErrNoFence: a table fenced in strict mode refused an UPDATE or DELETE
 	// from a transaction that set no fence (SQLSTATE PF002), or a fenced
 	// table, in either mode, refused one under a pgfence.fence that the
@@ -48,10 +46,6 @@ var (
 	// call, with SQLSTATE PF004. If your fences come from a source of your
 	// own, pass WithOwnFenceSource.
 	ErrFenceAboveCeiling = errors.New("pgguard: fence above the highest pgfence has issued")
-
-	// ErrInvalidInput: a fence, key, identifier or value was refused before
-	// anything was sent to the database. The error's text says which and why.
-	ErrInvalidInput = validate.ErrInvalidInput
 )
 
 func invalid(format string, args ...any) error { return validate.Invalid("pgguard", format, args...) }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/pgguard"
 	"github.com/pgfence/pgfence/pglease"
@@ -36,7 +37,7 @@ INSERT INTO invoice_jobs (job_id) VALUES ('inv_72');`)
 
 // addFenceColumn gives t its fence column, as Example shows: the up SQL of
 // FenceColumnMigration, applied on db.
-func addFenceColumn(ctx context.Context, db fencedb.DBTX, t pgguard.Table) error {
+func addFenceColumn(ctx context.Context, db pgfence.DBTX, t pgguard.Table) error {
 	up, _, err := pgguard.FenceColumnMigration(t)
 	if err != nil {
 		return err

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/pgdb"
 )
 
@@ -29,14 +29,14 @@ type Guard struct {
 }
 
 // NewGuard checks t against the catalog through db and returns a Guard for
-// it. It refuses, with an error satisfying ErrInvalidInput and before any
+// it. It refuses, with an error satisfying pgfence.ErrInvalidInput and before any
 // write: names that are empty, longer than 63 bytes, or contain quotes,
 // semicolons, backslashes, control characters, whitespace other than an
 // inner space, or comment markers; a table that does not exist; a key column that does not exist or
 // has no unique index of its own; a fence column that does not exist or is
 // not bigint NOT NULL. The schema is resolved once, here: a later change of
 // search_path does not move the Guard to another table.
-func NewGuard(ctx context.Context, db fencedb.DBTX, t Table, opts ...Option) (*Guard, error) {
+func NewGuard(ctx context.Context, db pgfence.DBTX, t Table, opts ...Option) (*Guard, error) {
 	if db == nil {
 		return nil, invalid("nil DBTX")
 	}
@@ -235,7 +235,7 @@ func (g *Guard) setFence(fenceParam string) string {
 // row with the next statement on db (in the caller's transaction when db is
 // one) and returns a *StaleFenceError (ErrStaleFence; counted) if a newer
 // holder has written it, an error satisfying ErrPrecondition if a
-// condition does not hold, or an error satisfying ErrNoRow.
+// condition does not hold, or an error satisfying pgfence.ErrNotFound.
 //
 // In a REPEATABLE READ or SERIALIZABLE transaction, a row that a newer holder
 // changed after the transaction's snapshot makes the UPDATE fail with
@@ -246,7 +246,7 @@ func (g *Guard) setFence(fenceParam string) string {
 // write saw: a concurrent change that made the write fail can also have made
 // the conditions true again. Update then still reports ErrPrecondition (the
 // condition did not hold when the write ran) with a detail saying so.
-func (g *Guard) Update(ctx context.Context, db fencedb.DBTX, key any, fence int64, set Values, where ...Cond) (err error) {
+func (g *Guard) Update(ctx context.Context, db pgfence.DBTX, key any, fence int64, set Values, where ...Cond) (err error) {
 	defer func() { g.met.wrote(opUpdate, err) }()
 	if err := g.checkArgs(key, fence); err != nil {
 		return err
@@ -305,10 +305,10 @@ func (g *Guard) Update(ctx context.Context, db fencedb.DBTX, key any, fence int6
 // Check reads the row and says whether a guarded write with fence and where
 // would apply now: nil if it would, else ErrFenceAboveCeiling (unless
 // WithOwnFenceSource), a *StaleFenceError (counted), an error satisfying ErrPrecondition or
-// an error satisfying ErrNoRow, decided in that order after the row's
+// an error satisfying pgfence.ErrNotFound, decided in that order after the row's
 // existence: a stale holder hears it is stale whatever the row's state. Use it after your own guarded SQL changed no row, on the same
 // db (your transaction), to learn which it was.
-func (g *Guard) Check(ctx context.Context, db fencedb.DBTX, key any, fence int64, where ...Cond) error {
+func (g *Guard) Check(ctx context.Context, db pgfence.DBTX, key any, fence int64, where ...Cond) error {
 	if err := g.checkArgs(key, fence); err != nil {
 		return err
 	}
@@ -341,7 +341,7 @@ func (g *Guard) Check(ctx context.Context, db fencedb.DBTX, key any, fence int64
 	err = pgdb.Wrap(db, "").QueryRow(ctx, b.sb.String(), b.args...).Scan(&current, &ok, &isDone, &top)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("%w: %s has no row with %s = %q", ErrNoRow, g.t.display, g.key, keyText(key))
+		return fmt.Errorf("%w: %s has no row with %s = %q", pgfence.ErrNotFound, g.t.display, g.key, keyText(key))
 	case err != nil:
 		return g.wrap(ctx, "re-read", key, err)
 	case top != nil && fence > *top:
@@ -378,10 +378,10 @@ func (g *Guard) Check(ctx context.Context, db fencedb.DBTX, key any, fence int64
 // waits for this transaction's row lock and is refused once it commits.
 //
 // Zero rows is an answer: a *StaleFenceError (counted) means a newer holder
-// exists, so abandon the attempt; ErrNoRow means there is no such row.
+// exists, so abandon the attempt; pgfence.ErrNotFound means there is no such row.
 // ClaimFirst also sets the transaction's fence, as SetFence does, and so
 // refuses a fence above the ceiling (ErrFenceAboveCeiling) as Update does.
-func (g *Guard) ClaimFirst(ctx context.Context, db fencedb.DBTX, key any, fence int64, columns []string, dest ...any) (err error) {
+func (g *Guard) ClaimFirst(ctx context.Context, db pgfence.DBTX, key any, fence int64, columns []string, dest ...any) (err error) {
 	defer func() { g.met.wrote(opClaim, err) }()
 	if err := g.checkArgs(key, fence); err != nil {
 		return err
@@ -418,7 +418,7 @@ func (g *Guard) ClaimFirst(ctx context.Context, db fencedb.DBTX, key any, fence 
 	err = g.Check(ctx, db, key, fence)
 	if err == nil {
 		// The row appeared after the claim looked for it.
-		return fmt.Errorf("%w: %s had no row with %s = %q when the claim ran", ErrNoRow, g.t.display, g.key, keyText(key))
+		return fmt.Errorf("%w: %s had no row with %s = %q when the claim ran", pgfence.ErrNotFound, g.t.display, g.key, keyText(key))
 	}
 	return err
 }

@@ -8,10 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/jackc/pgerrcode"
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/testsupport/dbenv"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/migrations"
@@ -70,7 +71,7 @@ func TestLessOrEqual(t *testing.T) {
 		if se.Presented != older || se.Current != newer || se.Key != "inv_72" || se.Table != "public."+table {
 			t.Errorf("stale error = %+v", se)
 		}
-		if errors.Is(err, pgguard.ErrPrecondition) || errors.Is(err, pgguard.ErrNoRow) {
+		if errors.Is(err, pgguard.ErrPrecondition) || errors.Is(err, pgfence.ErrNotFound) {
 			t.Errorf("stale error matches other outcomes: %v", err)
 		}
 	})
@@ -93,8 +94,8 @@ func TestLessOrEqual(t *testing.T) {
 	})
 
 	pgtest.Step(t, "no such row", func(t *testing.T) {
-		if err := g.Update(ctx, pool, "inv_404", newer, pgguard.Values{"writer": "B"}); !errors.Is(err, pgguard.ErrNoRow) {
-			t.Fatalf("missing row: got %v, want ErrNoRow", err)
+		if err := g.Update(ctx, pool, "inv_404", newer, pgguard.Values{"writer": "B"}); !errors.Is(err, pgfence.ErrNotFound) {
+			t.Fatalf("missing row: got %v, want pgfence.ErrNotFound", err)
 		}
 	})
 
@@ -322,7 +323,7 @@ func TestClaimingOn(t *testing.T) {
 		if err := g.ClaimFirst(ctx, pool, key, f[0], nil); !errors.As(err, &se) || se.Current != f[1] || se.Presented != f[0] {
 			t.Fatalf("claim by an older holder: %v", err)
 		}
-		if err := g.ClaimFirst(ctx, pool, "inv_404", f[1], nil); !errors.Is(err, pgguard.ErrNoRow) {
+		if err := g.ClaimFirst(ctx, pool, "inv_404", f[1], nil); !errors.Is(err, pgfence.ErrNotFound) {
 			t.Fatalf("claim of a missing row: %v", err)
 		}
 	})
@@ -524,7 +525,7 @@ func TestDoneWhen(t *testing.T) {
 		t.Fatalf("not ready: %v, want ErrPrecondition without ErrAlreadyDone", err)
 	}
 	if _, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: table, KeyColumn: "job_id"},
-		pgguard.WithDoneWhen(pgguard.Eq("no_such_column", "SENT"))); !errors.Is(err, pgguard.ErrInvalidInput) {
+		pgguard.WithDoneWhen(pgguard.Eq("no_such_column", "SENT"))); !errors.Is(err, pgfence.ErrInvalidInput) {
 		t.Fatalf("unknown done column: %v", err)
 	}
 }

@@ -10,12 +10,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/metric/noop"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pgguard"
 )
 
 // TestBadInput: fences <= 0, unknown tables and columns, and identifiers
-// built to inject SQL are refused with ErrInvalidInput, and nothing is
+// built to inject SQL are refused with pgfence.ErrInvalidInput, and nothing is
 // written: the table, its row and its fence are untouched.
 func TestBadInput(t *testing.T) {
 	ctx := context.Background()
@@ -46,8 +47,8 @@ func TestBadInput(t *testing.T) {
 	}
 	invalid := func(t *testing.T, what string, err error, wantInMsg string) {
 		t.Helper()
-		if !errors.Is(err, pgguard.ErrInvalidInput) {
-			t.Errorf("%s: got %v, want ErrInvalidInput", what, err)
+		if !errors.Is(err, pgfence.ErrInvalidInput) {
+			t.Errorf("%s: got %v, want pgfence.ErrInvalidInput", what, err)
 		} else if !strings.Contains(err.Error(), wantInMsg) {
 			t.Errorf("%s: message %q does not say %q", what, err, wantInMsg)
 		}
@@ -155,7 +156,7 @@ func TestBadInput(t *testing.T) {
 	t.Run("values are bound", func(t *testing.T) {
 		// Injection through values goes nowhere: they are parameters.
 		err := g.Update(ctx, pool, "k' OR '1'='1", f, pgguard.Values{"writer": "x"})
-		if !errors.Is(err, pgguard.ErrNoRow) {
+		if !errors.Is(err, pgfence.ErrNotFound) {
 			t.Fatalf("key injection: %v", err)
 		}
 		unchanged(t)
@@ -216,8 +217,8 @@ func TestOptionsPerFunction(t *testing.T) {
 			switch {
 			case want && err != nil:
 				t.Errorf("%s refused by %s: %v", name, fn, err)
-			case !want && (!errors.Is(err, pgguard.ErrInvalidInput) || !strings.Contains(err.Error(), name+" does not apply to")):
-				t.Errorf("%s given to %s: %v, want ErrInvalidInput naming the option", name, fn, err)
+			case !want && (!errors.Is(err, pgfence.ErrInvalidInput) || !strings.Contains(err.Error(), name+" does not apply to")):
+				t.Errorf("%s given to %s: %v, want pgfence.ErrInvalidInput naming the option", name, fn, err)
 			}
 		}
 	}

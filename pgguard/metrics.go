@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/otelx"
 )
 
@@ -108,7 +109,7 @@ func (g *guardMetrics) wrote(op int, err error) {
 		out = outDone
 	case errors.Is(err, ErrPrecondition):
 		out = outPrecondition
-	case errors.Is(err, ErrNoRow):
+	case errors.Is(err, pgfence.ErrNotFound):
 		out = outNoRow
 	default:
 		out = outError

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/catalog"
 	"github.com/pgfence/pgfence/internal/validate"
 )
@@ -17,7 +17,7 @@ import (
 // Option configures NewGuard, RunFenced, SetFence, InstallTrigger and
 // TriggerMigration. Each With function says which of them it applies to;
 // an option given to a call it does not apply to is refused with
-// ErrInvalidInput, so a setting is never silently ignored.
+// pgfence.ErrInvalidInput, so a setting is never silently ignored.
 type Option struct {
 	name string // the With function, for the refusal
 	uses calls  // the calls it applies to
@@ -165,7 +165,7 @@ func WithOwnFenceSource() Option {
 // they need no search_path and work behind a transaction pooler. Default:
 // found through the search_path. The guarded table is not affected (see
 // Table.Schema). A name that is not a plain identifier is refused with
-// ErrInvalidInput.
+// pgfence.ErrInvalidInput.
 //
 // Applies to every function that takes options.
 func WithSchema(schema string) Option {
@@ -181,7 +181,7 @@ func WithSchema(schema string) Option {
 // checkSchema makes sure, when WithSchema named a schema, that pgfence's
 // migrations ran there, so that a Guard on a wrong schema fails when it is
 // made, saying what to run, not at its first write.
-func (o *options) checkSchema(ctx context.Context, db fencedb.DBTX) error {
+func (o *options) checkSchema(ctx context.Context, db pgfence.DBTX) error {
 	if o.schema == "" {
 		return nil
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/catalog"
 	"github.com/pgfence/pgfence/internal/pgdb"
 )
@@ -166,7 +166,7 @@ func FenceColumnMigration(t Table) (up, down string, err error) {
 // which fires no row triggers. The fence column must exist as bigint NOT
 // NULL (FenceColumnMigration). t.KeyColumn is not used. Classify turns the
 // trigger's errors into ErrStaleFence and ErrNoFence.
-func InstallTrigger(ctx context.Context, db fencedb.DBTX, t Table, mode Enforcement, opts ...Option) error {
+func InstallTrigger(ctx context.Context, db pgfence.DBTX, t Table, mode Enforcement, opts ...Option) error {
 	if mode != Strict && mode != Lenient {
 		return invalid("mode must be Strict or Lenient, got %v", mode)
 	}
@@ -200,7 +200,7 @@ func InstallTrigger(ctx context.Context, db fencedb.DBTX, t Table, mode Enforcem
 // inheritors returns the tables that inherit from r through INHERITS, at any
 // depth: UPDATE and DELETE on r reach their rows, but they get nothing from
 // r's triggers, so each needs the fencing trigger of its own.
-func inheritors(ctx context.Context, db fencedb.DBTX, r *resolved) ([]string, error) {
+func inheritors(ctx context.Context, db pgfence.DBTX, r *resolved) ([]string, error) {
 	children, err := catalog.Inheritors(ctx, db, r.rel)
 	if err != nil {
 		return nil, fmt.Errorf("pgguard: reading the tables that inherit from %s: %w", r.quoted(), err)
@@ -221,7 +221,7 @@ func triggerSQL(quotedTable, fenceColumn string, mode Enforcement, fn string) st
 
 // RemoveTrigger takes the fencing trigger off t and off every table that
 // inherits from it, where they have one, atomically.
-func RemoveTrigger(ctx context.Context, db fencedb.DBTX, t Table) error {
+func RemoveTrigger(ctx context.Context, db pgfence.DBTX, t Table) error {
 	r, err := lookupTable(ctx, db, t)
 	if err != nil {
 		return err
@@ -242,7 +242,7 @@ func RemoveTrigger(ctx context.Context, db fencedb.DBTX, t Table) error {
 
 // TriggerEnforcement reports the enforcement of t's fencing trigger; ok is
 // false when t has no fencing trigger.
-func TriggerEnforcement(ctx context.Context, db fencedb.DBTX, t Table) (mode Enforcement, ok bool, err error) {
+func TriggerEnforcement(ctx context.Context, db pgfence.DBTX, t Table) (mode Enforcement, ok bool, err error) {
 	r, err := lookupTable(ctx, db, t)
 	if err != nil {
 		return 0, false, err
@@ -288,7 +288,7 @@ func TriggerMigration(t Table, mode Enforcement, opts ...Option) (up, down strin
 // lookupTable validates t's names (the key column is not needed) and finds
 // the table in the catalog through db: the common start of the schema
 // helpers.
-func lookupTable(ctx context.Context, db fencedb.DBTX, t Table) (*resolved, error) {
+func lookupTable(ctx context.Context, db pgfence.DBTX, t Table) (*resolved, error) {
 	if db == nil {
 		return nil, invalid("nil DBTX")
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/catalog"
 	"github.com/pgfence/pgfence/internal/validate"
 )
@@ -88,7 +88,7 @@ func (r *resolved) quoted() string { return r.rel.Quoted() }
 
 // resolve finds t in the catalog: the table (an ordinary or partitioned
 // one) and its columns. The name is passed to to_regclass as a bound value.
-func resolve(ctx context.Context, db fencedb.DBTX, t Table) (*resolved, error) {
+func resolve(ctx context.Context, db pgfence.DBTX, t Table) (*resolved, error) {
 	rel, err := catalog.Table(ctx, db, "pgguard", t.ident(), "")
 	if err != nil {
 		return nil, err
@@ -120,7 +120,7 @@ func (r *resolved) fenceColumn(name string) error {
 
 // uniqueKey checks that the key column alone carries a valid, non-partial
 // unique index, so that a key picks at most one row.
-func (r *resolved) uniqueKey(ctx context.Context, db fencedb.DBTX, name string) error {
+func (r *resolved) uniqueKey(ctx context.Context, db pgfence.DBTX, name string) error {
 	if _, err := r.column("key column", name); err != nil {
 		return err
 	}

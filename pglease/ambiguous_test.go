@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/testsupport/faultproxy"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
@@ -134,7 +135,7 @@ func TestAcquireRetriesThroughAmbiguity(t *testing.T) {
 	if err := l.Renew(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Release(ctx); err != nil && !errors.Is(err, pglease.ErrLeaseLost) {
+	if err := l.Release(ctx); err != nil && !errors.Is(err, pgfence.ErrLeaseLost) {
 		t.Fatal(err)
 	}
 }

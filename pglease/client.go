@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/fencesql"
 	"github.com/pgfence/pgfence/internal/pgdb"
@@ -134,7 +135,7 @@ func (c *Client) Close() error {
 			defer func() { <-sem }()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			if err := l.Release(ctx); err != nil && !errors.Is(err, ErrLeaseLost) {
+			if err := l.Release(ctx); err != nil && !errors.Is(err, pgfence.ErrLeaseLost) {
 				errs[i] = err
 			}
 		})
@@ -192,43 +193,64 @@ func (c *Client) checkArgs(key string, ttl time.Duration) error {
 	return nil
 }
 
-// TryAcquire takes the lease on key for ttl if no other owner holds an
-// unexpired one, and returns ErrNotAcquired at once otherwise. Every
-// acquisition's ttl must lie in [10ms, 24h], or it returns ErrInvalidInput
-// before sending anything. Expiry is
-// judged by the database's now(), never by this machine's clock. It returns
-// by ctx's deadline plus a few milliseconds: when the server's answer was
-// lost, what is left to settle goes on in the background (each statement within 5s). A
-// grant from an older WAL timeline than this client has seen is refused
-// with pgguard.ErrStaleTimeline (see WithTimelineMark).
-func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
-	if err := c.checkArgs(key, ttl); err != nil {
+// TryAcquire takes the lease on key for ttl if no other owner holds the key
+// in a way that excludes it, and returns pgfence.ErrNotAcquired at once
+// otherwise. Without a kind it takes the exclusive (plain) lease; with one
+// (Shared, Permits), that kind. Every acquisition's ttl must lie in
+// [10ms, 24h], or it returns pgfence.ErrInvalidInput before sending anything.
+// Expiry is judged by the database's now(), never by this machine's clock.
+// It returns by ctx's deadline plus a few milliseconds: when the server's
+// answer was lost, what is left to settle goes on in the background (each
+// statement within 5s). A grant from an older WAL timeline than this client
+// has seen is refused with pgfence.ErrStaleTimeline (see WithTimelineMark).
+func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration, kind ...Kind) (*Lease, error) {
+	k, err := c.checkKind(key, ttl, kind)
+	if err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	l, err := c.acquire(ctx, key, ttl)
+	var l *Lease
+	if k == (Kind{}) {
+		l, err = c.acquire(ctx, key, ttl)
+	} else {
+		l, err = c.trySlot(ctx, key, ttl, k)
+	}
 	c.met.acquired(opTry, start, err)
 	return l, err
 }
 
-// Acquire takes the lease on key, waiting while another owner holds it:
-// retries back off exponentially with full jitter (WithBackoff) until the
-// lease is granted, ctx ends, or the maximum wait (WithMaxWait) passes. With
-// WithWakeOnRelease, a release of key also ends the current backoff sleep at
-// once; the backoff stays as the fallback for lost notifications and for
-// leases that end by expiry, which notify nobody. Then
-// it returns a *WaitError, which satisfies errors.Is(err, ErrNotAcquired) and
-// says how long it waited. Transient errors (a dropped connection, a server
-// restarting) are retried the same way; definite ones (a missing schema, bad
-// input) end it at once.
-func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
-	if err := c.checkArgs(key, ttl); err != nil {
+// Acquire takes the lease on key, of the kind given (Exclusive without one),
+// waiting while other owners hold it in a way that excludes it: retries back
+// off exponentially with full jitter (WithBackoff) until the lease is
+// granted, ctx ends, or the maximum wait (WithMaxWait) passes; with
+// WithFairWaiting, in the key's queue. With WithWakeOnRelease, a release of
+// key also ends the current backoff sleep at once; the backoff stays as the
+// fallback for lost notifications and for leases that end by expiry, which
+// notify nobody. Then it returns a *WaitError, which satisfies
+// errors.Is(err, pgfence.ErrNotAcquired) and says how long it waited.
+// Transient errors (a dropped connection, a server restarting) are retried
+// the same way; definite ones (a missing schema, bad input,
+// ErrPermitsMismatch) end it at once.
+func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, kind ...Kind) (*Lease, error) {
+	k, err := c.checkKind(key, ttl, kind)
+	switch {
+	case err != nil:
 		return nil, err
-	}
-	if c.cfg.fair {
+	case k != (Kind{}):
+		return c.acquireSlot(ctx, key, ttl, k)
+	case c.cfg.fair:
 		return c.acquireFair(ctx, key, ttl)
 	}
 	return c.acquireExclusive(ctx, key, ttl)
+}
+
+// checkKind checks an acquisition's arguments and returns its kind.
+func (c *Client) checkKind(key string, ttl time.Duration, kind []Kind) (Kind, error) {
+	k, err := kindOf(kind)
+	if err != nil {
+		return Kind{}, err
+	}
+	return k, c.checkArgs(key, ttl)
 }
 
 // waitFor runs attempt until it grants a lease, as Acquire describes: the
@@ -269,7 +291,7 @@ func (c *Client) waitWoken(ctx context.Context, key string, wake func() wakeAddr
 		if err == nil {
 			return l, nil
 		}
-		if errors.Is(err, ErrNotAcquired) {
+		if errors.Is(err, pgfence.ErrNotAcquired) {
 			lastErr = nil
 		} else if isTransient(err) && ctx.Err() == nil {
 			lastErr = err
@@ -309,30 +331,31 @@ func (c *Client) waitWoken(ctx context.Context, key string, wake func() wakeAddr
 	}
 }
 
-// Do acquires key (waiting as Acquire does), runs fn with a context that ends
-// when fn's caller's ctx ends or the lease is lost (context.Cause then says
-// which), and releases the lease when fn returns. fn should pass l.Fence() to
-// every protected write, so that the resource can refuse it if the lease was
-// lost on the way. The error joins fn's error and the release's.
-func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context, l *Lease) error) error {
+// Do acquires key (waiting as Acquire does, in the kind given), runs fn
+// with a context that ends when fn's caller's ctx ends or the lease is lost
+// (context.Cause then says which), and releases the lease when fn returns.
+// fn should pass l.Fence() to every protected write, so that the resource can
+// refuse it if the lease was lost on the way. The error joins fn's error and
+// the release's.
+func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context, l *Lease) error, kind ...Kind) error {
 	if fn == nil {
 		return invalid("Do needs a function to run")
 	}
-	l, err := c.Acquire(ctx, key, ttl)
+	l, err := c.Acquire(ctx, key, ttl, kind...)
 	if err != nil {
 		return err
 	}
 	return c.run(ctx, l, fn)
 }
 
-// TryDo is Do that does not wait: when another owner holds key it returns
-// ErrNotAcquired at once without running fn. It suits scheduled work, where a
-// held key means another instance is doing this tick's work.
-func (c *Client) TryDo(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context, l *Lease) error) error {
+// TryDo is Do that does not wait: when other owners hold key it returns
+// pgfence.ErrNotAcquired at once without running fn. It suits scheduled
+// work, where a held key means another instance is doing this tick's work.
+func (c *Client) TryDo(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context, l *Lease) error, kind ...Kind) error {
 	if fn == nil {
 		return invalid("TryDo needs a function to run")
 	}
-	l, err := c.TryAcquire(ctx, key, ttl)
+	l, err := c.TryAcquire(ctx, key, ttl, kind...)
 	if err != nil {
 		return err
 	}
@@ -381,7 +404,7 @@ func (c *Client) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		c.stats.notAcquired.Add(1)
 		// Another acquisition of the same key held the row past our
 		// lock_timeout: someone else is taking it.
-		return nil, fmt.Errorf("%w: %q (another acquisition was in progress)", ErrNotAcquired, key)
+		return nil, fmt.Errorf("%w: %q (another acquisition was in progress)", pgfence.ErrNotAcquired, key)
 	case mayHaveExecuted(err):
 		c.stats.ambiguous.Add(1)
 		return c.resolveAmbiguous(ctx, key, token, ttl, sent, err, 1)
@@ -390,7 +413,7 @@ func (c *Client) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	}
 }
 
-func notAcquired(key string) error { return fmt.Errorf("%w: %q", ErrNotAcquired, key) }
+func notAcquired(key string) error { return fmt.Errorf("%w: %q", pgfence.ErrNotAcquired, key) }
 
 func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
 
@@ -544,7 +567,7 @@ func isTransient(err error) bool {
 	if errors.Is(err, ErrAmbiguous) {
 		return true
 	}
-	return !errors.Is(err, ErrInvalidInput) && !errors.Is(err, ErrClosed)
+	return !errors.Is(err, pgfence.ErrInvalidInput) && !errors.Is(err, ErrClosed)
 }
 
 // queries are the client's statements in the cheapest mode that is safe on

@@ -9,7 +9,7 @@
 // never repeats or goes backwards while grants commit durably and one primary
 // grants at a time (the WAL timeline is the fence's high bits); a client
 // refuses a grant from an older timeline than it has seen
-// ([pgguard.ErrStaleTimeline]). Renew never resurrects an expired lease and release
+// ([pgfence.ErrStaleTimeline]). Renew never resurrects an expired lease and release
 // never touches a newer holder's. A lease's Context ends, with a
 // [LeaseLostError], when renewals fail until the client's local deadline,
 // which passes before the server's expiry. No lease stops a paused holder
@@ -18,7 +18,7 @@
 //
 // A key is one lock whatever kind its holders ask for; a plain lease is its
 // exclusive kind. The other kinds, each grant with its own fence:
-// [Client.Semaphore] (N permits per key, a slot each), [Client.AcquireShared]
+// [Permits] (N permits per key, a slot each), [Shared]
 // (readers beside each other, excluded by the exclusive lease, with writer
 // preference),
 // [Client.AcquireSet] (several keys, all or none), [WithFairWaiting]

@@ -5,7 +5,8 @@ import (
 	"errors"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/pgfence/pgfence"
+	"github.com/pgfence/pgfence/internal/fencesql"
 )
 
 // Campaign competes for leadership under key until ctx ends, for as many
@@ -39,7 +40,7 @@ func (c *Client) Campaign(ctx context.Context, key string, ttl time.Duration, le
 				c.run(ctx, l, func(context.Context, *Lease) error { return nil })
 			}
 			return context.Cause(ctx)
-		case errors.Is(err, ErrNotAcquired), err != nil && isTransient(err):
+		case errors.Is(err, pgfence.ErrNotAcquired), err != nil && isTransient(err):
 			continue // a maximum wait passed or the server blinked: keep campaigning
 		case err != nil:
 			return err
@@ -49,7 +50,7 @@ func (c *Client) Campaign(ctx context.Context, key string, ttl time.Duration, le
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
-		if err != nil && !errors.Is(err, ErrLeaseLost) && !errors.Is(err, ErrReleased) && !errors.Is(err, context.Canceled) {
+		if err != nil && !errors.Is(err, pgfence.ErrLeaseLost) && !errors.Is(err, ErrReleased) && !errors.Is(err, context.Canceled) {
 			return err
 		}
 		c.cfg.logger.Info("pglease: stepped down", "key", key, "epoch", l.Fence(), "err", err)
@@ -66,12 +67,12 @@ func (c *Client) Campaign(ctx context.Context, key string, ttl time.Duration, le
 // Holder describes who holds a key, as the database clock sees it now.
 type Holder struct {
 	Key string
-	// Kind is the kind the key is held in: "exclusive" (a plain lease, whose
-	// holder Owner is), or "shared" or "permit" while shared leases or a
+	// Kind is the kind the key is held in: Exclusive (a plain lease, whose
+	// holder Owner is), or Shared or Permits while shared leases or a
 	// semaphore's permits hold it: then Owner is empty, Fence is the highest
-	// granted on the key, and Held and Remaining say until when the last of
-	// them holds it.
-	Kind  string
+	// granted on the key, Held and Remaining say until when the last of them
+	// holds it, and Holders lists them.
+	Kind  Kind
 	Owner string
 	Fence int64 // for a leader: the epoch
 	Held  bool  // false: the last lease expired or was released
@@ -80,21 +81,42 @@ type Holder struct {
 	Since time.Time
 	// Remaining is how long the lease has left by the database clock.
 	Remaining time.Duration
+	// Slot is a shared holder's or permit's slot (Lease.Slot); 0 for the
+	// key itself.
+	Slot int
+	// Holders are the unexpired shared holders or permits of a key held in
+	// either kind, by slot, each with its own Owner, Fence, Since, Remaining
+	// and Slot; nil for a key held exclusively or not held.
+	Holders []Holder
 }
 
-// Holder reports the current (or last) holder of key. ok is false when the
-// key was never leased or its row was swept.
+// Holder reports the current (or last) holder of key, with every shared
+// holder or permit when the key is held in those kinds, read in one
+// statement. ok is false when the key was never leased or its row was swept.
 func (c *Client) Holder(ctx context.Context, key string) (h Holder, ok bool, err error) {
 	if err := validateKey(key); err != nil {
 		return Holder{}, false, err
 	}
-	row, err := c.queries(ctx).GetLease(ctx, key)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Holder{}, false, nil
-	}
+	rows, err := c.own(ctx).KeyHolders(ctx, key)
 	if err != nil {
 		return Holder{}, false, c.explain(key, err)
 	}
-	return Holder{Key: row.LockKey, Kind: row.Kind, Owner: row.Owner, Fence: row.Fence, Held: row.Held,
-		Since: row.AcquiredAt, Remaining: time.Duration(row.RemainingMicros) * time.Microsecond}, true, nil
+	if len(rows) == 0 || rows[0].Slot != 0 {
+		return Holder{}, false, nil // never leased, or swept: holders of slots from 1 without the key's row are a sweep in progress
+	}
+	h = holderOf(key, rows[0])
+	for _, r := range rows[1:] {
+		h.Holders = append(h.Holders, holderOf(key, r))
+	}
+	return h, true, nil
+}
+
+// holderOf is one row of KeyHolders as a Holder.
+func holderOf(key string, r fencesql.KeyHoldersRow) Holder {
+	k := Kind{}
+	if r.Kind != kindExclusive {
+		k = Kind{name: r.Kind, permits: int(r.Permits)}
+	}
+	return Holder{Key: key, Kind: k, Owner: r.Owner, Fence: r.Fence, Held: r.Held, Since: r.AcquiredAt,
+		Remaining: time.Duration(r.RemainingMicros) * time.Microsecond, Slot: max(int(r.Slot)-1, 0)}
 }

@@ -5,27 +5,14 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/validate"
 )
 
 var (
-	// ErrNotAcquired: another owner holds an unexpired lease on the key.
-	// TryAcquire returns it at once; Acquire returns a *WaitError that
-	// satisfies errors.Is(err, ErrNotAcquired) when it gives up.
-	ErrNotAcquired = errors.New("pglease: lease is held by another owner")
-
-	// ErrLeaseLost: the lease expired by the database clock, another owner
-	// took the key, or the local deadline passed without a successful
-	// renewal. Stop starting protected side effects; anything already sent
-	// may still happen, which is why the resource must check the fence.
-	ErrLeaseLost = errors.New("pglease: lease lost")
 
 	// ErrReleased is the cause of a lease's context after Release.
 	ErrReleased = errors.New("pglease: lease released")
-
-	// ErrInvalidInput: a key, TTL or option was refused before anything was
-	// sent to the database. The error's text says which and why.
-	ErrInvalidInput = validate.ErrInvalidInput
 
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("pglease: client closed")
@@ -44,7 +31,7 @@ func invalid(format string, args ...any) error { return validate.Invalid("pgleas
 
 // LeaseLostError is the cause of a lost lease's Context and what Renew and
 // Release return for a lease that is gone: which lease, and why. It
-// satisfies errors.Is(err, ErrLeaseLost). claim.LeaseLostError is its
+// satisfies errors.Is(err, pgfence.ErrLeaseLost). claim.LeaseLostError is its
 // counterpart for a job row's lease, with the same Cause words.
 type LeaseLostError struct {
 	Key   string
@@ -63,12 +50,12 @@ func (e *LeaseLostError) Error() string {
 	return fmt.Sprintf("pglease: lease lost: %q (fence %d): %s", e.Key, e.Fence, e.reason)
 }
 
-// Is reports ErrLeaseLost.
-func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
+// Is reports pgfence.ErrLeaseLost.
+func (e *LeaseLostError) Is(target error) bool { return target == pgfence.ErrLeaseLost }
 
 // WaitError is returned by Acquire when it stops waiting: its maximum wait
 // passed or its context ended while another owner held the key. It satisfies
-// errors.Is(err, ErrNotAcquired), and errors.Is(err, context.DeadlineExceeded)
+// errors.Is(err, pgfence.ErrNotAcquired), and errors.Is(err, context.DeadlineExceeded)
 // (or Canceled) when the context ended it.
 type WaitError struct {
 	Key      string
@@ -95,8 +82,8 @@ func (e *WaitError) Error() string {
 	return msg
 }
 
-// Is reports ErrNotAcquired.
-func (e *WaitError) Is(target error) bool { return target == ErrNotAcquired }
+// Is reports pgfence.ErrNotAcquired.
+func (e *WaitError) Is(target error) bool { return target == pgfence.ErrNotAcquired }
 
 // Unwrap returns the context's cause and the last transient error.
 func (e *WaitError) Unwrap() []error {

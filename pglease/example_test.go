@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/pglease"
 )
 
@@ -34,7 +35,7 @@ func ExampleClient_TryAcquire() {
 	}
 	defer leases.Close()
 	lease, err := leases.TryAcquire(ctx, "invoice:inv_72", 30*time.Second)
-	if errors.Is(err, pglease.ErrNotAcquired) {
+	if errors.Is(err, pgfence.ErrNotAcquired) {
 		fmt.Println("another instance is sending it")
 		return
 	}
@@ -50,7 +51,7 @@ func ExampleClient_TryAcquire() {
 	}
 	defer other.Close()
 	_, err = other.TryAcquire(ctx, "invoice:inv_72", 30*time.Second)
-	fmt.Println("second instance refused:", errors.Is(err, pglease.ErrNotAcquired))
+	fmt.Println("second instance refused:", errors.Is(err, pgfence.ErrNotAcquired))
 
 	// The resource checks the fence in the same statement as the write.
 	tag, err := pool.Exec(ctx, `UPDATE invoice_jobs SET status = 'SENT', last_fence = $1
@@ -140,7 +141,7 @@ func ExampleClient_Acquire() {
 	}
 	_, err = waiter.Acquire(ctx, "cache:rebuild", time.Minute)
 	var waited *pglease.WaitError
-	fmt.Println("gave up after waiting:", errors.As(err, &waited), errors.Is(err, pglease.ErrNotAcquired))
+	fmt.Println("gave up after waiting:", errors.As(err, &waited), errors.Is(err, pgfence.ErrNotAcquired))
 
 	// Once the holder releases, the waiter gets the key with a larger fence.
 	if err := held.Release(ctx); err != nil {
@@ -178,6 +179,6 @@ func ExampleLease_Context() {
 	}
 	defer lease.Release(ctx)
 	<-lease.Context().Done() // a worker checks it between steps
-	fmt.Println("lost:", errors.Is(context.Cause(lease.Context()), pglease.ErrLeaseLost))
+	fmt.Println("lost:", errors.Is(context.Cause(lease.Context()), pgfence.ErrLeaseLost))
 	// Output: lost: true
 }

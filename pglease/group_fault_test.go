@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pglease"
@@ -81,7 +82,7 @@ func runFaultedBatch(t *testing.T, c *pglease.Client, direct *pgxpool.Pool, n in
 	}
 	for range firstKeys {
 		// Granted once the locks went, or refused at their lock_timeout.
-		if err := <-firstErr; err != nil && !errors.Is(err, pglease.ErrNotAcquired) {
+		if err := <-firstErr; err != nil && !errors.Is(err, pgfence.ErrNotAcquired) {
 			t.Fatalf("a first attempt: %v", err)
 		}
 	}
@@ -171,7 +172,7 @@ func TestGroupAcquireBatchAnswerLostCallersGiveUp(t *testing.T) {
 	for _, r := range batch {
 		waitUntil(t, r.key+" is free again, the abandoned batch's grant given back", func() bool {
 			l, err := other.TryAcquire(ctx, r.key, time.Second)
-			if errors.Is(err, pglease.ErrNotAcquired) {
+			if errors.Is(err, pgfence.ErrNotAcquired) {
 				return false
 			}
 			if err != nil {

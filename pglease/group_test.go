@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pglease"
@@ -42,7 +43,7 @@ func TestGroupAcquireManyCallersOneClient(t *testing.T) {
 			for r := range rounds {
 				k := (g*7 + r) % len(keys)
 				l, err := c.TryAcquire(ctx, keys[k], 5*time.Second)
-				if errors.Is(err, pglease.ErrNotAcquired) {
+				if errors.Is(err, pgfence.ErrNotAcquired) {
 					continue
 				}
 				if err != nil {
@@ -158,8 +159,8 @@ func TestGroupAcquireCallerGivesUpInFlight(t *testing.T) {
 
 	pgtest.Step(t, "the first attempts give up at their lock_timeout", func(t *testing.T) {
 		for range firsts {
-			if err := <-firstErr; !errors.Is(err, pglease.ErrNotAcquired) {
-				t.Fatalf("first attempt: want ErrNotAcquired after its lock wait, got %v", err)
+			if err := <-firstErr; !errors.Is(err, pgfence.ErrNotAcquired) {
+				t.Fatalf("first attempt: want pgfence.ErrNotAcquired after its lock wait, got %v", err)
 			}
 		}
 	})

@@ -83,11 +83,7 @@ func runHandoffWorker(url, key string, n int, kind string, wake bool) error {
 	}()
 	acquire := func() (*pglease.Lease, error) { return c.Acquire(ctx, key, 30*time.Second) }
 	if kind == "permit" {
-		sem, err := c.Semaphore(key, 1)
-		if err != nil {
-			return err
-		}
-		acquire = func() (*pglease.Lease, error) { return sem.Acquire(ctx, 30*time.Second) }
+		acquire = func() (*pglease.Lease, error) { return c.Acquire(ctx, key, 30*time.Second, pglease.Permits(1)) }
 	}
 	var wg sync.WaitGroup
 	var failed atomic.Value

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -39,7 +40,7 @@ func TestHoldAtLeast(t *testing.T) {
 			if !errors.Is(context.Cause(l.Context()), pglease.ErrReleased) {
 				t.Fatalf("after release: %v", context.Cause(l.Context()))
 			}
-			if _, err := acquire(); !errors.Is(err, pglease.ErrNotAcquired) {
+			if _, err := acquire(); !errors.Is(err, pgfence.ErrNotAcquired) {
 				t.Fatalf("right after an early release with a 1 s minimum hold: %v", err)
 			}
 			time.Sleep(time.Until(granted.Add(1100 * time.Millisecond)))
@@ -50,7 +51,7 @@ func TestHoldAtLeast(t *testing.T) {
 			l2.Release(ctx)
 		})
 	}
-	if err := (&pglease.Lease{}).HoldAtLeast(-time.Second); !errors.Is(err, pglease.ErrInvalidInput) {
+	if err := (&pglease.Lease{}).HoldAtLeast(-time.Second); !errors.Is(err, pgfence.ErrInvalidInput) {
 		t.Fatalf("negative hold: %v", err)
 	}
 }

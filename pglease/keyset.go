@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/fencesql"
 	"github.com/pgfence/pgfence/internal/pgerr"
 	"github.com/pgfence/pgfence/internal/validate"
@@ -33,7 +34,7 @@ type KeySet struct {
 }
 
 // TryAcquireSet takes the mutex leases of keys for ttl, all or none: when
-// any key is held by another owner it returns ErrNotAcquired at once (its
+// any key is held by another owner it returns pgfence.ErrNotAcquired at once (its
 // text names the held keys) and takes none. Two callers asking for
 // overlapping sets, in any order, never deadlock: the keys are taken in
 // key order, each wait bounded. The keys must be distinct, 1 to
@@ -99,13 +100,13 @@ func (c *Client) trySet(ctx context.Context, keys []string, ttl time.Duration) (
 	case err == nil && len(rows) == len(keys):
 		return c.startSet(token, rows, ttl, sent)
 	case err == nil: // no row: the token was abandoned (never for a new token)
-		return nil, fmt.Errorf("%w: key set %q", ErrNotAcquired, keys)
+		return nil, fmt.Errorf("%w: key set %q", pgfence.ErrNotAcquired, keys)
 	case errors.As(err, &pe) && pe.Code == pgerr.KeySetHeld:
 		c.stats.notAcquired.Add(1)
-		return nil, fmt.Errorf("%w: %s", ErrNotAcquired, strings.TrimPrefix(pe.Message, "pgfence: "))
+		return nil, fmt.Errorf("%w: %s", pgfence.ErrNotAcquired, strings.TrimPrefix(pe.Message, "pgfence: "))
 	case pgerr.IsLockNotAvailable(err):
 		c.stats.notAcquired.Add(1)
-		return nil, fmt.Errorf("%w: key set %q (another acquisition was in progress)", ErrNotAcquired, keys)
+		return nil, fmt.Errorf("%w: key set %q (another acquisition was in progress)", pgfence.ErrNotAcquired, keys)
 	case mayHaveExecuted(err):
 		c.stats.ambiguous.Add(1)
 		return c.resolveSet(ctx, keys, token, ttl, sent, err)
@@ -208,7 +209,7 @@ func (s *KeySet) renewDue() {
 	cancel()
 	ok := true
 	for i, err := range errs {
-		if err != nil && !errors.Is(err, ErrLeaseLost) && live[i].ctx.Err() == nil {
+		if err != nil && !errors.Is(err, pgfence.ErrLeaseLost) && live[i].ctx.Err() == nil {
 			live[i].renewFailed(err)
 			ok = false
 		}
@@ -271,7 +272,7 @@ func (s *KeySet) Context() context.Context { return s.ctx }
 
 // Renew renews every lease of the set, in one statement (for
 // WithoutAutoRenew; auto-renewal renews the set's leases together too). The
-// error joins each lease's (ErrLeaseLost for one that was gone).
+// error joins each lease's (pgfence.ErrLeaseLost for one that was gone).
 func (s *KeySet) Renew(ctx context.Context) error {
 	live := s.filter(func(l *Lease) error { return l.renewable() })
 	if len(live.leases) == 0 {
@@ -282,7 +283,7 @@ func (s *KeySet) Renew(ctx context.Context) error {
 }
 
 // Release gives every lease of the set back, in one statement. The error
-// joins each lease's (ErrLeaseLost for one that had expired or been taken).
+// joins each lease's (pgfence.ErrLeaseLost for one that had expired or been taken).
 func (s *KeySet) Release(ctx context.Context) error {
 	held := s.filter(func(l *Lease) error {
 		done, err := l.stopForRelease(ctx)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -38,12 +39,12 @@ func TestKeySetAllOrNothing(t *testing.T) {
 	if fa == fb || fa <= 0 || fb <= 0 {
 		t.Fatalf("fences %d and %d", fa, fb)
 	}
-	if _, err := other.TryAcquire(ctx, b, 5*time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
+	if _, err := other.TryAcquire(ctx, b, 5*time.Second); !errors.Is(err, pgfence.ErrNotAcquired) {
 		t.Fatalf("b alone while the set holds it: %v", err)
 	}
 	_, err = other.TryAcquireSet(ctx, []string{cc, a}, 5*time.Second)
-	if !errors.Is(err, pglease.ErrNotAcquired) || !strings.Contains(err.Error(), a) || strings.Contains(err.Error(), cc+"'") {
-		t.Fatalf("{c, a} while a is held: %v, want ErrNotAcquired naming only a", err)
+	if !errors.Is(err, pgfence.ErrNotAcquired) || !strings.Contains(err.Error(), a) || strings.Contains(err.Error(), cc+"'") {
+		t.Fatalf("{c, a} while a is held: %v, want pgfence.ErrNotAcquired naming only a", err)
 	}
 	l, err := other.TryAcquire(ctx, cc, 5*time.Second)
 	if err != nil {
@@ -130,7 +131,7 @@ func TestKeySetInput(t *testing.T) {
 		"empty": nil, "duplicate": {"x", "y", "x"}, "empty key": {"x", ""},
 		"too many": make([]string, pglease.MaxSetKeys+1),
 	} {
-		if _, err := c.TryAcquireSet(ctx, keys, time.Second); !errors.Is(err, pglease.ErrInvalidInput) {
+		if _, err := c.TryAcquireSet(ctx, keys, time.Second); !errors.Is(err, pgfence.ErrInvalidInput) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
@@ -138,9 +139,9 @@ func TestKeySetInput(t *testing.T) {
 
 // A set of 5 keys is renewed in one statement and released in one: the
 // statements a client sends do not grow with the set. A key expired behind
-// the set's back is not resurrected by the renewal (ErrLeaseLost for it
+// the set's back is not resurrected by the renewal (pgfence.ErrLeaseLost for it
 // alone), and a key taken by another owner meanwhile is left alone by the
-// release (ErrLeaseLost for it, the others released).
+// release (pgfence.ErrLeaseLost for it, the others released).
 func TestKeySetRenewReleaseOneStatement(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -168,8 +169,8 @@ func TestKeySetRenewReleaseOneStatement(t *testing.T) {
 		}
 		before := leaseOn(t, set, keys[0]).ExpiresAt()
 		err := set.Renew(ctx)
-		if !errors.Is(err, pglease.ErrLeaseLost) || !strings.Contains(err.Error(), keys[1]) || strings.Contains(err.Error(), keys[0]+`"`) {
-			t.Fatalf("renewing with %s expired: %v, want ErrLeaseLost for it alone", keys[1], err)
+		if !errors.Is(err, pgfence.ErrLeaseLost) || !strings.Contains(err.Error(), keys[1]) || strings.Contains(err.Error(), keys[0]+`"`) {
+			t.Fatalf("renewing with %s expired: %v, want pgfence.ErrLeaseLost for it alone", keys[1], err)
 		}
 		if n := rows(t, pool, `SELECT FROM lock_leases WHERE lock_key = $1 AND expires_at > now()`, keys[1]); n != 0 {
 			t.Fatalf("the expired key was resurrected")
@@ -193,8 +194,8 @@ func TestKeySetRenewReleaseOneStatement(t *testing.T) {
 		}
 		counter.n.Store(0)
 		err = set.Release(ctx)
-		if !errors.Is(err, pglease.ErrLeaseLost) || !strings.Contains(err.Error(), keys[1]) {
-			t.Fatalf("releasing with %s lost: %v, want ErrLeaseLost for it", keys[1], err)
+		if !errors.Is(err, pgfence.ErrLeaseLost) || !strings.Contains(err.Error(), keys[1]) {
+			t.Fatalf("releasing with %s lost: %v, want pgfence.ErrLeaseLost for it", keys[1], err)
 		}
 		// The release, and the lost key's state (the uncommon path).
 		if n := counter.n.Load(); n > 2 {

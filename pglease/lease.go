@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/fencesql"
 	"github.com/pgfence/pgfence/internal/keepalive"
@@ -23,7 +24,7 @@ import (
 // more pessimistic one, on Go's monotonic clock: the time just before the
 // last successful acquire or renew was sent, plus the TTL, minus the safety
 // margin. When the local deadline passes without a successful renewal, or a
-// renewal finds the lease gone, Context() ends with ErrLeaseLost as its cause.
+// renewal finds the lease gone, Context() ends with pgfence.ErrLeaseLost as its cause.
 type Lease struct {
 	c     *Client
 	key   string
@@ -122,7 +123,7 @@ func (l *Lease) Fence() int64 { return l.fence }
 
 // Context ends when the lease is lost or released: Context().Done() is
 // closed then, and context.Cause(l.Context()) is nil while the lease is held
-// and afterwards says why it ended (ErrLeaseLost, as a *LeaseLostError, or
+// and afterwards says why it ended (pgfence.ErrLeaseLost, as a *LeaseLostError, or
 // ErrReleased, wrapped with details). The context carries no deadline: the
 // local one moves with every renewal (see Deadline).
 func (l *Lease) Context() context.Context { return l.ctx }
@@ -204,7 +205,7 @@ func (l *Lease) forget() {
 
 // Renew extends the lease by its TTL (the one it was acquired with) from the
 // database's now(), only if it is still unexpired and still carries this
-// fence. ErrLeaseLost means it had expired or another owner holds the key:
+// fence. pgfence.ErrLeaseLost means it had expired or another owner holds the key:
 // the lease's context ends at once. Any other error is transient; the lease
 // stays valid until its local deadline. Renew is what auto-renewal calls; call it yourself only with
 // WithoutAutoRenew.
@@ -287,7 +288,7 @@ func (l *Lease) renewDue() {
 	cancel()
 
 	switch {
-	case errors.Is(err, ErrLeaseLost) || l.ctx.Err() != nil:
+	case errors.Is(err, pgfence.ErrLeaseLost) || l.ctx.Err() != nil:
 		return
 	case err != nil:
 		l.renewFailed(err)
@@ -304,7 +305,7 @@ func (l *Lease) renewDue() {
 // row stays. The release commits asynchronously unless the client was made
 // WithDurableRelease: a release lost in a server crash only makes the lease
 // run to its TTL. It is matched on key and fence, so a newer holder's lease is
-// never touched. It returns ErrLeaseLost when the lease had already expired
+// never touched. It returns pgfence.ErrLeaseLost when the lease had already expired
 // or another owner had taken the key: the caller's work may have run
 // unprotected for a while, which is worth knowing. The lease's context ends
 // with ErrReleased. Release after a successful Release is a no-op; after a

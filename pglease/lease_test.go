@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/migrations"
@@ -137,7 +138,7 @@ func TestFencesIncreaseAcrossReleaseAndSweep(t *testing.T) {
 }
 
 // Expiry is decided by the database clock: after a short TTL another client
-// acquires; the old lease's Renew is ErrLeaseLost and does not resurrect it;
+// acquires; the old lease's Renew is pgfence.ErrLeaseLost and does not resurrect it;
 // its Release leaves the new holder untouched.
 func TestExpiryByDatabaseClock(t *testing.T) {
 	t.Parallel()
@@ -157,8 +158,8 @@ func TestExpiryByDatabaseClock(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := b.TryAcquire(ctx, key, time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
-			t.Fatalf("while held: err = %v, want ErrNotAcquired", err)
+		if _, err := b.TryAcquire(ctx, key, time.Second); !errors.Is(err, pgfence.ErrNotAcquired) {
+			t.Fatalf("while held: err = %v, want pgfence.ErrNotAcquired", err)
 		}
 	})
 
@@ -168,8 +169,8 @@ func TestExpiryByDatabaseClock(t *testing.T) {
 		case <-time.After(5 * ttl):
 			t.Fatal("lease context did not end after its TTL")
 		}
-		if !errors.Is(context.Cause(la.Context()), pglease.ErrLeaseLost) {
-			t.Fatalf("cause = %v, want ErrLeaseLost", context.Cause(la.Context()))
+		if !errors.Is(context.Cause(la.Context()), pgfence.ErrLeaseLost) {
+			t.Fatalf("cause = %v, want pgfence.ErrLeaseLost", context.Cause(la.Context()))
 		}
 		// Polled: wait until the database agrees the lease expired.
 		for deadline := time.Now().Add(5 * ttl); ; {
@@ -178,7 +179,7 @@ func TestExpiryByDatabaseClock(t *testing.T) {
 			if err == nil {
 				break
 			}
-			if !errors.Is(err, pglease.ErrNotAcquired) || time.Now().After(deadline) {
+			if !errors.Is(err, pgfence.ErrNotAcquired) || time.Now().After(deadline) {
 				t.Fatal(err)
 			}
 			time.Sleep(10 * time.Millisecond)
@@ -189,11 +190,11 @@ func TestExpiryByDatabaseClock(t *testing.T) {
 	})
 
 	pgtest.Step(t, "the old lease's Renew and Release leave the new holder alone", func(t *testing.T) {
-		if err := la.Renew(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
-			t.Fatalf("renew of expired lease: %v, want ErrLeaseLost", err)
+		if err := la.Renew(ctx); !errors.Is(err, pgfence.ErrLeaseLost) {
+			t.Fatalf("renew of expired lease: %v, want pgfence.ErrLeaseLost", err)
 		}
-		if err := la.Release(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
-			t.Fatalf("release of lost lease: %v, want ErrLeaseLost", err)
+		if err := la.Release(ctx); !errors.Is(err, pgfence.ErrLeaseLost) {
+			t.Fatalf("release of lost lease: %v, want pgfence.ErrLeaseLost", err)
 		}
 		row, err := fencedb.New(pool).GetLease(ctx, key)
 		if err != nil {
@@ -230,8 +231,8 @@ func TestRenewDoesNotResurrect(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(150 * time.Millisecond) // the point: the 50ms TTL runs out by the database clock
-	if err := l.Renew(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
-		t.Fatalf("renew after expiry: %v, want ErrLeaseLost", err)
+	if err := l.Renew(ctx); !errors.Is(err, pgfence.ErrLeaseLost) {
+		t.Fatalf("renew after expiry: %v, want pgfence.ErrLeaseLost", err)
 	}
 	row, err := fencedb.New(pool).GetLease(ctx, key)
 	if err != nil {
@@ -263,7 +264,7 @@ func TestAutoRenewKeepsLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	for {
-		if _, err := other.TryAcquire(ctx, key, ttl); !errors.Is(err, pglease.ErrNotAcquired) {
+		if _, err := other.TryAcquire(ctx, key, ttl); !errors.Is(err, pgfence.ErrNotAcquired) {
 			t.Fatalf("other client: %v, want ErrNotAcquired", err)
 		}
 		if context.Cause(l.Context()) != nil {
@@ -331,8 +332,8 @@ func TestStalledRenewalLosesLease(t *testing.T) {
 		t.Fatalf("context ended %v after a timer armed for the local deadline fired, want within %v", late, margin/2)
 	}
 	var lost *pglease.LeaseLostError
-	if !errors.As(context.Cause(l.Context()), &lost) || !errors.Is(context.Cause(l.Context()), pglease.ErrLeaseLost) {
-		t.Fatalf("cause = %v, want a *LeaseLostError satisfying ErrLeaseLost", context.Cause(l.Context()))
+	if !errors.As(context.Cause(l.Context()), &lost) || !errors.Is(context.Cause(l.Context()), pgfence.ErrLeaseLost) {
+		t.Fatalf("cause = %v, want a *LeaseLostError satisfying pgfence.ErrLeaseLost", context.Cause(l.Context()))
 	}
 	if lost.Key != l.Key() || lost.Fence != l.Fence() || lost.Cause != "local_deadline" {
 		t.Fatalf("lost = %+v, want key %q, fence %d, cause local_deadline", lost, l.Key(), l.Fence())
@@ -364,8 +365,8 @@ func TestLostRenewalEndsLeaseAtOnce(t *testing.T) {
 		t.Fatal("lease not ended after a renewal found it gone")
 	}
 	var lost *pglease.LeaseLostError
-	if !errors.As(context.Cause(l.Context()), &lost) || !errors.Is(context.Cause(l.Context()), pglease.ErrLeaseLost) {
-		t.Fatalf("cause = %v, want a *LeaseLostError satisfying ErrLeaseLost", context.Cause(l.Context()))
+	if !errors.As(context.Cause(l.Context()), &lost) || !errors.Is(context.Cause(l.Context()), pgfence.ErrLeaseLost) {
+		t.Fatalf("cause = %v, want a *LeaseLostError satisfying pgfence.ErrLeaseLost", context.Cause(l.Context()))
 	}
 	if lost.Cause != "unknown" {
 		t.Fatalf("lost cause = %q, want unknown (a renewal found it gone)", lost.Cause)
@@ -387,8 +388,8 @@ func TestAcquireWaitsAndGivesUp(t *testing.T) {
 		start := time.Now()
 		_, err := waiter.Acquire(ctx, key, time.Second)
 		var we *pglease.WaitError
-		if !errors.As(err, &we) || !errors.Is(err, pglease.ErrNotAcquired) {
-			t.Fatalf("err = %v, want *WaitError that is ErrNotAcquired", err)
+		if !errors.As(err, &we) || !errors.Is(err, pgfence.ErrNotAcquired) {
+			t.Fatalf("err = %v, want *WaitError that is pgfence.ErrNotAcquired", err)
 		}
 		if waited := time.Since(start); waited < 300*time.Millisecond || waited > 2*time.Second {
 			t.Fatalf("waited %v for a 300ms maximum", waited)
@@ -422,8 +423,8 @@ func TestAcquireWaitsAndGivesUp(t *testing.T) {
 		cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		defer cancel()
 		_, err := w2.Acquire(cctx, key, time.Second)
-		if !errors.Is(err, pglease.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("err = %v, want ErrNotAcquired and DeadlineExceeded", err)
+		if !errors.Is(err, pgfence.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v, want pgfence.ErrNotAcquired and DeadlineExceeded", err)
 		}
 		l3.Release(ctx)
 	})
@@ -442,8 +443,8 @@ func TestDoEndsContextOnLoss(t *testing.T) {
 		<-ctx.Done()
 		return context.Cause(ctx)
 	})
-	if !errors.Is(err, pglease.ErrLeaseLost) {
-		t.Fatalf("Do: %v, want ErrLeaseLost", err)
+	if !errors.Is(err, pgfence.ErrLeaseLost) {
+		t.Fatalf("Do: %v, want pgfence.ErrLeaseLost", err)
 	}
 
 	// TryDo skips a held key without running fn.
@@ -453,7 +454,7 @@ func TestDoEndsContextOnLoss(t *testing.T) {
 	}
 	ran := false
 	err = newClient(t, pool).TryDo(ctx, key, time.Second, func(context.Context, *pglease.Lease) error { ran = true; return nil })
-	if !errors.Is(err, pglease.ErrNotAcquired) || ran {
+	if !errors.Is(err, pgfence.ErrNotAcquired) || ran {
 		t.Fatalf("TryDo on held key: err %v, ran %v", err, ran)
 	}
 	l.Release(ctx)
@@ -463,10 +464,10 @@ func TestBadInput(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
-	if _, err := pglease.New(nil); !errors.Is(err, pglease.ErrInvalidInput) {
+	if _, err := pglease.New(nil); !errors.Is(err, pgfence.ErrInvalidInput) {
 		t.Fatalf("nil pool: %v", err)
 	}
-	if _, err := pglease.New(pool, pglease.WithBackoff(time.Second, time.Millisecond)); !errors.Is(err, pglease.ErrInvalidInput) {
+	if _, err := pglease.New(pool, pglease.WithBackoff(time.Second, time.Millisecond)); !errors.Is(err, pgfence.ErrInvalidInput) {
 		t.Fatalf("bad backoff: %v", err)
 	}
 	c := newClient(t, pool)
@@ -495,8 +496,8 @@ func TestBadInput(t *testing.T) {
 					return tc.c.Do(ctx, tc.key, tc.ttl, func(context.Context, *pglease.Lease) error { return nil })
 				},
 			} {
-				if err := f(); !errors.Is(err, pglease.ErrInvalidInput) {
-					t.Fatalf("err = %v, want ErrInvalidInput", err)
+				if err := f(); !errors.Is(err, pgfence.ErrInvalidInput) {
+					t.Fatalf("err = %v, want pgfence.ErrInvalidInput", err)
 				}
 			}
 		})
@@ -583,11 +584,11 @@ func TestDoReleasesOnPanic(t *testing.T) {
 	if row.Held {
 		t.Fatal("the lease stayed held after its function panicked")
 	}
-	if err := c.Do(ctx, key, time.Second, nil); !errors.Is(err, pglease.ErrInvalidInput) {
-		t.Fatalf("Do(nil) = %v, want ErrInvalidInput", err)
+	if err := c.Do(ctx, key, time.Second, nil); !errors.Is(err, pgfence.ErrInvalidInput) {
+		t.Fatalf("Do(nil) = %v, want pgfence.ErrInvalidInput", err)
 	}
-	if err := c.TryDo(ctx, key, time.Second, nil); !errors.Is(err, pglease.ErrInvalidInput) {
-		t.Fatalf("TryDo(nil) = %v, want ErrInvalidInput", err)
+	if err := c.TryDo(ctx, key, time.Second, nil); !errors.Is(err, pgfence.ErrInvalidInput) {
+		t.Fatalf("TryDo(nil) = %v, want pgfence.ErrInvalidInput", err)
 	}
 }
 
@@ -606,8 +607,8 @@ func TestRenewIntervalBeforeLocalDeadline(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newClient(t, pool, tc.opts...)
-			if _, err := c.TryAcquire(ctx, uniqueKey(t), time.Second); !errors.Is(err, pglease.ErrInvalidInput) {
-				t.Fatalf("TryAcquire with TTL 1s = %v, want ErrInvalidInput", err)
+			if _, err := c.TryAcquire(ctx, uniqueKey(t), time.Second); !errors.Is(err, pgfence.ErrInvalidInput) {
+				t.Fatalf("TryAcquire with TTL 1s = %v, want pgfence.ErrInvalidInput", err)
 			}
 			l, err := c.TryAcquire(ctx, uniqueKey(t), 10*time.Second) // the same options fit a longer TTL
 			if err != nil {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -28,8 +29,8 @@ func TestWithListenPoolOptions(t *testing.T) {
 		switch {
 		case c.want == "" && err != nil:
 			t.Errorf("%s: %v", c.name, err)
-		case c.want != "" && (!errors.Is(err, pglease.ErrInvalidInput) || !strings.Contains(err.Error(), c.want)):
-			t.Errorf("%s: %v, want ErrInvalidInput saying %q", c.name, err, c.want)
+		case c.want != "" && (!errors.Is(err, pgfence.ErrInvalidInput) || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: %v, want pgfence.ErrInvalidInput saying %q", c.name, err, c.want)
 		}
 		if cl != nil {
 			cl.Close()

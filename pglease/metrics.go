@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/keepalive"
 	"github.com/pgfence/pgfence/internal/otelx"
 )
@@ -119,7 +120,7 @@ func (m *metrics) acquired(op int, start time.Time, err error) {
 	out := outGranted
 	switch {
 	case err == nil:
-	case errors.Is(err, ErrNotAcquired):
+	case errors.Is(err, pgfence.ErrNotAcquired):
 		out = outRefused
 	default:
 		out = outError

@@ -2,6 +2,7 @@ package pglease
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -13,8 +14,9 @@ const defaultObserveInterval = 200 * time.Millisecond
 // Observe watches who holds key, for followers of a leader elected with
 // Campaign (the holder's Fence is the epoch) and for dashboards. The channel
 // receives the current holder at once, then every change: a new grant (a new
-// Fence, whoever the owner) and the end of a lease (Held false, with the last
-// holder's Owner and Fence; released or expired). A key never leased (or
+// Fence, whoever the owner), the end of a lease (Held false, with the last
+// holder's Owner and Fence; released or expired), and, while the key is held
+// shared or as permits, a holder that ends (Holders lists those left). A key never leased (or
 // whose row was swept before Observe began) is Holder{Key: key} with Held
 // false; a sweep while it watches is not a change (the last Fence stands, so
 // fences never go back). Renewals are not changes. Remaining is as of the
@@ -30,7 +32,7 @@ const defaultObserveInterval = 200 * time.Millisecond
 // WithWakeOnRelease it also reads as soon as a release of key is notified (the client's listener serves Acquire
 // and Observe alike); the new holder, who sends no notification, is then seen
 // at the next poll. Read errors after the first are logged and retried at the
-// next poll; the first read's error is returned, as are ErrInvalidInput for a
+// next poll; the first read's error is returned, as are pgfence.ErrInvalidInput for a
 // bad key and ErrClosed after Close.
 func (c *Client) Observe(ctx context.Context, key string) (<-chan Holder, error) {
 	if err := validateKey(key); err != nil {
@@ -100,12 +102,13 @@ func (c *Client) observeLoop(ctx context.Context, key string, last Holder, ch ch
 		if h.Fence == 0 && last.Fence != 0 {
 			// The row was swept after its lease ended: the last grant's
 			// fence still stands, and a 0 would run fences backwards.
-			h, h.Held, h.Remaining = last, false, 0
+			h, h.Held, h.Remaining, h.Holders = last, false, 0, nil
 		}
 		cur = h
 		// One grant is one fence: a renewal keeps it, a new grant (even to
-		// the same owner) takes a new one, and an end clears Held.
-		if h.Fence != last.Fence || h.Held != last.Held {
+		// the same owner) takes a new one, and an end clears Held; a shared
+		// holder or permit that ends changes the holders' fences.
+		if h.Fence != last.Fence || h.Held != last.Held || !sameFences(h.Holders, last.Holders) {
 			last = h
 			offerLatest(ch, h)
 		}
@@ -122,6 +125,11 @@ func (c *Client) observeRead(ctx context.Context, key string) (Holder, error) {
 		return Holder{Key: key}, nil
 	}
 	return h, nil
+}
+
+// sameFences reports whether a and b are the same grants (one fence each).
+func sameFences(a, b []Holder) bool {
+	return slices.EqualFunc(a, b, func(x, y Holder) bool { return x.Fence == y.Fence })
 }
 
 // offerLatest puts h on ch (buffer 1) without blocking, replacing an unread

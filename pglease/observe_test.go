@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -245,8 +246,8 @@ func TestObserveRefusesBadInput(t *testing.T) {
 	t.Parallel()
 	c := newClient(t, pgtest.Pool(t))
 	for _, key := range []string{"", "nul\x00byte", string([]byte{0xff})} {
-		if ch, err := c.Observe(context.Background(), key); !errors.Is(err, pglease.ErrInvalidInput) || ch != nil {
-			t.Errorf("Observe(%q) = %v, %v; want ErrInvalidInput", key, ch, err)
+		if ch, err := c.Observe(context.Background(), key); !errors.Is(err, pgfence.ErrInvalidInput) || ch != nil {
+			t.Errorf("Observe(%q) = %v, %v; want pgfence.ErrInvalidInput", key, ch, err)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -28,19 +29,15 @@ var kindTakers = []kindTaker{
 	}},
 	{"shared", func(ctx context.Context, c *pglease.Client, key string, wait bool) (*pglease.Lease, error) {
 		if wait {
-			return c.AcquireShared(ctx, key, 10*time.Second)
+			return c.Acquire(ctx, key, 10*time.Second, pglease.Shared())
 		}
-		return c.TryAcquireShared(ctx, key, 10*time.Second)
+		return c.TryAcquire(ctx, key, 10*time.Second, pglease.Shared())
 	}},
 	{"permit", func(ctx context.Context, c *pglease.Client, key string, wait bool) (*pglease.Lease, error) {
-		s, err := c.Semaphore(key, 3)
-		if err != nil {
-			return nil, err
-		}
 		if wait {
-			return s.Acquire(ctx, 10*time.Second)
+			return c.Acquire(ctx, key, 10*time.Second, pglease.Permits(3))
 		}
-		return s.TryAcquire(ctx, 10*time.Second)
+		return c.TryAcquire(ctx, key, 10*time.Second, pglease.Permits(3))
 	}},
 }
 
@@ -76,11 +73,11 @@ func TestOneKeyEveryPairOfKinds(t *testing.T) {
 				case err == nil:
 					l2.Release(ctx)
 					t.Fatalf("%s granted beside %s on one key", second.name, first.name)
-				case !errors.Is(err, pglease.ErrNotAcquired) && !errors.Is(err, pglease.ErrPermitsMismatch):
-					t.Fatalf("%s beside %s: %v, want ErrNotAcquired or ErrPermitsMismatch", second.name, first.name, err)
+				case !errors.Is(err, pgfence.ErrNotAcquired) && !errors.Is(err, pglease.ErrPermitsMismatch):
+					t.Fatalf("%s beside %s: %v, want pgfence.ErrNotAcquired or ErrPermitsMismatch", second.name, first.name, err)
 				}
-				if _, err := c.TryAcquireSet(ctx, []string{key, key + "/other"}, time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
-					t.Fatalf("a key set with a key held %s: %v, want ErrNotAcquired", first.name, err)
+				if _, err := c.TryAcquireSet(ctx, []string{key, key + "/other"}, time.Second); !errors.Is(err, pgfence.ErrNotAcquired) {
+					t.Fatalf("a key set with a key held %s: %v, want pgfence.ErrNotAcquired", first.name, err)
 				}
 			})
 		}
@@ -218,17 +215,17 @@ func TestHolderSaysTheKind(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, pgtest.Pool(t))
 	key := uniqueKey(t)
-	a, err := c.TryAcquireShared(ctx, key, 10*time.Second)
+	a, err := c.TryAcquire(ctx, key, 10*time.Second, pglease.Shared())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Release(ctx)
-	b, err := c.TryAcquireShared(ctx, key, 10*time.Second)
+	b, err := c.TryAcquire(ctx, key, 10*time.Second, pglease.Shared())
 	if err != nil {
 		t.Fatal(err)
 	}
 	h, ok, err := c.Holder(ctx, key)
-	if err != nil || !ok || h.Kind != "shared" || !h.Held || h.Fence != b.Fence() || h.Owner != "" {
+	if err != nil || !ok || h.Kind != pglease.Shared() || !h.Held || h.Fence != b.Fence() || h.Owner != "" {
 		t.Fatalf("Holder of a key held shared: %+v %v %v", h, ok, err)
 	}
 	b.Release(ctx)
@@ -241,7 +238,65 @@ func TestHolderSaysTheKind(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Release(ctx)
-	if h, _, err := c.Holder(ctx, key); err != nil || h.Kind != "exclusive" || h.Owner != c.Owner() || h.Fence != l.Fence() {
+	if h, _, err := c.Holder(ctx, key); err != nil || h.Kind != pglease.Exclusive() || h.Owner != c.Owner() || h.Fence != l.Fence() {
 		t.Fatalf("Holder of a plain lease: %+v %v", h, err)
+	}
+}
+
+// Holder and Observe name every holder of a key held as permits or shared:
+// each one's owner, fence, slot and expiry, from one read; a permit given back
+// is a change Observe reports, with the holders left.
+func TestHolderListsEveryHolder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	for _, kind := range []pglease.Kind{pglease.Permits(3), pglease.Shared()} {
+		t.Run(kind.String(), func(t *testing.T) {
+			key := uniqueKey(t)
+			var leases []*pglease.Lease
+			for i := range 3 {
+				c := newClient(t, pool, pglease.WithOwner(fmt.Sprintf("holder-%d", i)))
+				l, err := c.TryAcquire(ctx, key, 10*time.Second, kind)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer l.Release(ctx)
+				leases = append(leases, l)
+			}
+			watcher := newClient(t, pool)
+			h, ok, err := watcher.Holder(ctx, key)
+			if err != nil || !ok || h.Kind != kind || !h.Held || h.Owner != "" || h.Fence != leases[2].Fence() || len(h.Holders) != 3 {
+				t.Fatalf("Holder: %+v %v %v", h, ok, err)
+			}
+			for i, got := range h.Holders {
+				l := leases[i]
+				if got.Owner != fmt.Sprintf("holder-%d", i) || got.Fence != l.Fence() || got.Slot != l.Slot() || got.Kind != kind ||
+					!got.Held || got.Remaining <= 0 || got.Remaining > 10*time.Second || got.Since.IsZero() || got.Key != key {
+					t.Errorf("holder %d: %+v, want the lease of fence %d in slot %d", i, got, l.Fence(), l.Slot())
+				}
+			}
+
+			octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			ch, err := watcher.Observe(octx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if first := <-ch; len(first.Holders) != 3 {
+				t.Fatalf("Observe's first value: %+v", first)
+			}
+			if err := leases[1].Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for h := range ch {
+				if len(h.Holders) == 2 {
+					if !h.Held || h.Holders[0].Fence != leases[0].Fence() || h.Holders[1].Fence != leases[2].Fence() {
+						t.Fatalf("after a release: %+v", h)
+					}
+					return
+				}
+			}
+			t.Fatal("Observe did not report the release of one holder")
+		})
 	}
 }

@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/validate"
-	"github.com/pgfence/pgfence/pgguard"
 )
 
 // resolveBound bounds each statement that settles an acquisition whose
@@ -44,7 +44,7 @@ type config struct {
 	sweepBatch     int
 	meterProvider  metric.MeterProvider  // nil: the global one
 	schema         string                // WithSchema; "": the search_path
-	timelines      *pgguard.TimelineMark // WithTimelineMark; else the client's own
+	timelines      *pgfence.TimelineMark // WithTimelineMark; else the client's own
 }
 
 func defaultConfig() config {
@@ -61,7 +61,7 @@ func defaultConfig() config {
 		observePoll: defaultObserveInterval,
 		sweepBatch:  defaultSweepBatch,
 		logger:      slog.New(slog.DiscardHandler),
-		timelines:   new(pgguard.TimelineMark),
+		timelines:   new(pgfence.TimelineMark),
 	}
 }
 
@@ -69,7 +69,7 @@ func defaultConfig() config {
 // dashboards (pgfence list). Default: "<hostname>/<pid>". It is not what
 // proves ownership: each acquisition carries its own random token and fence.
 // The label must be 1 to 256 bytes of valid UTF-8 without a NUL byte; New
-// refuses any other with ErrInvalidInput.
+// refuses any other with pgfence.ErrInvalidInput.
 func WithOwner(label string) Option {
 	return func(c *config) error {
 		if err := validate.Owner(label); err != nil {
@@ -82,7 +82,7 @@ func WithOwner(label string) Option {
 
 // WithRenewInterval sets how often auto-renewal extends a lease. Default: a
 // third of the lease's TTL, which tolerates one failed renewal. Acquiring a
-// lease whose TTL is not longer than the interval fails with ErrInvalidInput:
+// lease whose TTL is not longer than the interval fails with pgfence.ErrInvalidInput:
 // such a lease can be lost to one slow round trip.
 func WithRenewInterval(d time.Duration) Option {
 	return func(c *config) error {
@@ -192,7 +192,7 @@ func WithWakeOnRelease() Option {
 // pgfence.listen.disabled, and waiters poll: fair waiters
 // (WithFairWaiting) near the backoff's minimum, as without
 // WithWakeOnRelease, and the others with their backoff. New refuses the
-// option without WithWakeOnRelease, and a nil pool, with ErrInvalidInput.
+// option without WithWakeOnRelease, and a nil pool, with pgfence.ErrInvalidInput.
 func WithListenPool(pool *pgxpool.Pool) Option {
 	return func(c *config) error {
 		if pool == nil {
@@ -242,7 +242,7 @@ func WithDurableRelease() Option {
 // Every statement names them qualified, so no search_path is needed and the
 // client works behind a transaction pooler (PgBouncer). Default: found
 // through the connections' search_path. A name that is not a plain
-// identifier is refused with ErrInvalidInput.
+// identifier is refused with pgfence.ErrInvalidInput.
 func WithSchema(schema string) Option {
 	return func(c *config) error {
 		if err := validate.Identifier("schema", schema); err != nil {

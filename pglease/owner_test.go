@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -28,7 +29,7 @@ func (q *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryE
 
 // TestOwnerLabelValidated: an owner label the database cannot store (NUL,
 // invalid UTF-8) or that is empty or oversized is refused by New with
-// ErrInvalidInput, before any statement is sent; a 256-byte multi-byte
+// pgfence.ErrInvalidInput, before any statement is sent; a 256-byte multi-byte
 // label is stored as it is.
 func TestOwnerLabelValidated(t *testing.T) {
 	t.Parallel()
@@ -42,8 +43,8 @@ func TestOwnerLabelValidated(t *testing.T) {
 		"257 bytes":    strings.Repeat("o", 257),
 	} {
 		c, err := pglease.New(pool, pglease.WithOwner(label))
-		if !errors.Is(err, pglease.ErrInvalidInput) || c != nil {
-			t.Errorf("%s: New = %v, %v; want ErrInvalidInput", name, c, err)
+		if !errors.Is(err, pgfence.ErrInvalidInput) || c != nil {
+			t.Errorf("%s: New = %v, %v; want pgfence.ErrInvalidInput", name, c, err)
 		} else {
 			t.Logf("%s: %v", name, err)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/validate"
 )
 
@@ -46,7 +47,7 @@ func (c *Client) OncePerPeriod(ctx context.Context, key string, period, ttl time
 		return false, invalid("period %v is outside [1ms, %v]", period, validate.MaxTTL)
 	}
 	l, err := c.TryAcquire(ctx, key, ttl)
-	if errors.Is(err, ErrNotAcquired) {
+	if errors.Is(err, pgfence.ErrNotAcquired) {
 		return false, nil
 	}
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	mrand "math/rand/v2"
 	"time"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/fencesql"
 )
 
@@ -62,7 +63,7 @@ func (c *Client) waitInQueue(ctx context.Context, key string, attempt func(ctx c
 	token := c.fairToken()
 	l, err := c.waitWoken(ctx, key, func() wakeAddr { return c.fairAddr(token) }, func(ctx context.Context) (*Lease, error) {
 		l, err := attempt(ctx, token)
-		if err != nil && !errors.Is(err, ErrNotAcquired) {
+		if err != nil && !errors.Is(err, pgfence.ErrNotAcquired) {
 			c.leaveQueue(ctx, key, token)
 			token = c.fairToken()
 		}
@@ -98,7 +99,7 @@ func queuedGrant(key string, g slotGrant, ahead int32, err error) (slotGrant, er
 }
 
 // errAbandonedPlace: the waiter's owner token was tombstoned (its answer was
-// lost on an earlier attempt) while it still waited. Not ErrNotAcquired:
+// lost on an earlier attempt) while it still waited. Not pgfence.ErrNotAcquired:
 // the wait goes on under a new token.
 var errAbandonedPlace = errors.New("pglease: the waiter's place was given up; queueing again")
 
@@ -109,11 +110,11 @@ type queuedError struct {
 }
 
 func (e *queuedError) Error() string {
-	return fmt.Sprintf("%v: %q (%d waiters ahead)", ErrNotAcquired, e.key, e.ahead)
+	return fmt.Sprintf("%v: %q (%d waiters ahead)", pgfence.ErrNotAcquired, e.key, e.ahead)
 }
 
-// Is reports ErrNotAcquired.
-func (e *queuedError) Is(target error) bool { return target == ErrNotAcquired }
+// Is reports pgfence.ErrNotAcquired.
+func (e *queuedError) Is(target error) bool { return target == pgfence.ErrNotAcquired }
 
 // fairRefresh is how often a fair waiter behind others refreshes its place
 // when it hears wake-ups: a third of the place's life.

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -93,10 +94,10 @@ func TestFairWaiterGivesUp(t *testing.T) {
 		}
 		got <- l
 	}()
-	if err := <-gaveUp; !errors.Is(err, pglease.ErrNotAcquired) {
+	if err := <-gaveUp; !errors.Is(err, pgfence.ErrNotAcquired) {
 		t.Fatalf("the first waiter: %v", err)
 	}
-	if _, err := c.TryAcquire(ctx, key, time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
+	if _, err := c.TryAcquire(ctx, key, time.Second); !errors.Is(err, pgfence.ErrNotAcquired) {
 		t.Fatalf("TryAcquire of a held key: %v", err)
 	}
 	released := time.Now()
@@ -221,11 +222,11 @@ func TestFairSharedExclusiveOrder(t *testing.T) {
 	for i, exclusive := range []bool{false, false, true, false} {
 		c := newClient(t, warmPool(t), opts...)
 		wg.Go(func() {
-			acquire := c.AcquireShared
+			kind := pglease.Shared()
 			if exclusive {
-				acquire = c.Acquire
+				kind = pglease.Exclusive()
 			}
-			l, err := acquire(ctx, key, 10*time.Second)
+			l, err := c.Acquire(ctx, key, 10*time.Second, kind)
 			if err != nil {
 				t.Error(err)
 				return
@@ -241,8 +242,8 @@ func TestFairSharedExclusiveOrder(t *testing.T) {
 	}
 	// A shared acquirer that does not queue is kept out too: the exclusive
 	// waiter is ahead of it.
-	if _, err := newClient(t, pgtest.Pool(t)).TryAcquireShared(ctx, key, time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
-		t.Fatalf("TryAcquireShared while an exclusive lease is held and waited for: %v", err)
+	if _, err := newClient(t, pgtest.Pool(t)).TryAcquire(ctx, key, time.Second, pglease.Shared()); !errors.Is(err, pgfence.ErrNotAcquired) {
+		t.Fatalf("TryAcquire(Shared) while an exclusive lease is held and waited for: %v", err)
 	}
 	if err := h.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -275,7 +276,9 @@ func TestFairWakeFromAnyReleaser(t *testing.T) {
 			func() (*pglease.Lease, error) { return waiter.Acquire(ctx, key, 10*time.Second) }},
 		{"semaphore", func() (*pglease.Lease, error) { return sem.TryAcquire(ctx, 10*time.Second) },
 			func() (*pglease.Lease, error) { return semW.Acquire(ctx, 10*time.Second) }},
-		{"exclusive", func() (*pglease.Lease, error) { return plain.TryAcquireShared(ctx, key+"-rw", 10*time.Second) },
+		{"exclusive", func() (*pglease.Lease, error) {
+			return plain.TryAcquire(ctx, key+"-rw", 10*time.Second, pglease.Shared())
+		},
 			func() (*pglease.Lease, error) { return waiter.Acquire(ctx, key+"-rw", 10*time.Second) }},
 	} {
 		t.Run(kind.name, func(t *testing.T) {
@@ -322,14 +325,14 @@ func TestFairWaiterPermitsMismatch(t *testing.T) {
 	if _, err := semaphore(t, c, key, 3).Acquire(ctx, time.Second); !errors.Is(err, pglease.ErrPermitsMismatch) {
 		t.Fatalf("a fair waiter for 3 permits of a key held as 2: %v", err)
 	}
-	if _, err := c.AcquireShared(ctx, key, time.Second); !errors.Is(err, pglease.ErrPermitsMismatch) {
+	if _, err := c.Acquire(ctx, key, time.Second, pglease.Shared()); !errors.Is(err, pglease.ErrPermitsMismatch) {
 		t.Fatalf("a fair shared waiter on a semaphore key: %v", err)
 	}
 	// An exclusive waiter is not refused: it waits for every permit.
 	wctx, wcancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer wcancel()
-	if _, err := c.Acquire(wctx, key, time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
-		t.Fatalf("a fair exclusive waiter on a key held as permits: %v, want ErrNotAcquired after waiting", err)
+	if _, err := c.Acquire(wctx, key, time.Second); !errors.Is(err, pgfence.ErrNotAcquired) {
+		t.Fatalf("a fair exclusive waiter on a key held as permits: %v, want pgfence.ErrNotAcquired after waiting", err)
 	}
 	if n := rows(t, pool, `SELECT FROM pgfence_waiters WHERE lock_key = $1`, key); n != 0 {
 		t.Fatalf("%d places left in the queue by refused waiters", n)
@@ -351,10 +354,10 @@ func TestFairSemaphoreWaiterGivesUp(t *testing.T) {
 	}
 	quitter, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	if _, err := semaphore(t, newClient(t, warmPool(t), opts...), key, 1).Acquire(quitter, 10*time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
+	if _, err := semaphore(t, newClient(t, warmPool(t), opts...), key, 1).Acquire(quitter, 10*time.Second); !errors.Is(err, pgfence.ErrNotAcquired) {
 		t.Fatalf("the waiter that gives up: %v", err)
 	}
-	if _, err := sem.TryAcquire(ctx, time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
+	if _, err := sem.TryAcquire(ctx, time.Second); !errors.Is(err, pgfence.ErrNotAcquired) {
 		t.Fatalf("TryAcquire of a held semaphore: %v", err)
 	}
 	if n := rows(t, pool, `SELECT FROM pgfence_waiters WHERE lock_key = $1`, key); n != 0 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -98,7 +99,7 @@ func TestReleaseOfLostLeaseSaysHow(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(100 * time.Millisecond) // the point: the 50ms TTL runs out by the database clock
-		if err := l.Release(ctx); !errors.Is(err, pglease.ErrLeaseLost) || !strings.Contains(err.Error(), "had expired") {
+		if err := l.Release(ctx); !errors.Is(err, pgfence.ErrLeaseLost) || !strings.Contains(err.Error(), "had expired") {
 			t.Fatalf("release after expiry: %v", err)
 		}
 	})
@@ -114,7 +115,7 @@ func TestReleaseOfLostLeaseSaysHow(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := l.Release(ctx); !errors.Is(err, pglease.ErrLeaseLost) || !strings.Contains(err.Error(), "another owner") {
+		if err := l.Release(ctx); !errors.Is(err, pgfence.ErrLeaseLost) || !strings.Contains(err.Error(), "another owner") {
 			t.Fatalf("release after another owner took the key: %v", err)
 		}
 		var held bool
@@ -137,7 +138,7 @@ func TestReleaseOfLostLeaseSaysHow(t *testing.T) {
 		if _, err := pool.Exec(ctx, "DELETE FROM lock_leases WHERE lock_key = $1", key); err != nil {
 			t.Fatal(err)
 		}
-		if err := l3.Release(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
+		if err := l3.Release(ctx); !errors.Is(err, pgfence.ErrLeaseLost) {
 			t.Fatalf("release of a swept row: %v", err)
 		}
 	})

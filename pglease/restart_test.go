@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/testsupport/dbenv"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/migrations"
@@ -85,8 +86,8 @@ func TestServerRestartUnderLeases(t *testing.T) {
 		if late := time.Since(deadline); late > 100*time.Millisecond {
 			t.Fatalf("lease ended %v after its local deadline", late)
 		}
-		if !errors.Is(context.Cause(l.Context()), pglease.ErrLeaseLost) {
-			t.Fatalf("cause %v, want ErrLeaseLost", context.Cause(l.Context()))
+		if !errors.Is(context.Cause(l.Context()), pgfence.ErrLeaseLost) {
+			t.Fatalf("cause %v, want pgfence.ErrLeaseLost", context.Cause(l.Context()))
 		}
 	})
 

@@ -18,9 +18,8 @@ import (
 // and the read after a release that found nothing go to that row;
 // everything else about a lease is the same for every kind.
 type leaseRow struct {
-	slot    int32 // the row's slot: 0 for the key's row, 1 and up for a shared holder or permit
-	permits int   // the semaphore's number of permits; 0 for any other kind
-	shared  bool  // a shared lease
+	slot int32 // the row's slot: 0 for the key's row, 1 and up for a shared holder or permit
+	kind Kind  // the kind granted
 
 	// hold is the minimum hold (HoldAtLeast): a release before the grant
 	// time plus hold leaves the lease held until then. Guarded by the
@@ -32,7 +31,7 @@ type leaseRow struct {
 // lease, whatever kind was asked for.
 func (r leaseRow) at(slot int32) leaseRow {
 	if slot == 0 {
-		return leaseRow{hold: r.hold}
+		return leaseRow{hold: r.hold} // the zero Kind: exclusive
 	}
 	r.slot = slot
 	return r
@@ -89,19 +88,15 @@ func (l *Lease) currentFence(ctx context.Context) (int64, error) {
 	return l.c.queries(ctx).LeaseFence(ctx, l.key)
 }
 
-// Slot is the permit's slot of a semaphore lease, 0 to permits-1: no two
+// Slot is a permit's slot, 0 to permits-1: no two
 // unexpired permits of one key share a slot, so it can name one of N
 // resources (a device, a connection). A shared lease's slot tells it from
 // the key's other shared leases; a mutex or exclusive lease's slot is 0.
 func (l *Lease) Slot() int { return max(int(l.row.slot)-1, 0) }
 
-// Permits is the number of permits of the semaphore l holds a permit of;
-// 0 for any other kind of lease.
-func (l *Lease) Permits() int { return l.row.permits }
-
-// Shared reports whether l is a shared lease (false for an exclusive lease,
-// a plain one included, and for a permit).
-func (l *Lease) Shared() bool { return l.row.shared }
+// Kind is the kind l was granted: the kind asked for, or Exclusive for a
+// grant of the key's own row (slot 0), whatever was asked.
+func (l *Lease) Kind() Kind { return l.row.kind }
 
 // HoldAtLeast sets l's minimum hold: when l is released earlier than d after
 // its grant, by the database clock, the key stays held until then, and no

@@ -21,6 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/internal/testsupport/proc"
 	"github.com/pgfence/pgfence/pgguard"
@@ -71,10 +72,7 @@ func (w semWorker) run() error {
 		return err
 	}
 	defer c.Close()
-	sem, err := c.Semaphore(w.key, w.permits)
-	if err != nil {
-		return err
-	}
+	sem := semaphoreKey{c, w.key, w.permits}
 	g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Name: w.table, KeyColumn: "slot"})
 	if err != nil {
 		return err
@@ -111,7 +109,7 @@ func (w semWorker) run() error {
 				})
 				switch {
 				case err == nil, ctx.Err() != nil:
-				case errors.Is(err, pgguard.ErrStaleFence), errors.Is(err, pglease.ErrLeaseLost):
+				case errors.Is(err, pgguard.ErrStaleFence), errors.Is(err, pgfence.ErrLeaseLost):
 					// This process was frozen while the goroutine held a
 					// permit: its late write is refused, as it must be.
 					say("refused %v", err)
@@ -133,7 +131,7 @@ func (w semWorker) run() error {
 	}()...)
 }
 
-func (w semWorker) stuckHolder(ctx context.Context, sem *pglease.Semaphore, write func(*pglease.Lease) error, say func(string, ...any)) error {
+func (w semWorker) stuckHolder(ctx context.Context, sem semaphoreKey, write func(*pglease.Lease) error, say func(string, ...any)) error {
 	l, err := sem.Acquire(ctx, time.Second)
 	if err != nil {
 		return err

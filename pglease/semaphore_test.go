@@ -11,17 +11,33 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pglease"
 )
 
-func semaphore(t *testing.T, c *pglease.Client, key string, permits int) *pglease.Semaphore {
-	t.Helper()
-	s, err := c.Semaphore(key, permits)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+// semaphoreKey is key taken as one of permits permits through c, so that the
+// tests of permits read as the tests of one semaphore.
+type semaphoreKey struct {
+	c       *pglease.Client
+	key     string
+	permits int
+}
+
+func semaphore(t *testing.T, c *pglease.Client, key string, permits int) semaphoreKey {
+	return semaphoreKey{c, key, permits}
+}
+
+func (s semaphoreKey) TryAcquire(ctx context.Context, ttl time.Duration) (*pglease.Lease, error) {
+	return s.c.TryAcquire(ctx, s.key, ttl, pglease.Permits(s.permits))
+}
+
+func (s semaphoreKey) Acquire(ctx context.Context, ttl time.Duration) (*pglease.Lease, error) {
+	return s.c.Acquire(ctx, s.key, ttl, pglease.Permits(s.permits))
+}
+
+func (s semaphoreKey) Do(ctx context.Context, ttl time.Duration, fn func(context.Context, *pglease.Lease) error) error {
+	return s.c.Do(ctx, s.key, ttl, fn, pglease.Permits(s.permits))
 }
 
 // Three permits: three TryAcquires get slots 0, 1, 2 with rising fences;
@@ -41,21 +57,21 @@ func TestSemaphorePermitsSlotsAndMismatch(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if l.Slot() != i || l.Permits() != 3 {
-				t.Fatalf("permit %d: slot %d of %d", i, l.Slot(), l.Permits())
+			if l.Slot() != i || l.Kind() != pglease.Permits(3) {
+				t.Fatalf("permit %d: slot %d, kind %v of %d", i, l.Slot(), l.Kind(), l.Kind().Permits())
 			}
 			if i > 0 && l.Fence() <= held[i-1].Fence() {
 				t.Fatalf("fence %d after %d", l.Fence(), held[i-1].Fence())
 			}
 			held = append(held, l)
 		}
-		if _, err := s.TryAcquire(ctx, 5*time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
-			t.Fatalf("fourth permit of three: %v, want ErrNotAcquired", err)
+		if _, err := s.TryAcquire(ctx, 5*time.Second); !errors.Is(err, pgfence.ErrNotAcquired) {
+			t.Fatalf("fourth permit of three: %v, want pgfence.ErrNotAcquired", err)
 		}
 	})
 	pgtest.Step(t, "a plain lease of the key is refused while permits are held", func(t *testing.T) {
-		if _, err := c.TryAcquire(ctx, key, 5*time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
-			t.Fatalf("a plain lease of a key held as permits: %v, want ErrNotAcquired", err)
+		if _, err := c.TryAcquire(ctx, key, 5*time.Second); !errors.Is(err, pgfence.ErrNotAcquired) {
+			t.Fatalf("a plain lease of a key held as permits: %v, want pgfence.ErrNotAcquired", err)
 		}
 	})
 	pgtest.Step(t, "another number of permits is refused while permits are held", func(t *testing.T) {
@@ -64,7 +80,7 @@ func TestSemaphorePermitsSlotsAndMismatch(t *testing.T) {
 				t.Fatalf("%d permits on a key held with 3: %v, want ErrPermitsMismatch", n, err)
 			}
 		}
-		if _, err := c.TryAcquireShared(ctx, key, 5*time.Second); !errors.Is(err, pglease.ErrPermitsMismatch) {
+		if _, err := c.TryAcquire(ctx, key, 5*time.Second, pglease.Shared()); !errors.Is(err, pglease.ErrPermitsMismatch) {
 			t.Fatalf("shared lease on a semaphore's key: %v, want ErrPermitsMismatch", err)
 		}
 	})
@@ -108,7 +124,7 @@ func TestSemaphoreDeadHolderReturnsAtTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := semaphore(t, live, key, 1)
-	if _, err := s.TryAcquire(ctx, time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
+	if _, err := s.TryAcquire(ctx, time.Second); !errors.Is(err, pgfence.ErrNotAcquired) {
 		t.Fatalf("while held: %v", err)
 	}
 	l, err := s.Acquire(ctx, time.Second)
@@ -119,11 +135,11 @@ func TestSemaphoreDeadHolderReturnsAtTTL(t *testing.T) {
 	if l.Fence() <= old.Fence() {
 		t.Fatalf("fence %d after %d", l.Fence(), old.Fence())
 	}
-	if err := old.Renew(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
-		t.Fatalf("renewing the expired permit: %v, want ErrLeaseLost", err)
+	if err := old.Renew(ctx); !errors.Is(err, pgfence.ErrLeaseLost) {
+		t.Fatalf("renewing the expired permit: %v, want pgfence.ErrLeaseLost", err)
 	}
-	if err := old.Release(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
-		t.Fatalf("releasing the expired permit: %v, want ErrLeaseLost", err)
+	if err := old.Release(ctx); !errors.Is(err, pgfence.ErrLeaseLost) {
+		t.Fatalf("releasing the expired permit: %v, want pgfence.ErrLeaseLost", err)
 	}
 	if context.Cause(l.Context()) != nil {
 		t.Fatalf("the new holder's permit ended: %v", context.Cause(l.Context()))
@@ -177,18 +193,21 @@ func TestSemaphoreInput(t *testing.T) {
 	t.Parallel()
 	c := newClient(t, pgtest.Pool(t))
 	for _, n := range []int{0, -1, pglease.MaxPermits + 1} {
-		if _, err := c.Semaphore("k", n); !errors.Is(err, pglease.ErrInvalidInput) {
+		if _, err := c.TryAcquire(context.Background(), "k", time.Second, pglease.Permits(n)); !errors.Is(err, pgfence.ErrInvalidInput) {
 			t.Errorf("%d permits: %v", n, err)
 		}
 	}
-	if _, err := c.Semaphore("", 2); !errors.Is(err, pglease.ErrInvalidInput) {
+	if _, err := c.TryAcquire(context.Background(), "", time.Second, pglease.Permits(2)); !errors.Is(err, pgfence.ErrInvalidInput) {
 		t.Errorf("empty key: %v", err)
 	}
+	if _, err := c.TryAcquire(context.Background(), "k", time.Second, pglease.Shared(), pglease.Permits(2)); !errors.Is(err, pgfence.ErrInvalidInput) {
+		t.Errorf("two kinds: %v", err)
+	}
 	s := semaphore(t, c, "k", 2)
-	if _, err := s.TryAcquire(context.Background(), time.Nanosecond); !errors.Is(err, pglease.ErrInvalidInput) {
+	if _, err := s.TryAcquire(context.Background(), time.Nanosecond); !errors.Is(err, pgfence.ErrInvalidInput) {
 		t.Errorf("1 ns TTL: %v", err)
 	}
-	if err := s.Do(context.Background(), time.Second, nil); !errors.Is(err, pglease.ErrInvalidInput) {
+	if err := s.Do(context.Background(), time.Second, nil); !errors.Is(err, pgfence.ErrInvalidInput) {
 		t.Errorf("nil fn: %v", err)
 	}
 }
@@ -207,7 +226,7 @@ func TestCoordinationKindsWithSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := c.TryAcquireShared(ctx, key+"/rw", 5*time.Second)
+	r, err := c.TryAcquire(ctx, key+"/rw", 5*time.Second, pglease.Shared())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -23,22 +24,22 @@ func TestSharedExclusive(t *testing.T) {
 	var last int64
 	pgtest.Step(t, "shared leases are granted together, with rising fences", func(t *testing.T) {
 		for range 3 {
-			l, err := c.TryAcquireShared(ctx, key, 5*time.Second)
+			l, err := c.TryAcquire(ctx, key, 5*time.Second, pglease.Shared())
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !l.Shared() || l.Fence() <= last {
-				t.Fatalf("shared lease: shared %v fence %d after %d", l.Shared(), l.Fence(), last)
+			if l.Kind() != pglease.Shared() || l.Fence() <= last {
+				t.Fatalf("shared lease: shared %v fence %d after %d", l.Kind() == pglease.Shared(), l.Fence(), last)
 			}
 			last = l.Fence()
 			readers = append(readers, l)
 		}
 	})
 	pgtest.Step(t, "TryAcquire is refused and takes no place", func(t *testing.T) {
-		if _, err := c.TryAcquire(ctx, key, 5*time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
+		if _, err := c.TryAcquire(ctx, key, 5*time.Second); !errors.Is(err, pgfence.ErrNotAcquired) {
 			t.Fatalf("exclusive while shared are held: %v", err)
 		}
-		extra, err := c.TryAcquireShared(ctx, key, 5*time.Second)
+		extra, err := c.TryAcquire(ctx, key, 5*time.Second, pglease.Shared())
 		if err != nil {
 			t.Fatalf("shared after a refused TryAcquire: %v", err)
 		}
@@ -56,8 +57,8 @@ func TestSharedExclusive(t *testing.T) {
 	pgtest.Step(t, "once the writer waits, new readers are refused", func(t *testing.T) {
 		deadline := time.Now().Add(5 * time.Second)
 		for {
-			l, err := c.TryAcquireShared(ctx, key, 5*time.Second)
-			if errors.Is(err, pglease.ErrNotAcquired) {
+			l, err := c.TryAcquire(ctx, key, 5*time.Second, pglease.Shared())
+			if errors.Is(err, pgfence.ErrNotAcquired) {
 				break
 			}
 			if err != nil {
@@ -92,15 +93,15 @@ func TestSharedExclusive(t *testing.T) {
 		if w == nil {
 			t.FailNow()
 		}
-		if w.Shared() || w.Fence() <= last {
-			t.Fatalf("exclusive lease: shared %v, fence %d after %d", w.Shared(), w.Fence(), last)
+		if w.Kind() == pglease.Shared() || w.Fence() <= last {
+			t.Fatalf("exclusive lease: shared %v, fence %d after %d", w.Kind() == pglease.Shared(), w.Fence(), last)
 		}
 	})
 	pgtest.Step(t, "the exclusive lease excludes readers and writers", func(t *testing.T) {
-		if _, err := c.TryAcquireShared(ctx, key, 5*time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
+		if _, err := c.TryAcquire(ctx, key, 5*time.Second, pglease.Shared()); !errors.Is(err, pgfence.ErrNotAcquired) {
 			t.Fatalf("shared while exclusive is held: %v", err)
 		}
-		if _, err := c.TryAcquire(ctx, key, 5*time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
+		if _, err := c.TryAcquire(ctx, key, 5*time.Second); !errors.Is(err, pgfence.ErrNotAcquired) {
 			t.Fatalf("second exclusive: %v", err)
 		}
 	})
@@ -108,7 +109,7 @@ func TestSharedExclusive(t *testing.T) {
 		if err := w.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		r, err := c.TryAcquireShared(ctx, key, 5*time.Second)
+		r, err := c.TryAcquire(ctx, key, 5*time.Second, pglease.Shared())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -127,17 +128,17 @@ func TestExclusiveWaiterGivesUp(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, pgtest.Pool(t), pglease.WithBackoff(time.Millisecond, 20*time.Millisecond))
 	key := uniqueKey(t)
-	r, err := c.TryAcquireShared(ctx, key, 5*time.Second)
+	r, err := c.TryAcquire(ctx, key, 5*time.Second, pglease.Shared())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Release(ctx)
 	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	if _, err := c.Acquire(wctx, key, 5*time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
+	if _, err := c.Acquire(wctx, key, 5*time.Second); !errors.Is(err, pgfence.ErrNotAcquired) {
 		t.Fatalf("exclusive waiter: %v", err)
 	}
-	l, err := c.TryAcquireShared(ctx, key, 5*time.Second)
+	l, err := c.TryAcquire(ctx, key, 5*time.Second, pglease.Shared())
 	if err != nil {
 		t.Fatalf("shared after the exclusive waiter gave up: %v", err)
 	}

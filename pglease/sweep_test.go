@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -150,7 +151,7 @@ func TestSweepConcurrentWithAcquire(t *testing.T) {
 			for range rounds {
 				key := fmt.Sprintf("k/%02d", r.IntN(keys))
 				l, err := c.TryAcquire(ctx, key, time.Minute)
-				if errors.Is(err, pglease.ErrNotAcquired) {
+				if errors.Is(err, pgfence.ErrNotAcquired) {
 					continue
 				}
 				if err != nil {
@@ -250,8 +251,8 @@ func TestSweepRefusesBadInput(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	c := newClient(t, pool)
-	if _, err := c.SweepExpired(context.Background(), -time.Second); !errors.Is(err, pglease.ErrInvalidInput) {
-		t.Errorf("negative grace: %v, want ErrInvalidInput", err)
+	if _, err := c.SweepExpired(context.Background(), -time.Second); !errors.Is(err, pgfence.ErrInvalidInput) {
+		t.Errorf("negative grace: %v, want pgfence.ErrInvalidInput", err)
 	}
 }
 

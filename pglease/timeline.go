@@ -4,23 +4,23 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/pgfence/pgfence/pgguard"
+	"github.com/pgfence/pgfence"
 )
 
 // WithTimelineMark makes the client check every grant against mark, shared
 // with other clients or with the fences a process passes to package
 // pgguard, instead of a mark of its own. A client refuses a grant whose
 // fence's WAL timeline is below the highest it has seen (see
-// pgguard.TimelineMark): the fence could be below fences already handed
+// pgfence.TimelineMark): the fence could be below fences already handed
 // out, by the new primary, to a resource that keeps no fenced row.
 //
 // Such a grant is given back and refused with an error satisfying
-// errors.Is(err, pgguard.ErrStaleTimeline), wrapped with the key, whose
+// errors.Is(err, pgfence.ErrStaleTimeline), wrapped with the key, whose
 // text names both timelines: the server that granted it is a stale primary, or
 // the cluster was rewound to an older timeline by a failover that was
 // undone. Acquire retries it as it retries a dropped connection. Default: a
 // mark of the client's own.
-func WithTimelineMark(mark *pgguard.TimelineMark) Option {
+func WithTimelineMark(mark *pgfence.TimelineMark) Option {
 	return func(c *config) error {
 		if mark == nil {
 			return invalid("nil timeline mark")

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
-	"github.com/pgfence/pgfence/pgguard"
 	"github.com/pgfence/pgfence/pglease"
 )
 
@@ -23,25 +23,25 @@ import (
 func TestGrantFromOlderTimelineIsRefused(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	mark := new(pgguard.TimelineMark)
+	mark := new(pgfence.TimelineMark)
 	pool := pgtest.Pool(t)
 	c := newClient(t, pool, pglease.WithTimelineMark(mark))
 	l, err := c.TryAcquire(ctx, uniqueKey(t), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tl := pgguard.Timeline(l.Fence())
+	tl := pgfence.Timeline(l.Fence())
 	if mark.High() != tl {
 		t.Fatalf("the grant did not raise the shared mark: %d, want %d", mark.High(), tl)
 	}
 	l.Release(ctx)
 
-	if err := mark.Check((tl+1)<<44 | 1); err != nil { // a fence of the next timeline (pgguard.Timeline's encoding)
+	if err := mark.Check((tl+1)<<44 | 1); err != nil { // a fence of the next timeline (pgfence.Timeline's encoding)
 		t.Fatal(err)
 	}
 	key := uniqueKey(t)
 	_, err = c.TryAcquire(ctx, key, time.Hour)
-	if !errors.Is(err, pgguard.ErrStaleTimeline) {
+	if !errors.Is(err, pgfence.ErrStaleTimeline) {
 		t.Fatalf("want ErrStaleTimeline, got %v", err)
 	}
 	t.Log(err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/fencesql"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
@@ -329,7 +330,7 @@ func TestWakeClose(t *testing.T) {
 			t.Fatal(err)
 		}
 		pglease.SetListenerRetry(waiter, time.Minute, time.Minute)
-		if _, err := waiter.Acquire(ctx, key, time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
+		if _, err := waiter.Acquire(ctx, key, time.Second); !errors.Is(err, pgfence.ErrNotAcquired) {
 			t.Fatalf("Acquire of a held key: %v", err)
 		}
 		wakeWaitUntil(t, 5*time.Second, "the listener did not start", func() bool { return pglease.ListenerPID(waiter) != 0 })
@@ -408,7 +409,9 @@ func TestWakeOnReleasePermits(t *testing.T) {
 	}{
 		{"semaphore", func() (*pglease.Lease, error) { return semH.TryAcquire(ctx, 10*time.Second) },
 			func() (*pglease.Lease, error) { return semW.Acquire(ctx, 10*time.Second) }},
-		{"exclusive", func() (*pglease.Lease, error) { return holder.TryAcquireShared(ctx, key+"-rw", 10*time.Second) },
+		{"exclusive", func() (*pglease.Lease, error) {
+			return holder.TryAcquire(ctx, key+"-rw", 10*time.Second, pglease.Shared())
+		},
 			func() (*pglease.Lease, error) { return waiter.Acquire(ctx, key+"-rw", 10*time.Second) }},
 	} {
 		t.Run(kind.name, func(t *testing.T) {

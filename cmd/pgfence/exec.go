@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	pgf "github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/cmd/pgfence/internal/oddrow"
 	"github.com/pgfence/pgfence/internal/validate"
 	"github.com/pgfence/pgfence/pglease"
@@ -246,7 +247,7 @@ func (a *app) acquireFailure(pool *pgxpool.Pool, where string, o execOpts, err e
 	}
 	var we *pglease.WaitError
 	switch {
-	case errors.Is(err, pglease.ErrNotAcquired):
+	case errors.Is(err, pgf.ErrNotAcquired):
 		holder := ""
 		if o.mutex() { // the holder of a mutex lease is one row to show
 			holder = a.holder(pool, o.key)
@@ -261,7 +262,7 @@ func (a *app) acquireFailure(pool *pgxpool.Pool, where string, o execOpts, err e
 			return a.exitCode(fail(o.conflictCode, "pgfence: %q is held%s; skipped (exit %d)", o.key, holder, o.conflictCode))
 		}
 		return a.exitCode(fail(o.conflictCode, "pgfence: %q is held%s (exit %d; use --wait D to wait for it, --skip-if-held --conflict-exit-code 0 to make skipping a success)", o.key, holder, o.conflictCode))
-	case errors.Is(err, pglease.ErrInvalidInput):
+	case errors.Is(err, pgf.ErrInvalidInput):
 		return a.exitCode(fail(exitUsage, "pgfence exec: %v", err))
 	}
 	return a.exitCode(dbError(where, err))
@@ -738,7 +739,7 @@ type heldLease interface {
 // else the command's status after releasing the lease.
 func (a *app) finishHolding(name, key string, status int, lost error, lease heldLease) int {
 	if lost == nil {
-		if err := lease.Err(); err != nil && errors.Is(err, pglease.ErrLeaseLost) {
+		if err := lease.Err(); err != nil && errors.Is(err, pgf.ErrLeaseLost) {
 			fmt.Fprintf(a.stderr, "pgfence: %s exited with %d, but the lease on %q was lost: %v; exit %d\n", name, status, key, err, exitLeaseLost)
 			return exitLeaseLost
 		}
@@ -750,7 +751,7 @@ func (a *app) finishHolding(name, key string, status int, lost error, lease held
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := lease.Release(ctx); err != nil {
-		if errors.Is(err, pglease.ErrLeaseLost) {
+		if errors.Is(err, pgf.ErrLeaseLost) {
 			fmt.Fprintf(a.stderr, "pgfence: %s exited with %d, but the lease on %q had been lost before it ended: %v; exit %d\n", name, status, key, err, exitLeaseLost)
 			return exitLeaseLost
 		}

@@ -28,7 +28,7 @@ type oneLease struct{ *pglease.Lease }
 func (l oneLease) Err() error { return context.Cause(l.Context()) }
 
 func (l oneLease) env() []string {
-	if l.Permits() > 0 || l.Shared() {
+	if l.Kind() != pglease.Exclusive() {
 		return []string{"PGFENCE_SLOT=" + strconv.Itoa(l.Slot())}
 	}
 	return nil
@@ -113,24 +113,13 @@ func (o *execOpts) acquire(ctx context.Context, c *pglease.Client) (held, error)
 			return nil, err
 		}
 		return keySet{s}, nil
-	case o.permits > 0:
-		sem, err := c.Semaphore(o.key, o.permits)
-		if err != nil {
-			return nil, err
-		}
-		h, err = one(pick(wait, sem.Acquire, sem.TryAcquire)(ctx, o.ttl))
-		if err != nil {
-			return nil, err
-		}
 	default:
-		// --exclusive is the plain lease: a key is one lock, and its
-		// exclusive kind is the default.
-		take := pick(wait, c.Acquire, c.TryAcquire)
-		if o.shared {
-			take = pick(wait, c.AcquireShared, c.TryAcquireShared)
+		take := c.TryAcquire
+		if wait {
+			take = c.Acquire
 		}
 		var err error
-		if h, err = one(take(ctx, o.key, o.ttl)); err != nil {
+		if h, err = one(take(ctx, o.key, o.ttl, o.kind())); err != nil {
 			return nil, err
 		}
 	}
@@ -141,11 +130,16 @@ func (o *execOpts) acquire(ctx context.Context, c *pglease.Client) (held, error)
 	return h, nil
 }
 
-func pick[F any](wait bool, waiting, trying F) F {
-	if wait {
-		return waiting
+// kind is the kind of lease the flags ask for: --exclusive is the plain
+// lease, a key's default kind.
+func (o *execOpts) kind() pglease.Kind {
+	switch {
+	case o.permits > 0:
+		return pglease.Permits(o.permits)
+	case o.shared:
+		return pglease.Shared()
 	}
-	return trying
+	return pglease.Exclusive()
 }
 
 func one(l *pglease.Lease, err error) (held, error) {

@@ -149,11 +149,7 @@ func TestServePageInBrowser(t *testing.T) {
 	})
 
 	pgtest.Step(t, "a semaphore's holders and a fair waiter show", func(t *testing.T) {
-		sem, err := c.Semaphore("serve/page-sem", 2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := sem.TryAcquire(ctx, time.Minute)
+		p, err := c.TryAcquire(ctx, "serve/page-sem", time.Minute, pglease.Permits(2))
 		if err != nil {
 			t.Fatal(err)
 		}

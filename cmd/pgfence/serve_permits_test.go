@@ -25,17 +25,13 @@ func TestServePermits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	sem, err := c.Semaphore("devices", 4)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for range 3 {
-		if _, err := sem.TryAcquire(ctx, time.Minute); err != nil {
+		if _, err := c.TryAcquire(ctx, "devices", time.Minute, pglease.Permits(4)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for range 2 {
-		if _, err := c.TryAcquireShared(ctx, "report", time.Minute); err != nil {
+		if _, err := c.TryAcquire(ctx, "report", time.Minute, pglease.Shared()); err != nil {
 			t.Fatal(err)
 		}
 	}

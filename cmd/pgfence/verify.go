@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	pgf "github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/cmd/pgfence/internal/dsn"
 	"github.com/pgfence/pgfence/internal/pgdb"
 	"github.com/pgfence/pgfence/internal/pgerr"
@@ -279,7 +280,7 @@ func (a *app) verifyRun(ctx context.Context, o verifyOpts) int {
 	if err == nil {
 		// A lease lost already is for the checks to judge: the server
 		// answered.
-		if err = probe.Release(ctx); errors.Is(err, pglease.ErrLeaseLost) {
+		if err = probe.Release(ctx); errors.Is(err, pgf.ErrLeaseLost) {
 			err = nil
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	pgf "github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/pgdb"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -185,7 +186,7 @@ func (w *workerState) hold(abort context.Context, l *pglease.Lease, owner string
 	rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer rcancel()
 	if err := l.Release(rctx); err != nil {
-		if errors.Is(err, pglease.ErrLeaseLost) {
+		if errors.Is(err, pgf.ErrLeaseLost) {
 			rec.Lost = true
 		} else {
 			w.failed("release", err)

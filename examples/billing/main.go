@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/examples/story"
 	"github.com/pgfence/pgfence/pgguard"
 	"github.com/pgfence/pgfence/pglease"
@@ -144,7 +145,7 @@ func tick(ctx context.Context, env *story.Env, instances []*instance, concurrent
 func (in *instance) tick(ctx context.Context, env *story.Env, attempted, othersAttempted func()) outcome {
 	l, err := in.leases.TryAcquire(ctx, key, 30*time.Second)
 	attempted()
-	if errors.Is(err, pglease.ErrNotAcquired) {
+	if errors.Is(err, pgfence.ErrNotAcquired) {
 		h, _, _ := in.leases.Holder(ctx, key)
 		env.Logf(in.name, "lease %s is held by %s: skip, someone else is billing", key, h.Owner)
 		return skipped

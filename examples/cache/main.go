@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/examples/story"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -147,7 +148,7 @@ func (nd *node) get(ctx context.Context, round int, looked, othersLooked func())
 	}
 	l, err := nd.leases.TryAcquire(ctx, leaseKey, 10*time.Second)
 	looked()
-	if errors.Is(err, pglease.ErrNotAcquired) {
+	if errors.Is(err, pgfence.ErrNotAcquired) {
 		if ok {
 			nd.env.Logf(nd.name, "stale, and someone is rebuilding: serve the stale copy now (%s)", value)
 			return servedStale

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/examples/story"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -81,7 +82,7 @@ func newInstance(ctx context.Context, env *story.Env, name string) (*instance, e
 func (in *instance) tick(ctx context.Context, env *story.Env) error {
 	env.Logf(in.name, "asks for %s (TTL %v)", key, competeTTL)
 	lease, err := in.client.TryAcquire(ctx, key, competeTTL)
-	if errors.Is(err, pglease.ErrNotAcquired) {
+	if errors.Is(err, pgfence.ErrNotAcquired) {
 		in.skipped = true
 		env.Logf(in.name, "refused: another instance holds it; skips this tick")
 		return nil

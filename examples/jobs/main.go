@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/claim"
 	"github.com/pgfence/pgfence/examples/story"
 )
@@ -52,13 +53,17 @@ func run(ctx context.Context, env *story.Env, v *story.Verdict) error {
 // one.
 func workers(ctx context.Context, env *story.Env, v *story.Verdict) error {
 	env.Section(fmt.Sprintf("%d short jobs and one long job; three worker processes with two workers each, lease %v", jobs, lease))
+	queue, err := claim.New(ctx, env.Pool)
+	if err != nil {
+		return err
+	}
 	var longID int64
 	for i := 1; i <= jobs+1; i++ {
 		kind, payload := "email", fmt.Sprintf(`{"n": %d}`, i)
 		if i == jobs+1 {
 			kind = "export"
 		}
-		id, err := claim.Enqueue(ctx, env.Pool, claim.NewJob{Queue: "default", Kind: kind, Payload: json.RawMessage(payload), MaxAttempts: 3})
+		id, err := queue.Enqueue(ctx, env.Pool, claim.NewJob{Kind: kind, Payload: json.RawMessage(payload), MaxAttempts: 3})
 		if err != nil {
 			return err
 		}
@@ -117,7 +122,7 @@ func workers(ctx context.Context, env *story.Env, v *story.Verdict) error {
 			}
 		})
 	}
-	err := story.WaitFor(ctx, func() bool {
+	err = story.WaitFor(ctx, func() bool {
 		var n int
 		env.Pool.QueryRow(ctx, `SELECT count(*) FROM pgfence_jobs WHERE queue = 'default' AND state = 'completed'`).Scan(&n)
 		return n == jobs+1
@@ -163,7 +168,11 @@ func workers(ctx context.Context, env *story.Env, v *story.Verdict) error {
 // done by another worker; the frozen worker's completion is refused.
 func rescued(ctx context.Context, env *story.Env, v *story.Verdict) error {
 	env.Section("a worker freezes on a job past its lease; the job is rescued and done again")
-	id, err := claim.Enqueue(ctx, env.Pool, claim.NewJob{Queue: "reports", Kind: "report", MaxAttempts: 3})
+	reports, err := claim.New(ctx, env.Pool, claim.WithQueue("reports"))
+	if err != nil {
+		return err
+	}
+	id, err := reports.Enqueue(ctx, env.Pool, claim.NewJob{Kind: "report", MaxAttempts: 3})
 	if err != nil {
 		return err
 	}
@@ -219,7 +228,7 @@ func rescued(ctx context.Context, env *story.Env, v *story.Verdict) error {
 	}
 	env.Note("read back: job %d is %s after %d attempts; %d effect row(s), by %s", id, state, attempt, effects, by)
 	v.Check(errFast == nil && state == "completed" && attempt == 2, "the rescued job was completed by its new worker on attempt 2")
-	v.Check(errors.Is(errSlow, claim.ErrLeaseLost) && errors.Is(errBeat, claim.ErrLeaseLost) && effects == 1 && by == "worker-fast",
+	v.Check(errors.Is(errSlow, pgfence.ErrLeaseLost) && errors.Is(errBeat, pgfence.ErrLeaseLost) && effects == 1 && by == "worker-fast",
 		"the frozen worker's renewal and completion were refused, and its effect rolled back with it (%d effect row)", effects)
 	return nil
 }

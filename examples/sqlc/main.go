@@ -152,7 +152,7 @@ func (w *app) leaseAndStaleWrite(ctx context.Context, v *story.Verdict) error {
 func (w *app) jobAndLeaseOneSource(ctx context.Context, v *story.Verdict) error {
 	w.env.Section("2. a job's fence and a lease's fence, one source, one row; fencedb and appdb in one transaction")
 	payload, _ := json.Marshal(map[string]string{"invoice": "inv_2"})
-	if _, err := claim.Enqueue(ctx, w.pool, claim.NewJob{Kind: "send-invoice", Payload: payload}); err != nil {
+	if _, err := w.jobs.Enqueue(ctx, w.pool, claim.NewJob{Kind: "send-invoice", Payload: payload}); err != nil {
 		return err
 	}
 	jobs, err := w.jobs.Claim(ctx, 1, 30*time.Second)

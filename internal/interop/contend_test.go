@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -89,7 +90,7 @@ func goContend(ctx context.Context, c *pglease.Client, pool *pgxpool.Pool, run t
 	for time.Now().Before(end) {
 		key := contendKeys[rand.IntN(len(contendKeys))]
 		l, err := c.TryAcquire(ctx, key, 2*time.Second)
-		if errors.Is(err, pglease.ErrNotAcquired) {
+		if errors.Is(err, pgfence.ErrNotAcquired) {
 			time.Sleep(time.Duration(rand.IntN(10)) * time.Millisecond)
 			continue
 		}
@@ -252,13 +253,13 @@ func TestFrozenPythonHolderRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := goClient(t, pool)
-	if _, err := c.TryAcquire(ctx, key, time.Minute); !errors.Is(err, pglease.ErrNotAcquired) {
+	if _, err := c.TryAcquire(ctx, key, time.Minute); !errors.Is(err, pgfence.ErrNotAcquired) {
 		t.Fatalf("Go acquire while the frozen Python lease is unexpired: %v, want ErrNotAcquired", err)
 	}
 	var l *pglease.Lease
 	for l == nil { // until the frozen holder's TTL has run out by the database clock
 		l, err = c.TryAcquire(ctx, key, time.Minute)
-		if err != nil && !errors.Is(err, pglease.ErrNotAcquired) {
+		if err != nil && !errors.Is(err, pgfence.ErrNotAcquired) {
 			t.Fatal(err)
 		}
 		time.Sleep(50 * time.Millisecond)

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/pgerr"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -42,7 +43,7 @@ func TestContractFromPsql(t *testing.T) {
 	if out := psql(t, url, `SELECT fence FROM pgfence_acquire('k', '30 s', 'b');`); out != "" {
 		t.Fatalf("second acquire while held returned %q, want no row", out)
 	}
-	if _, err := c.TryAcquire(ctx, "k", 30*time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
+	if _, err := c.TryAcquire(ctx, "k", 30*time.Second); !errors.Is(err, pgfence.ErrNotAcquired) {
 		t.Fatalf("Go TryAcquire while psql holds the key: %v, want ErrNotAcquired", err)
 	}
 	if h, ok, err := c.Holder(ctx, "k"); err != nil || !ok || !h.Held || h.Owner != "a" || h.Fence != f1 {
@@ -95,7 +96,7 @@ func TestContractMatchesGo(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pgfence_release('shared', $1)`, l.Fence()).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("SQL release of Go's grant: %d rows (%v), want 1", n, err)
 	}
-	if err := l.Renew(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
+	if err := l.Renew(ctx); !errors.Is(err, pgfence.ErrLeaseLost) {
 		t.Fatalf("Go renew after the SQL release: %v, want ErrLeaseLost", err)
 	}
 
@@ -108,7 +109,7 @@ func TestContractMatchesGo(t *testing.T) {
 	if err != nil || !exact {
 		t.Fatalf("SQL acquire: expires_at = acquired_at + TTL: %v (%v)", exact, err)
 	}
-	if _, err := c.TryAcquire(ctx, "sql-first", time.Minute); !errors.Is(err, pglease.ErrNotAcquired) {
+	if _, err := c.TryAcquire(ctx, "sql-first", time.Minute); !errors.Is(err, pgfence.ErrNotAcquired) {
 		t.Fatalf("Go acquire while SQL holds: %v, want ErrNotAcquired", err)
 	}
 	// Expired by the database clock: renew and release find nothing, Go takes it with a higher fence.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -104,7 +105,7 @@ func exampleLikeExec(t *testing.T, example []string, psqlDir string) {
 		t.Fatalf("a second run on the held key exited %d, want 81: %s", rc, secondOut)
 	}
 	time.Sleep(6500 * time.Millisecond) // past the TTL: only renewals keep it
-	if _, err := c.TryAcquire(ctx, "doc:run", time.Minute); !errors.Is(err, pglease.ErrNotAcquired) {
+	if _, err := c.TryAcquire(ctx, "doc:run", time.Minute); !errors.Is(err, pgfence.ErrNotAcquired) {
 		cmd.Process.Kill()
 		cmd.Wait() // its output is complete only once it has exited
 		t.Fatalf("Go acquire 6.5 s into a 6 s lease the example renews: %v, want ErrNotAcquired; the example printed: %s", err, out)

@@ -63,7 +63,7 @@ func TestKindsAcrossLanguages(t *testing.T) {
 	}
 	defer c.Close()
 
-	shared, err := c.TryAcquireShared(ctx, "report", 30*time.Second)
+	shared, err := c.TryAcquire(ctx, "report", 30*time.Second, pglease.Shared())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,11 +78,7 @@ func TestKindsAcrossLanguages(t *testing.T) {
 		t.Fatalf("python permit of a key held shared: %q, want error PF007", got)
 	}
 
-	sem, err := c.Semaphore("devices", 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	permit, err := sem.TryAcquire(ctx, 30*time.Second)
+	permit, err := c.TryAcquire(ctx, "devices", 30*time.Second, pglease.Permits(2))
 	if err != nil {
 		t.Fatal(err)
 	}

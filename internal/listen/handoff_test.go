@@ -153,6 +153,7 @@ func hold() time.Duration { return 100*time.Millisecond + mrand.N(200*time.Milli
 // when each handler starts.
 type runner struct {
 	pool           *pgxpool.Pool
+	claimer        *claim.Claimer
 	queue, channel string
 	started        chan time.Time
 }
@@ -171,6 +172,7 @@ func startRunner(t *testing.T, col column, listen bool, poll time.Duration, log 
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.claimer = c
 	opts := []claim.Option{claim.WithWorkers(1), claim.WithPollInterval(poll), claim.WithRescueInterval(-1)}
 	if listen {
 		r.channel = fmt.Sprintf("pgfence_listen_test_%d", n)
@@ -203,7 +205,7 @@ func startRunner(t *testing.T, col column, listen bool, poll time.Duration, log 
 func (r *runner) pickup(t *testing.T, gap time.Duration) time.Duration {
 	t.Helper()
 	time.Sleep(gap)
-	if _, err := claim.Enqueue(context.Background(), r.pool, claim.NewJob{Queue: r.queue, Notify: r.channel}); err != nil {
+	if _, err := r.claimer.Enqueue(context.Background(), r.pool, claim.NewJob{Notify: r.channel}); err != nil {
 		t.Fatal(err)
 	}
 	enqueued := time.Now()

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/advisory"
 	"github.com/pgfence/pgfence/claim"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
@@ -113,7 +114,7 @@ func runCore(t *testing.T, pool *pgxpool.Pool, worker int) {
 
 	// claim: enqueue (JSON payload), claim, complete.
 	queue := name("q")
-	id, err := claim.Enqueue(ctx, pool, claim.NewJob{Queue: queue, Kind: "k", Payload: json.RawMessage(`{"n": 1}`)})
+	id, err := enqueueOn(ctx, pool, queue, claim.NewJob{Kind: "k", Payload: json.RawMessage(`{"n": 1}`)})
 	if check("enqueue", err) {
 		cl, err := claim.New(ctx, pool, claim.WithQueue(queue))
 		if check("claim.New", err) {
@@ -164,14 +165,14 @@ func testPoolBehindBouncer(t *testing.T, pool *pgxpool.Pool) {
 	defer cancel()
 	queue := name("poolq")
 	const jobs = 40
-	for i := range jobs {
-		if _, err := claim.Enqueue(ctx, pool, claim.NewJob{Queue: queue, Kind: "k", Payload: json.RawMessage(fmt.Sprintf(`{"i": %d}`, i))}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	cl, err := claim.New(ctx, pool, claim.WithQueue(queue))
 	if err != nil {
 		t.Fatal(err)
+	}
+	for i := range jobs {
+		if _, err := cl.Enqueue(ctx, pool, claim.NewJob{Kind: "k", Payload: json.RawMessage(fmt.Sprintf(`{"i": %d}`, i))}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var done atomic.Int64
 	all := make(chan struct{})
@@ -233,7 +234,7 @@ func TestREADMESettingBehindPgBouncer(t *testing.T) {
 					ran.Add(1)
 					return tx.QueryRow(ctx, "SELECT $1::bigint + 1", int64(i)).Scan(&n)
 				})
-				if err != nil && !errors.Is(err, advisory.ErrNotAcquired) {
+				if err != nil && !errors.Is(err, pgfence.ErrNotAcquired) {
 					t.Errorf("TryDo with the user's own query: %v", err)
 					return
 				}
@@ -244,4 +245,13 @@ func TestREADMESettingBehindPgBouncer(t *testing.T) {
 	if ran.Load() == 0 {
 		t.Fatal("no function ran")
 	}
+}
+
+// enqueueOn enqueues j on queue of the ready-made jobs table.
+func enqueueOn(ctx context.Context, pool *pgxpool.Pool, queue string, j claim.NewJob) (int64, error) {
+	c, err := claim.New(ctx, pool, claim.WithQueue(queue))
+	if err != nil {
+		return 0, err
+	}
+	return c.Enqueue(ctx, pool, j)
 }

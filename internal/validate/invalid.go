@@ -5,10 +5,9 @@ import (
 	"fmt"
 )
 
-// ErrInvalidInput is the one value behind every public package's
-// ErrInvalidInput (pglease, claim, pgguard, lockless, advisory, migrations
-// export it under that name), so errors.Is(err, pglease.ErrInvalidInput)
-// holds whichever package refused the input.
+// ErrInvalidInput is the value behind pgfence.ErrInvalidInput, here so that
+// Invalid's errors can satisfy it without importing the module's root
+// package (which imports this one).
 var ErrInvalidInput = errors.New("invalid input")
 
 // Invalid returns an error satisfying errors.Is(err, ErrInvalidInput) whose

@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/claim"
 	"github.com/pgfence/pgfence/pgguard"
 	"github.com/pgfence/pgfence/pglease"
@@ -222,7 +223,7 @@ func (w *worker) acquire(ctx context.Context, key string) (*pglease.Lease, bool)
 	case err == nil:
 		done(OK, nil, l.Fence())
 		return l, true
-	case errors.Is(err, pglease.ErrNotAcquired):
+	case errors.Is(err, pgfence.ErrNotAcquired):
 		done(Refused, err, 0)
 	case errors.Is(err, pglease.ErrAmbiguous) || !pgconn.SafeToRetry(err):
 		done(Ambiguous, err, 0)
@@ -311,7 +312,7 @@ func (w *worker) complete(ctx context.Context, j *claim.Job) {
 		err = w.claimer.CompleteTx(cctx, tx, j)
 	}
 	if err != nil {
-		if errors.Is(err, claim.ErrLeaseLost) {
+		if errors.Is(err, pgfence.ErrLeaseLost) {
 			done(Refused, err, 0)
 		} else {
 			done(Failed, fmt.Errorf("complete: %w", err), 0) // no COMMIT is sent

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/claim"
 	"github.com/pgfence/pgfence/internal/testsupport/otelxtest"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
@@ -71,10 +72,10 @@ func TestMetricsJobs(t *testing.T) {
 	if res, err := c.Rescue(ctx, 10); err != nil || res.Requeued != 1 {
 		t.Fatalf("rescue: %+v %v", res, err)
 	}
-	if err := c.Complete(ctx, byID[ids[3]]); !errors.Is(err, claim.ErrLeaseLost) {
+	if err := c.Complete(ctx, byID[ids[3]]); !errors.Is(err, pgfence.ErrLeaseLost) {
 		t.Fatalf("completion after a rescue: %v", err)
 	}
-	if err := c.Release(ctx, byID[ids[3]]); !errors.Is(err, claim.ErrLeaseLost) {
+	if err := c.Release(ctx, byID[ids[3]]); !errors.Is(err, pgfence.ErrLeaseLost) {
 		t.Fatalf("release after a rescue: %v", err)
 	}
 	if _, err := c.Claim(ctx, 1, time.Minute); err != nil { // ids[3] again: running

@@ -8,6 +8,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/testsupport/otelxtest"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pglease"
@@ -57,7 +58,7 @@ func TestMetricsAcquire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.TryAcquire(ctx, key, 10*time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
+	if _, err := b.TryAcquire(ctx, key, 10*time.Second); !errors.Is(err, pgfence.ErrNotAcquired) {
 		t.Fatalf("second TryAcquire: %v", err)
 	}
 	s := r.Collect()
@@ -128,7 +129,7 @@ func TestMetricsAcquire(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := newClient(t, pool, pglease.WithMeterProvider(r.Provider), pglease.WithMaxWait(20*time.Millisecond))
-	if _, err := c.Acquire(ctx, key, 10*time.Second); !errors.Is(err, pglease.ErrNotAcquired) {
+	if _, err := c.Acquire(ctx, key, 10*time.Second); !errors.Is(err, pgfence.ErrNotAcquired) {
 		t.Fatalf("Acquire past its maximum wait: %v", err)
 	}
 	if got := r.Collect().Value("pgfence.lease.acquisitions", opWait, refused); got != 1 {
@@ -153,7 +154,7 @@ func TestMetricsLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	expireInDB(t, ctx, key)
-	if err := l.Renew(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
+	if err := l.Renew(ctx); !errors.Is(err, pgfence.ErrLeaseLost) {
 		t.Fatalf("renew of an expired lease: %v", err)
 	}
 	// taken_over, seen by a renewal, and seen by a release.
@@ -173,7 +174,7 @@ func TestMetricsLost(t *testing.T) {
 		} else {
 			err = l.Renew(ctx)
 		}
-		if !errors.Is(err, pglease.ErrLeaseLost) {
+		if !errors.Is(err, pgfence.ErrLeaseLost) {
 			t.Fatalf("lease taken over (release %v): %v", byRelease, err)
 		}
 		l2.Release(ctx)
@@ -193,7 +194,7 @@ func TestMetricsLost(t *testing.T) {
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if err := l.Release(cctx); err == nil || errors.Is(err, pglease.ErrLeaseLost) {
+	if err := l.Release(cctx); err == nil || errors.Is(err, pgfence.ErrLeaseLost) {
 		t.Fatalf("release with an ended context: %v", err)
 	}
 	<-l.Context().Done()

@@ -56,7 +56,11 @@ func newClaimer(t *testing.T, pool *pgxpool.Pool, queue string, opts ...claim.Op
 
 func enqueue(t *testing.T, pool *pgxpool.Pool, j claim.NewJob) int64 {
 	t.Helper()
-	id, err := claim.Enqueue(context.Background(), pool, j)
+	c, err := claim.New(context.Background(), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := c.Enqueue(context.Background(), pool, j)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/fencesql"
 	"github.com/pgfence/pgfence/internal/pgerr"
 	"github.com/pgfence/pgfence/internal/validate"
@@ -20,97 +21,97 @@ import (
 // nothing is held.
 var ErrPermitsMismatch = errors.New("pglease: callers disagree about the key's permits")
 
-// Semaphore is a key with a fixed number of permits: at most that many
-// unexpired permits are held at any time, enforced by the database (every
-// acquisition of the key is judged under the key's locks, by the database
-// clock). Each permit is a *Lease with its own fence from the one fence
-// source, auto-renewed, with its loss context and Release, and a slot
-// (Lease.Slot) in 0..permits-1 that no other unexpired permit of the key
+// Kind is the kind of hold an acquisition asks of its key: Exclusive (the
+// default: a plain lease), Shared, or a permit of a semaphore (Permits). A
+// key is one lock whatever kind its holders ask for, and each grant, of any
+// kind, is a *Lease with its own fence from the one fence source, so every
+// grant's fence is above every earlier grant's of any kind.
+//
+// Shared leases are read-write locking: a key is held by any number of
+// unexpired shared leases, or by one exclusive lease. Writer preference:
+// while an exclusive Acquire of a key held shared (or as permits) waits, no
+// new shared lease (or permit) of it is granted, so a stream of shared
+// acquirers cannot starve it. The waiter's place is a row with an expiry of
+// its own, refreshed on every attempt: a waiter that gives up removes it,
+// one that dies stops blocking shared acquirers a few seconds after its last
+// attempt. TryAcquire never takes a place.
+//
+// Permits make the key a semaphore: at most that many unexpired permits are
+// held at any time, enforced by the database (every acquisition of the key
+// is judged under the key's locks, by the database clock). Each permit has a
+// slot (Lease.Slot) in 0..permits-1 that no other unexpired permit of the key
 // has. A dead holder's permit returns at its TTL.
 //
-// A key is one lock whatever kind its holders ask for: while a permit is
-// held, an exclusive (plain) lease of the key waits for every permit to be
-// given back, and a shared lease or a semaphore of another number of
-// permits is refused with ErrPermitsMismatch; while the key is held
-// exclusively, no permit is granted.
-type Semaphore struct {
-	c       *Client
-	key     string
-	permits int
+// While a key is held shared or as permits, an exclusive acquisition waits
+// for every holder to give it back (TryAcquire: ErrNotAcquired), and another
+// kind (shared beside permits, or permits of another number) is refused with
+// ErrPermitsMismatch; while the key is held exclusively, nothing else is
+// granted. Kinds are comparable: l.Kind() == pglease.Shared().
+type Kind struct {
+	name    string // kindShared or kindPermit; "" for exclusive
+	permits int    // the semaphore's number of permits, for kindPermit
 }
 
-// Semaphore returns the semaphore of permits permits named key, 1 to 10000
-// of them. It sends nothing: a disagreement with the key's holders about the number is found
-// by the first acquisition (ErrPermitsMismatch).
-func (c *Client) Semaphore(key string, permits int) (*Semaphore, error) {
-	if err := validateKey(key); err != nil {
-		return nil, err
+// Exclusive is the exclusive kind, a plain lease: what an acquisition takes
+// without a kind.
+func Exclusive() Kind { return Kind{} }
+
+// Shared is the shared kind: held beside other shared leases of the key,
+// never beside an exclusive one.
+func Shared() Kind { return Kind{name: kindShared} }
+
+// Permits is the kind of one of n permits of a semaphore named by the key,
+// 1 to 10000 of them. Every holder of the key must agree on n: a
+// disagreement is found by the acquisition (ErrPermitsMismatch), and an n
+// out of range refused by it with ErrInvalidInput.
+func Permits(n int) Kind { return Kind{name: kindPermit, permits: n} }
+
+// String is the kind's name as pgfence_acquire_kind and `pgfence list` name
+// it: "exclusive", "shared" or "permit".
+func (k Kind) String() string {
+	if k.name == "" {
+		return kindExclusive
 	}
-	if permits < 1 || permits > validate.MaxPermits {
-		return nil, invalid("a semaphore needs 1 to %d permits, got %d", validate.MaxPermits, permits)
-	}
-	return &Semaphore{c: c, key: key, permits: permits}, nil
+	return k.name
 }
 
-// TryAcquire takes a free permit for ttl, the lowest free slot, or returns
-// ErrNotAcquired at once when all permits are held.
-func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*Lease, error) {
-	if err := s.c.checkArgs(s.key, ttl); err != nil {
-		return nil, err
+// Permits is the number of permits of a permit's semaphore; 0 for the other
+// kinds.
+func (k Kind) Permits() int { return k.permits }
+
+// kindOf is the one kind of an acquisition's optional argument: Exclusive
+// when none is given.
+func kindOf(kinds []Kind) (Kind, error) {
+	switch {
+	case len(kinds) == 0:
+		return Kind{}, nil
+	case len(kinds) > 1:
+		return Kind{}, invalid("an acquisition takes one kind, got %d", len(kinds))
 	}
-	start := time.Now()
-	l, err := s.try(ctx, ttl)
-	s.c.met.acquired(opTry, start, err)
-	return l, err
+	k := kinds[0]
+	if k.name == kindPermit && (k.permits < 1 || k.permits > validate.MaxPermits) {
+		return Kind{}, invalid("a semaphore needs 1 to %d permits, got %d", validate.MaxPermits, k.permits)
+	}
+	return k, nil
 }
 
-// Acquire takes a permit, waiting as Client.Acquire waits while all are
-// held; with WithFairWaiting, in the key's queue.
-func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration) (*Lease, error) {
-	if err := s.c.checkArgs(s.key, ttl); err != nil {
-		return nil, err
-	}
-	if s.c.cfg.fair {
-		return s.c.waitInQueue(ctx, s.key, func(ctx context.Context, token string) (*Lease, error) {
-			return s.c.grantSlotAs(ctx, s.key, ttl, s.row(), token, s.c.sendQueued(s.key, kindPermit, s.permits, ttl))
+// trySlot is one attempt at a shared lease or a permit of key.
+func (c *Client) trySlot(ctx context.Context, key string, ttl time.Duration, k Kind) (*Lease, error) {
+	return c.grantSlot(ctx, key, ttl, leaseRow{kind: k}, c.sendKind(key, k.name, k.permits, ttl, 0))
+}
+
+// acquireSlot is Acquire of a shared lease or a permit: waiting with
+// backoff, or with WithFairWaiting in the key's queue.
+func (c *Client) acquireSlot(ctx context.Context, key string, ttl time.Duration, k Kind) (*Lease, error) {
+	if c.cfg.fair {
+		return c.waitInQueue(ctx, key, func(ctx context.Context, token string) (*Lease, error) {
+			return c.grantSlotAs(ctx, key, ttl, leaseRow{kind: k}, token, c.sendQueued(key, k.name, k.permits, ttl))
 		})
 	}
-	return s.c.waitFor(ctx, s.key, s.key, func(ctx context.Context) (*Lease, error) { return s.try(ctx, ttl) })
+	return c.waitFor(ctx, key, key, func(ctx context.Context) (*Lease, error) { return c.trySlot(ctx, key, ttl, k) })
 }
 
-// Do takes a permit (waiting), runs fn under it as Client.Do does, and
-// releases it when fn returns.
-func (s *Semaphore) Do(ctx context.Context, ttl time.Duration, fn func(ctx context.Context, l *Lease) error) error {
-	if fn == nil {
-		return invalid("Do needs a function to run")
-	}
-	l, err := s.Acquire(ctx, ttl)
-	if err != nil {
-		return err
-	}
-	return s.c.run(ctx, l, fn)
-}
-
-// TryDo is Do that does not wait: ErrNotAcquired at once when all permits
-// are held.
-func (s *Semaphore) TryDo(ctx context.Context, ttl time.Duration, fn func(ctx context.Context, l *Lease) error) error {
-	if fn == nil {
-		return invalid("TryDo needs a function to run")
-	}
-	l, err := s.TryAcquire(ctx, ttl)
-	if err != nil {
-		return err
-	}
-	return s.c.run(ctx, l, fn)
-}
-
-func (s *Semaphore) try(ctx context.Context, ttl time.Duration) (*Lease, error) {
-	return s.c.grantSlot(ctx, s.key, ttl, s.row(), s.c.sendKind(s.key, kindPermit, s.permits, ttl, 0))
-}
-
-func (s *Semaphore) row() leaseRow { return leaseRow{permits: s.permits} }
-
-func isNotAcquired(err error) bool { return errors.Is(err, ErrNotAcquired) }
+func isNotAcquired(err error) bool { return errors.Is(err, pgfence.ErrNotAcquired) }
 
 // The kinds a key can be held in, as pgfence_acquire_kind names them.
 const (
@@ -151,7 +152,7 @@ func (c *Client) sendQueued(key, kind string, permits int, ttl time.Duration) fu
 
 // grantSlot sends one acquisition through pgfence_acquire_kind (send) under
 // a new owner token and turns its answer into a lease, as tryAcquire does
-// for the fast exclusive upsert: no row is ErrNotAcquired, a lost answer is
+// for the fast exclusive upsert: no row is pgfence.ErrNotAcquired, a lost answer is
 // settled by the owner token.
 func (c *Client) grantSlot(ctx context.Context, key string, ttl time.Duration, row leaseRow,
 	send func(context.Context, *fencesql.Queries, string) (slotGrant, error)) (*Lease, error) {
@@ -178,7 +179,7 @@ func (c *Client) grantSlotAs(ctx context.Context, key string, ttl time.Duration,
 		return nil, notAcquired(key)
 	case pgerr.IsLockNotAvailable(err):
 		c.stats.notAcquired.Add(1)
-		return nil, fmt.Errorf("%w: %q (other acquisitions of the key were in progress)", ErrNotAcquired, key)
+		return nil, fmt.Errorf("%w: %q (other acquisitions of the key were in progress)", pgfence.ErrNotAcquired, key)
 	case pgerr.Is(err, pgerr.PermitsMismatch):
 		return nil, fmt.Errorf("%w: %w", ErrPermitsMismatch, err)
 	case mayHaveExecuted(err):

@@ -1,9 +1,11 @@
-package pgguard
+package pgfence
 
 import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+
+	"github.com/pgfence/pgfence/internal/validate"
 )
 
 // timelineShift is where a pgfence fence keeps the WAL timeline (see
@@ -54,7 +56,7 @@ type TimelineMark struct{ high atomic.Int64 }
 // when that timeline is below the mark (the mark is then unchanged). Fences <= 0 are refused with ErrInvalidInput.
 func (m *TimelineMark) Check(fence int64) error {
 	if fence <= 0 {
-		return invalid("fence %d must be positive", fence)
+		return validate.Invalid("pgfence", "fence %d must be positive", fence)
 	}
 	tl := Timeline(fence)
 	for {

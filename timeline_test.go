@@ -1,4 +1,4 @@
-package pgguard
+package pgfence
 
 import (
 	"errors"
