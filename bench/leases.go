@@ -209,12 +209,21 @@ func turn(ctx context.Context, clients int, d time.Duration, keyFn func(r *rand.
 
 // leaseRow is one line of the lease table: a workload at a client count.
 type leaseRow struct {
-	workload string
-	clients  int
-	rates    map[string]sample
-	status   map[string]string // "skipped: …" or "failed: …"
-	ratioRaw sample            // pgfence / raw, per round
-	ratioPL  sample            // pgfence / pglock, per round
+	workload   string
+	clients    int
+	rates      map[string]sample
+	status     map[string]string // "skipped: …" or "failed: …"
+	ratioRaw   sample            // pgfence / raw, per round
+	ratioPL    sample            // pgfence / pglock, per round
+	ratioRedis sample            // pgfence / redislock, per round
+	perFlush   map[string]sample // pairs per WAL flush of the server, per round (pgfence, raw)
+}
+
+// walSyncs is the server's WAL flush count so far (pg_stat_wal.wal_sync).
+func walSyncs(ctx context.Context, p *pgxpool.Pool) (int64, error) {
+	var n int64
+	err := p.QueryRow(ctx, "SELECT wal_sync FROM pg_stat_wal").Scan(&n)
+	return n, err
 }
 
 func runLeases(ctx context.Context, e *env, rep *report) error {
@@ -249,7 +258,7 @@ func runLeases(ctx context.Context, e *env, rep *report) error {
 	}
 	for _, w := range workloads {
 		for _, clients := range e.opts.clients {
-			row := &leaseRow{workload: w.name, clients: clients, rates: map[string]sample{}, status: map[string]string{}}
+			row := &leaseRow{workload: w.name, clients: clients, rates: map[string]sample{}, status: map[string]string{}, perFlush: map[string]sample{}}
 			for round := range e.opts.rounds {
 				perRound := map[string]float64{}
 				for i := range cs {
@@ -265,9 +274,18 @@ func runLeases(ctx context.Context, e *env, rep *report) error {
 					if row.status[c.name] != "" {
 						continue // failed earlier
 					}
+					syncs0, err := walSyncs(ctx, pool)
+					if err != nil {
+						return err
+					}
+					t0 := time.Now()
 					r, err := turn(ctx, clients, e.opts.duration, w.keyFn, c.op)
 					if ctx.Err() != nil {
 						return ctx.Err()
+					}
+					if syncs1, serr := walSyncs(ctx, pool); err == nil && serr == nil && syncs1 > syncs0 && (c.name == cPgfence || c.name == cRaw) {
+						flushRate := float64(syncs1-syncs0) / time.Since(t0).Seconds()
+						row.perFlush[c.name] = append(row.perFlush[c.name], r/flushRate)
 					}
 					if err != nil {
 						row.status[c.name] = "failed: " + err.Error()
@@ -283,6 +301,9 @@ func runLeases(ctx context.Context, e *env, rep *report) error {
 				}
 				if a, b := perRound[cPgfence], perRound[cPglock]; a > 0 && b > 0 {
 					row.ratioPL = append(row.ratioPL, a/b)
+				}
+				if a, b := perRound[cPgfence], perRound[cRedis]; a > 0 && b > 0 {
+					row.ratioRedis = append(row.ratioRedis, a/b)
 				}
 			}
 			logf("leases %s, %d clients: pgfence %s, raw %s, pglock %s pairs/s", w.name, clients,
