@@ -216,14 +216,6 @@ type leaseRow struct {
 	ratioRaw   sample            // pgfence / raw, per round
 	ratioPL    sample            // pgfence / pglock, per round
 	ratioRedis sample            // pgfence / redislock, per round
-	perFlush   map[string]sample // pairs per WAL flush of the server, per round (pgfence, raw)
-}
-
-// walSyncs is the server's WAL flush count so far (pg_stat_wal.wal_sync).
-func walSyncs(ctx context.Context, p *pgxpool.Pool) (int64, error) {
-	var n int64
-	err := p.QueryRow(ctx, "SELECT wal_sync FROM pg_stat_wal").Scan(&n)
-	return n, err
 }
 
 func runLeases(ctx context.Context, e *env, rep *report) error {
@@ -258,7 +250,7 @@ func runLeases(ctx context.Context, e *env, rep *report) error {
 	}
 	for _, w := range workloads {
 		for _, clients := range e.opts.clients {
-			row := &leaseRow{workload: w.name, clients: clients, rates: map[string]sample{}, status: map[string]string{}, perFlush: map[string]sample{}}
+			row := &leaseRow{workload: w.name, clients: clients, rates: map[string]sample{}, status: map[string]string{}}
 			for round := range e.opts.rounds {
 				perRound := map[string]float64{}
 				for i := range cs {
@@ -274,18 +266,9 @@ func runLeases(ctx context.Context, e *env, rep *report) error {
 					if row.status[c.name] != "" {
 						continue // failed earlier
 					}
-					syncs0, err := walSyncs(ctx, pool)
-					if err != nil {
-						return err
-					}
-					t0 := time.Now()
 					r, err := turn(ctx, clients, e.opts.duration, w.keyFn, c.op)
 					if ctx.Err() != nil {
 						return ctx.Err()
-					}
-					if syncs1, serr := walSyncs(ctx, pool); err == nil && serr == nil && syncs1 > syncs0 && (c.name == cPgfence || c.name == cRaw) {
-						flushRate := float64(syncs1-syncs0) / time.Since(t0).Seconds()
-						row.perFlush[c.name] = append(row.perFlush[c.name], r/flushRate)
 					}
 					if err != nil {
 						row.status[c.name] = "failed: " + err.Error()
