@@ -194,6 +194,23 @@ func cell(rates map[string]sample, status map[string]string, name string) string
 	return rates[name].rate()
 }
 
+// ceilingVerdict says whether pgfence's and the raw statements' rates come
+// near the flush ceiling of their client count.
+func (r *report) ceilingVerdict(flushes float64) string {
+	worst := 0.0 // the highest share of its ceiling any of them reached
+	for _, row := range r.leases {
+		for _, n := range []string{cPgfence, cRaw} {
+			if s := row.rates[n]; len(s) > 0 {
+				worst = max(worst, s.median()/(float64(row.clients)*flushes))
+			}
+		}
+	}
+	if worst < 0.5 {
+		return fmt.Sprintf("pgfence and the raw statements reach at most %.0f%% of their client count's ceiling here, so the round trips and the server's CPU per statement bound their rates, not the disk.", 100*worst)
+	}
+	return fmt.Sprintf("pgfence or the raw statements reach %.0f%% of their client count's ceiling here: the disk's flush rate is what bounds them.", 100*worst)
+}
+
 // onePairBound explains the one-client ratio: each pair is two statements,
 // so two round trips, and the raw pair waits for two flushes where pgfence's
 // waits for one (its release commits asynchronously). From the raw rate and
@@ -247,7 +264,7 @@ func (r *report) leaseSection(p printer) error {
 	p("")
 	flushes := r.flushesPerSecond()
 	if flushes > 0 {
-		p("**The ceiling.** A durable commit waits for a WAL flush, and commits that wait together share one (group commit), so pairs/s ≤ grants per flush × flushes/s. With one acquisition in flight per client, at most as many grants as clients share a flush: at %s flushes/s (`pg_test_fsync` above) the flush alone allows %s pairs/s at 1 client, %s at 8 and %s at 32, far above every PostgreSQL figure here. So it is the round trips and the server's CPU per statement that bound these rates, not the disk.", num(flushes), num(flushes), num(8*flushes), num(32*flushes))
+		p("**The ceiling.** A durable commit waits for a WAL flush, and commits that wait together share one (group commit), so pairs/s ≤ grants per flush × flushes/s. With one acquisition in flight per client, at most as many grants as clients share a flush: at %s flushes/s (`pg_test_fsync` above) the flush alone allows %s pairs/s per client (%s at 8 clients, %s at 32). %s", num(flushes), num(flushes), num(8*flushes), num(32*flushes), r.ceilingVerdict(flushes))
 		p("")
 	}
 	for _, row := range r.leases {
@@ -400,7 +417,7 @@ func (r *report) bouncerSection(p printer) error {
 	p("")
 	cols := []string{rDirect, rDirectDesc, rBouncer, rBouncerDesc}
 	p("| workload | clients or workers | %s | PgBouncer / direct | PgBouncer, cache_describe / direct |", strings.Join(cols, " | "))
-	p("|---|---:|%s---:|---:|", strings.Repeat("---:|", len(cols)+1))
+	p("|---|---:|%s---:|---:|", strings.Repeat("---:|", len(cols)))
 	for _, row := range r.bouncer {
 		var cells []string
 		for _, n := range cols {
