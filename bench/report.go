@@ -205,6 +205,9 @@ func (r *report) ceilingVerdict(flushes float64) string {
 			}
 		}
 	}
+	if worst > 1 {
+		return fmt.Sprintf("pgfence or the raw statements went above it (to %.0f%% of it), so the disk flushed faster during their turns than during `pg_test_fsync`'s run, whose one reading is no firm ceiling on a machine whose disk other work shares.", 100*worst)
+	}
 	if worst < 0.5 {
 		return fmt.Sprintf("pgfence and the raw statements reach at most %.0f%% of their client count's ceiling here, so the round trips and the server's CPU per statement bound their rates, not the disk.", 100*worst)
 	}
