@@ -112,12 +112,12 @@ func coordOps(c *pglease.Client) (map[string]lockOp, error) {
 	}, nil
 }
 
-func (r *report) coordTable(p func(string, ...any)) {
+func (r *report) coordTable(p printer) {
 	if len(r.coord) == 0 {
 		return
 	}
 	p("")
-	p("## Coordination kinds: acquire + release pairs per second")
+	p("## Lease kinds: acquire + release pairs per second")
 	p("")
 	p("Each client loops: one acquisition that never waits, then its release (`WithoutAutoRenew`, TTL 30 s, one client on one pool); a refusal counts no pair. " +
 		"**mutex**: `TryAcquire`. **semaphore N=4**: `TryAcquire(key, ttl, pglease.Permits(4))` (a permit with its own fence; every acquisition of the key is judged under the key's row lock). " +

@@ -144,6 +144,12 @@ func (e *env) exec(ctx context.Context, p *pgxpool.Pool, sqls ...string) error {
 	return nil
 }
 
+// runQuiet runs a program and returns its standard output.
+func runQuiet(bin string, args ...string) (string, error) {
+	out, err := exec.Command(bin, args...).Output()
+	return string(out), err
+}
+
 func firstLine(s string) string {
 	s = strings.TrimSpace(s)
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
@@ -198,6 +204,7 @@ var pgSettingNames = []string{"fsync", "synchronous_commit", "wal_sync_method", 
 type pgServer struct {
 	version  string
 	settings [][2]string
+	tls      bool // the benchmark's connections use TLS
 }
 
 func pgInfo(ctx context.Context, e *env) (pgServer, error) {
@@ -208,6 +215,9 @@ func pgInfo(ctx context.Context, e *env) (pgServer, error) {
 	}
 	defer conn.Close()
 	if err := conn.QueryRow(ctx, "SELECT version()").Scan(&s.version); err != nil {
+		return s, err
+	}
+	if err := conn.QueryRow(ctx, "SELECT coalesce((SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()), false)").Scan(&s.tls); err != nil {
 		return s, err
 	}
 	for _, n := range pgSettingNames {

@@ -210,12 +210,13 @@ func turn(ctx context.Context, clients int, d time.Duration, keyFn func(r *rand.
 
 // leaseRow is one line of the lease table: a workload at a client count.
 type leaseRow struct {
-	workload string
-	clients  int
-	rates    map[string]sample
-	status   map[string]string // "skipped: …" or "failed: …"
-	ratioRaw sample            // pgfence / raw, per round
-	ratioPL  sample            // pgfence / pglock, per round
+	workload   string
+	clients    int
+	rates      map[string]sample
+	status     map[string]string // "skipped: …" or "failed: …"
+	ratioRaw   sample            // pgfence / raw, per round
+	ratioPL    sample            // pgfence / pglock, per round
+	ratioRedis sample            // pgfence / redislock, per round
 }
 
 func runLeases(ctx context.Context, e *env, rep *report) error {
@@ -284,6 +285,9 @@ func runLeases(ctx context.Context, e *env, rep *report) error {
 				}
 				if a, b := perRound[cPgfence], perRound[cPglock]; a > 0 && b > 0 {
 					row.ratioPL = append(row.ratioPL, a/b)
+				}
+				if a, b := perRound[cPgfence], perRound[cRedis]; a > 0 && b > 0 {
+					row.ratioRedis = append(row.ratioRedis, a/b)
 				}
 			}
 			logf("leases %s, %d clients: pgfence %s, raw %s, pglock %s pairs/s", w.name, clients,

@@ -27,7 +27,7 @@ type options struct {
 	only      map[string]bool
 	smoke     bool
 	out       string
-	plot      string
+	plots     string
 	keys      int
 	scaleRows int
 	held      int
@@ -40,7 +40,7 @@ type options struct {
 	contenders map[string]bool
 }
 
-var sections = []string{"leases", "handoff", "coord", "jobs", "scale", "memory"}
+var sections = []string{"leases", "coord", "handoff", "jobs", "pgbouncer", "scale", "memory"}
 
 func main() {
 	if err := run(); err != nil {
@@ -54,7 +54,9 @@ func parseFlags() (*options, error) {
 	var clients, workers, only, contenders string
 	defURL := os.Getenv("PGFENCE_DATABASE_URL")
 	if defURL == "" {
-		defURL = "postgres://postgres@127.0.0.1:5432/postgres"
+		// No TLS over loopback: its encryption would weigh on the client
+		// and server CPU that every contender shares (Redis has none).
+		defURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 	}
 	flag.StringVar(&o.dbURL, "db", defURL, "PostgreSQL server to benchmark on (env PGFENCE_DATABASE_URL); a database pgfence_bench_<random> is created there and dropped at the end")
 	flag.StringVar(&o.redisAddr, "redis", "127.0.0.1:6379", "Redis for the redislock contender; unreachable = reported as skipped")
@@ -62,11 +64,12 @@ func parseFlags() (*options, error) {
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds; contenders alternate within each round, the starting one rotating")
 	flag.StringVar(&clients, "clients", "1,8,32", "client counts for the lease workloads")
 	flag.StringVar(&workers, "workers", "8,32", "worker counts for the job workloads")
-	flag.IntVar(&o.jobs, "jobs", 10000, "jobs inserted up front for each job run")
+	flag.IntVar(&o.jobs, "jobs", 20000, "jobs inserted up front for each job run")
 	flag.StringVar(&only, "only", strings.Join(sections, ","), "sections to run: "+strings.Join(sections, ","))
 	flag.BoolVar(&o.smoke, "smoke", false, "about one second per section, small sizes: checks that every contender works (for CI)")
-	flag.StringVar(&o.out, "out", "", "Markdown report to write (default: BENCHMARKS.md at the repository root)")
-	flag.StringVar(&o.plot, "plot", "", "PNG plot to write (default: bench/throughput.png with the default -out, else the -out path with .png)")
+	flag.StringVar(&o.out, "out", "", "Markdown page to write (default: BENCHMARKS.md at the repository root)")
+	flag.StringVar(&o.out, "page", "", "the same as -out")
+	flag.StringVar(&o.plots, "plots", "", "directory for the page's PNG plots, one per section (default: bench/plots beside the repository's BENCHMARKS.md, else <out>-plots)")
 	flag.IntVar(&o.keys, "keys", 10000, "key space of the many-keys lease workload")
 	flag.IntVar(&o.scaleRows, "scale-rows", 1000000, "rows for the scale section (lease rows, completed jobs)")
 	flag.IntVar(&o.held, "held", 10000, "leases held at once in the memory section")
@@ -141,21 +144,23 @@ func parseFlags() (*options, error) {
 	return o, resolvePaths(o)
 }
 
-// resolvePaths fills the default report and plot paths, relative to the
-// repository root (the directory holding bench/go.mod).
+// resolvePaths fills the default page and plot paths: the repository's
+// BENCHMARKS.md (the directory holding bench/go.mod) with its plots in
+// bench/plots, or plots beside any other page.
 func resolvePaths(o *options) error {
+	root, rootErr := repoRoot()
 	if o.out == "" {
-		root, err := repoRoot()
-		if err != nil {
-			return err
+		if rootErr != nil {
+			return rootErr
 		}
 		o.out = filepath.Join(root, "BENCHMARKS.md")
-		if o.plot == "" {
-			o.plot = filepath.Join(root, "bench", "throughput.png")
-		}
 	}
-	if o.plot == "" {
-		o.plot = strings.TrimSuffix(o.out, filepath.Ext(o.out)) + ".png"
+	if o.plots == "" {
+		if rootErr == nil && absPath(o.out) == filepath.Join(root, "BENCHMARKS.md") {
+			o.plots = filepath.Join(root, "bench", "plots")
+		} else {
+			o.plots = strings.TrimSuffix(o.out, filepath.Ext(o.out)) + "-plots"
+		}
 	}
 	return nil
 }
@@ -236,7 +241,7 @@ func run() error {
 	}
 	defer be.close() // drops the database, also after Ctrl-C
 
-	rep := &report{opts: o, started: start.UTC()}
+	rep := &report{opts: o}
 	rep.machine = machineInfo()
 	rep.pg, err = pgInfo(ctx, be)
 	if err != nil {
@@ -250,8 +255,8 @@ func run() error {
 		fn   func(context.Context, *env, *report) error
 	}
 	for _, s := range []section{
-		{"leases", runLeases}, {"handoff", runHandoff}, {"coord", runCoord}, {"jobs", runJobs},
-		{"scale", runScale}, {"memory", runMemory},
+		{"leases", runLeases}, {"coord", runCoord}, {"handoff", runHandoff}, {"jobs", runJobs},
+		{"pgbouncer", runBouncer}, {"scale", runScale}, {"memory", runMemory},
 	} {
 		if !o.only[s.name] {
 			continue
@@ -266,16 +271,15 @@ func run() error {
 			return err
 		}
 	}
-	rep.elapsed = time.Since(start)
-	md := rep.markdown()
-	fmt.Println(md)
-	if err := rep.writePlot(); err != nil {
-		return fmt.Errorf("plot: %w", err)
+	md, err := rep.markdown()
+	if err != nil {
+		return fmt.Errorf("plots: %w", err)
 	}
-	if err := os.WriteFile(o.out, []byte(md), 0o644); err != nil {
+	fmt.Println(md)
+	if err := rep.writePage(md); err != nil {
 		return err
 	}
-	logf("wrote %s and %s in %v", o.out, o.plot, rep.elapsed.Round(time.Second))
+	logf("wrote %s and its plots in %s in %v (load average now %s)", o.out, o.plots, time.Since(start).Round(time.Second), machineInfo().load)
 	if rep.failures > 0 {
 		return fmt.Errorf("%d contender(s) failed; see the table", rep.failures)
 	}

@@ -42,6 +42,25 @@ func (s sample) rate() string {
 	return fmt.Sprintf("%s (%s–%s)", num(s.median()), num(s.min()), num(s.max()))
 }
 
+// plain formats a median alone, "–" when empty.
+func (s sample) plain() string {
+	if len(s) == 0 {
+		return "–"
+	}
+	if s.median() < 10 {
+		return fmt.Sprintf("%.2f", s.median())
+	}
+	return num(s.median())
+}
+
+// plainMedian is a rate's median alone.
+func (s sample) plainMedian() string {
+	if len(s) == 0 {
+		return "–"
+	}
+	return num(s.median())
+}
+
 // ratio formats a ratio sample the same way, as "0.83× (0.80–0.91)".
 func (s sample) ratio() string {
 	if len(s) == 0 {

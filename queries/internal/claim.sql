@@ -2,7 +2,10 @@
 -- Claims up to $1 runnable jobs for owner $2 with a lease of $3
 -- microseconds (of queue $4), in claim order. It commits durably whatever the
 -- session's synchronous_commit: a claim lost in a crash could see its fence
--- issued again.
+-- issued again. So each row's fence is the bare draw (pgfence_draw_fence),
+-- as the lease acquisition's: the statement writes the rows it claims and
+-- forces its own durable commit, which flushes the WAL past the sequence's
+-- record; pgfence_next_fence's per-row checks for that would be redundant.
 WITH picked AS (
   SELECT /* TEMPLATE: col */id FROM /* TEMPLATE: table */pgfence_jobs AS p
    WHERE /* TEMPLATE: col */state = 'available' AND /* TEMPLATE: col */run_at <= now()/* TEMPLATE_IF: queue */ AND p./* TEMPLATE: col */queue = $4/* TEMPLATE_END */
@@ -14,7 +17,7 @@ WITH picked AS (
   UPDATE /* TEMPLATE: table */pgfence_jobs AS j
      SET /* TEMPLATE: col */state = 'running',
          /* TEMPLATE: col */attempt = j./* TEMPLATE: col */attempt + 1,
-         /* TEMPLATE: col */fence = /* TEMPLATE: schema */pgfence_next_fence(),
+         /* TEMPLATE: col */fence = /* TEMPLATE: schema */pgfence_draw_fence(),
          /* TEMPLATE: col */owner = $2,
          /* TEMPLATE: col */expires_at = now() + $3::bigint * interval '1 microsecond'
     FROM picked, (SELECT set_config('synchronous_commit', 'on', true)) AS settings

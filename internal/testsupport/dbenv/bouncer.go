@@ -75,6 +75,13 @@ func StartBouncer(ctx context.Context, serverURL string, log io.Writer) (*Bounce
 // StartBouncerMode is StartBouncer with another pool_mode (session,
 // transaction or statement).
 func StartBouncerMode(ctx context.Context, serverURL, poolMode string, log io.Writer) (*Bouncer, error) {
+	return StartBouncerPool(ctx, serverURL, poolMode, 8, log)
+}
+
+// StartBouncerPool is StartBouncerMode with poolSize server connections per
+// database and user (default_pool_size): a benchmark gives every client a
+// server session, so that it measures the pooler's hop and not a queue.
+func StartBouncerPool(ctx context.Context, serverURL, poolMode string, poolSize int, log io.Writer) (*Bouncer, error) {
 	if log == nil {
 		log = io.Discard
 	}
@@ -103,7 +110,7 @@ func StartBouncerMode(ctx context.Context, serverURL, poolMode string, log io.Wr
 	// A free port can be taken between our probe and PgBouncer's bind: try
 	// again with another.
 	for attempt := 0; ; attempt++ {
-		b, err := startBouncerOnce(ctx, bin, dir, server, cred, poolMode)
+		b, err := startBouncerOnce(ctx, bin, dir, server, cred, poolMode, poolSize)
 		if err == nil {
 			fmt.Fprintf(log, "pgfence: started a throwaway PgBouncer (%s mode) on 127.0.0.1:%d in %s\n", poolMode, b.cfg.Port, dir)
 			return b, nil
@@ -139,7 +146,7 @@ func freePort() (int, error) {
 // quoteINI quotes a value for pgbouncer.ini's connection strings.
 func quoteINI(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
-func startBouncerOnce(ctx context.Context, bin, dir string, server *pgx.ConnConfig, cred *syscall.Credential, poolMode string) (*Bouncer, error) {
+func startBouncerOnce(ctx context.Context, bin, dir string, server *pgx.ConnConfig, cred *syscall.Credential, poolMode string, poolSize int) (*Bouncer, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -155,11 +162,11 @@ unix_socket_dir =
 auth_type = trust
 auth_file = %s
 pool_mode = %s
-default_pool_size = 8
+default_pool_size = %d
 max_client_conn = 2000
 logfile = %s
 admin_users = %s
-`, target, port, filepath.Join(dir, "userlist.txt"), poolMode, filepath.Join(dir, "pgbouncer.log"), server.User)
+`, target, port, filepath.Join(dir, "userlist.txt"), poolMode, poolSize, filepath.Join(dir, "pgbouncer.log"), server.User)
 	users := fmt.Sprintf("%q %q\n", server.User, server.Password)
 	files := map[string]string{"pgbouncer.ini": ini, "userlist.txt": users}
 	for name, content := range files {
@@ -217,6 +224,15 @@ admin_users = %s
 			return nil, fmt.Errorf("pgbouncer did not accept connections within 20s: %w", err)
 		}
 	}
+}
+
+// PID is the process id of a bouncer this package started, 0 for
+// PGFENCE_BOUNCER_URL's.
+func (b *Bouncer) PID() int {
+	if b == nil || b.cmd == nil || b.cmd.Process == nil {
+		return 0
+	}
+	return b.cmd.Process.Pid
 }
 
 // stop ends the process (SIGTERM: immediate shutdown) and waits for it.
