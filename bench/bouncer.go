@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/pgdb"
 	"github.com/pgfence/pgfence/internal/testsupport/dbenv"
 	"github.com/pgfence/pgfence/pglease"
@@ -118,7 +119,7 @@ func bouncerLeases(ctx context.Context, e *env, rep *report, route routeFunc) er
 		defer lc.Close()
 		ops[name] = func(ctx context.Context, key string) (bool, error) {
 			l, err := lc.TryAcquire(ctx, key, leaseTTL)
-			if errors.Is(err, pglease.ErrNotAcquired) {
+			if errors.Is(err, pgfence.ErrNotAcquired) {
 				return false, nil
 			}
 			if err != nil {
