@@ -524,7 +524,7 @@ CREATE TABLE "Enqueue Own" (
 		t.Fatalf("row %d: lane %q kind %q tries %d of %d (%v)", id, lane, what, tries, maxTries, err)
 	}
 	jobs, err := c.Claim(ctx, 5, time.Minute)
-	if err != nil || len(jobs) != 1 || jobs[0].ID != id || string(jobs[0].Payload) != `{"n": 1}` {
+	if err != nil || len(jobs) != 1 || jobs[0].ID != id || string(jobs[0].Payload) != `{"n": 1}` || jobs[0].Kind != "ship" {
 		t.Fatalf("claim = %v, %v", jobs, err)
 	}
 

@@ -42,6 +42,9 @@ type Job struct {
 	// Payload is the payload column as JSON (to_jsonb), nil when the table
 	// has none.
 	Payload json.RawMessage
+	// Kind is the kind column (what NewJob.Kind wrote), "" when the table
+	// has none.
+	Kind string
 
 	ttl time.Duration
 	// counted: this Job's completion is in pgfence.job.completed, so a
@@ -185,6 +188,9 @@ func (c *Claimer) scanClaimed(rows pgx.Rows, sent time.Time, ttl time.Duration) 
 		dest := []any{&j.ID, &j.Fence, &attempt, &maxAttempts, &j.expiresAt}
 		if c.cfg.table.Payload != "" {
 			dest = append(dest, &j.Payload)
+		}
+		if c.cfg.table.Kind != "" {
+			dest = append(dest, &j.Kind)
 		}
 		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("claim: claim: %w", err)

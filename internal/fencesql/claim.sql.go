@@ -30,9 +30,9 @@ WITH picked AS (
          /* TEMPLATE: col */expires_at = now() + $3::bigint * interval '1 microsecond'
     FROM picked, (SELECT set_config('synchronous_commit', 'on', true)) AS settings
    WHERE j./* TEMPLATE: col */id = picked./* TEMPLATE: col */id
-  RETURNING j./* TEMPLATE: col */id::bigint AS pgf_id, j./* TEMPLATE: col */fence AS pgf_fence, j./* TEMPLATE: col */attempt::bigint AS pgf_attempt, j./* TEMPLATE: col */max_attempts::bigint AS pgf_max, j./* TEMPLATE: col */expires_at AS pgf_expires, j./* TEMPLATE: col */priority AS pgf_prio, j./* TEMPLATE: col */run_at AS pgf_run_at/* TEMPLATE_IF: payload */, to_jsonb(j./* TEMPLATE: col */payload) AS pgf_payload/* TEMPLATE_END */
+  RETURNING j./* TEMPLATE: col */id::bigint AS pgf_id, j./* TEMPLATE: col */fence AS pgf_fence, j./* TEMPLATE: col */attempt::bigint AS pgf_attempt, j./* TEMPLATE: col */max_attempts::bigint AS pgf_max, j./* TEMPLATE: col */expires_at AS pgf_expires, j./* TEMPLATE: col */priority AS pgf_prio, j./* TEMPLATE: col */run_at AS pgf_run_at/* TEMPLATE_IF: payload */, to_jsonb(j./* TEMPLATE: col */payload) AS pgf_payload/* TEMPLATE_END *//* TEMPLATE_IF: kind */, COALESCE(j./* TEMPLATE: col */kind::text, '') AS pgf_kind/* TEMPLATE_END */
 )
-SELECT pgf_id, pgf_fence, pgf_attempt, pgf_max, pgf_expires/* TEMPLATE_IF: payload */, pgf_payload/* TEMPLATE_END */ FROM claimed ORDER BY pgf_prio, pgf_run_at, pgf_id
+SELECT pgf_id, pgf_fence, pgf_attempt, pgf_max, pgf_expires/* TEMPLATE_IF: payload */, pgf_payload/* TEMPLATE_END *//* TEMPLATE_IF: kind */, pgf_kind/* TEMPLATE_END */ FROM claimed ORDER BY pgf_prio, pgf_run_at, pgf_id
 `
 
 type ClaimJobsParams struct {
@@ -49,6 +49,7 @@ type ClaimJobsRow struct {
 	PgfMax     int64
 	PgfExpires *time.Time
 	PgfPayload json.RawMessage
+	PgfKind    interface{}
 }
 
 // Claims up to $1 runnable jobs for owner $2 with a lease of $3
@@ -79,6 +80,7 @@ func (q *Queries) ClaimJobs(ctx context.Context, arg ClaimJobsParams) ([]ClaimJo
 			&i.PgfMax,
 			&i.PgfExpires,
 			&i.PgfPayload,
+			&i.PgfKind,
 		); err != nil {
 			return nil, err
 		}

@@ -22,9 +22,9 @@ WITH picked AS (
          /* TEMPLATE: col */expires_at = now() + $3::bigint * interval '1 microsecond'
     FROM picked, (SELECT set_config('synchronous_commit', 'on', true)) AS settings
    WHERE j./* TEMPLATE: col */id = picked./* TEMPLATE: col */id
-  RETURNING j./* TEMPLATE: col */id::bigint AS pgf_id, j./* TEMPLATE: col */fence AS pgf_fence, j./* TEMPLATE: col */attempt::bigint AS pgf_attempt, j./* TEMPLATE: col */max_attempts::bigint AS pgf_max, j./* TEMPLATE: col */expires_at AS pgf_expires, j./* TEMPLATE: col */priority AS pgf_prio, j./* TEMPLATE: col */run_at AS pgf_run_at/* TEMPLATE_IF: payload */, to_jsonb(j./* TEMPLATE: col */payload) AS pgf_payload/* TEMPLATE_END */
+  RETURNING j./* TEMPLATE: col */id::bigint AS pgf_id, j./* TEMPLATE: col */fence AS pgf_fence, j./* TEMPLATE: col */attempt::bigint AS pgf_attempt, j./* TEMPLATE: col */max_attempts::bigint AS pgf_max, j./* TEMPLATE: col */expires_at AS pgf_expires, j./* TEMPLATE: col */priority AS pgf_prio, j./* TEMPLATE: col */run_at AS pgf_run_at/* TEMPLATE_IF: payload */, to_jsonb(j./* TEMPLATE: col */payload) AS pgf_payload/* TEMPLATE_END *//* TEMPLATE_IF: kind */, COALESCE(j./* TEMPLATE: col */kind::text, '') AS pgf_kind/* TEMPLATE_END */
 )
-SELECT pgf_id, pgf_fence, pgf_attempt, pgf_max, pgf_expires/* TEMPLATE_IF: payload */, pgf_payload/* TEMPLATE_END */ FROM claimed ORDER BY pgf_prio, pgf_run_at, pgf_id;
+SELECT pgf_id, pgf_fence, pgf_attempt, pgf_max, pgf_expires/* TEMPLATE_IF: payload */, pgf_payload/* TEMPLATE_END *//* TEMPLATE_IF: kind */, pgf_kind/* TEMPLATE_END */ FROM claimed ORDER BY pgf_prio, pgf_run_at, pgf_id;
 
 -- name: RenewJob :one
 -- Extends job $1's lease (fence $2) to now() + $3 microseconds, only while
