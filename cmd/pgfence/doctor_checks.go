@@ -205,18 +205,28 @@ func checkSchema(ctx context.Context, d *doctor) error {
 }
 
 func checkDurability(ctx context.Context, d *doctor) error {
-	var commit string
-	if err := d.db().QueryRow(ctx, "SELECT current_setting('synchronous_commit')").Scan(&commit); err != nil {
-		return d.readFailed("durability", "synchronous_commit", err)
+	var commit, fsync, fullPages string
+	if err := d.db().QueryRow(ctx, "SELECT current_setting('synchronous_commit'), current_setting('fsync'), current_setting('full_page_writes')").
+		Scan(&commit, &fsync, &fullPages); err != nil {
+		return d.readFailed("durability", "synchronous_commit, fsync and full_page_writes", err)
 	}
-	f := finding{Check: "durability", Status: statusOK, Read: "synchronous_commit = " + commit,
+	f := finding{Check: "durability", Status: statusOK,
+		Read:  fmt.Sprintf("synchronous_commit = %s, fsync = %s, full_page_writes = %s", commit, fsync, fullPages),
 		Title: "commits wait for the WAL flush (and for a synchronous standby, where one is named)"}
-	switch commit {
-	case "off":
+	switch {
+	case fsync != "on" || fullPages != "on":
+		// A durable commit is only as durable as the flush under it: with
+		// fsync off, an operating-system crash or a power cut can lose
+		// committed grants, and the fence source with them, so a fence
+		// already handed out can be handed out again.
+		f.Status = statusWarn
+		f.Title = "fsync or full_page_writes is off: a crash of the machine can lose committed grants and hand a fence out twice"
+		f.Do = "ALTER SYSTEM SET fsync = on; ALTER SYSTEM SET full_page_writes = on; SELECT pg_reload_conf(); (fine to leave off only on a throwaway test server)"
+	case commit == "off":
 		f.Status = statusWarn
 		f.Title = "synchronous_commit is off: pgfence's grants raise it for themselves, but writes of yours under a fence may be lost in a crash"
 		f.Do = "ALTER ROLE ... SET synchronous_commit = on (or on the database); docs/operations.md, Durability"
-	case "local":
+	case commit == "local":
 		f.Status = statusWarn
 		f.Title = "synchronous_commit is local: commits do not wait for a synchronous standby, so a failover can lose acknowledged grants"
 		f.Do = "set synchronous_commit = on (or remote_apply); docs/failover.md"

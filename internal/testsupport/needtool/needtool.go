@@ -52,6 +52,10 @@ var (
 		"apt-get install python3-psycopg, or point PGFENCE_PYTHON at an interpreter that has psycopg"}
 	// CC is a C compiler, for the test of a threaded child process.
 	CC = Tool{"a C compiler (cc)", "PGFENCE_REQUIRE_CC", "apt-get install gcc"}
+	// Server is PostgreSQL's server binaries, for the tests that start a
+	// cluster of their own with settings the shared one lacks.
+	Server = Tool{"PostgreSQL's server binaries (initdb, postgres)", "PGFENCE_REQUIRE_SERVER",
+		"apt-get install postgresql, or put its bin directory on PATH"}
 	// Patroni is Patroni with etcd, for the failover suite.
 	Patroni = Tool{"Patroni and etcd", "PGFENCE_REQUIRE_PATRONI", "apt-get install patroni etcd-server"}
 )
