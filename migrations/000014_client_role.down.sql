@@ -36,6 +36,8 @@ BEGIN
     EXECUTE format('ALTER FUNCTION %s SECURITY INVOKER', f);
     EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO PUBLIC', f);
   END LOOP;
+  ALTER FUNCTION pgfence_wake_on_change() SECURITY INVOKER;
+  GRANT EXECUTE ON FUNCTION pgfence_wake_on_change() TO PUBLIC;
   -- Serialised with the up migrations of this database's other schemas,
   -- which grant to the role.
   PERFORM pg_advisory_xact_lock(hashtextextended('pgfence_client role', 0));

@@ -578,6 +578,10 @@ BEGIN
               AND p.proname = 'pgfence_refuse_args' LOOP
     EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_temp', f, current_schema());
   END LOOP;
+  -- The wake-up triggers are deferred to commit, when the function that
+  -- wrote has returned: they run as the owner too.
+  ALTER FUNCTION pgfence_wake_on_change() SECURITY DEFINER;
+  REVOKE ALL ON FUNCTION pgfence_wake_on_change() FROM PUBLIC;
   EXECUTE format('GRANT USAGE ON SCHEMA %I TO pgfence_client', current_schema());
   -- golang-migrate's version table, when a tool of its kind applied the
   -- files: the clients and the CLI read the version.

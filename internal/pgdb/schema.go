@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -63,7 +64,10 @@ type PrivilegeError struct {
 func (e *PrivilegeError) Error() string {
 	role, grantee := "this role", "<role>"
 	if e.Role != "" {
-		role, grantee = fmt.Sprintf("role %q", e.Role), pgx.Identifier{e.Role}.Sanitize()
+		role, grantee = fmt.Sprintf("role %q", e.Role), e.Role
+		if !plainName.MatchString(e.Role) {
+			grantee = pgx.Identifier{e.Role}.Sanitize()
+		}
 	}
 	where := ""
 	if e.Schema != "" {
@@ -74,6 +78,9 @@ func (e *PrivilegeError) Error() string {
 }
 
 func (e *PrivilegeError) Unwrap() error { return e.Err }
+
+// plainName is a role name that SQL reads as written, without quotes.
+var plainName = regexp.MustCompile(`^[a-z_][a-z0-9_$]*$`)
 
 // hintFor is Hint, and a *PrivilegeError for a refusal for want of a
 // privilege on one of pgfence's objects, or for a function or table that the
