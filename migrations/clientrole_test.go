@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math/rand/v2"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -24,79 +22,6 @@ import (
 	"github.com/pgfence/pgfence/pglease"
 )
 
-// clientSetup is a schema migrated by a role that owns it and is no
-// superuser, a service role that is a member of pgfence_client only (and
-// owns a schema of its own for its tables), and a role without the grant.
-type clientSetup struct {
-	schema, appSchema  string
-	owner, app, nobody string
-	ownerURL, appURL   string
-	nobodyURL          string
-}
-
-// roleURL is the package's database as role.
-func roleURL(t *testing.T, role string) string {
-	t.Helper()
-	u, err := url.Parse(pgtest.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.User = url.User(role)
-	return u.String()
-}
-
-func newClientSetup(t *testing.T) clientSetup {
-	t.Helper()
-	ctx := context.Background()
-	n := rand.Uint32()
-	s := clientSetup{
-		schema: fmt.Sprintf("lp_fence_%d", n), appSchema: fmt.Sprintf("lp_app_%d", n),
-		owner: fmt.Sprintf("lp_owner_%d", n), app: fmt.Sprintf("lp_service_%d", n), nobody: fmt.Sprintf("lp_nobody_%d", n),
-	}
-	admin := pgtest.Pool(t)
-	var db string
-	if err := admin.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil {
-		t.Fatal(err)
-	}
-	// The package's migration, as a superuser, created pgfence_client; the
-	// owner needs no CREATEROLE for it.
-	for _, q := range []string{
-		fmt.Sprintf("CREATE ROLE %s LOGIN NOSUPERUSER NOCREATEROLE", s.owner),
-		fmt.Sprintf("GRANT CREATE ON DATABASE %s TO %s", pgx.Identifier{db}.Sanitize(), s.owner),
-		fmt.Sprintf("CREATE ROLE %s LOGIN NOSUPERUSER NOCREATEROLE", s.app),
-		fmt.Sprintf("CREATE ROLE %s LOGIN NOSUPERUSER NOCREATEROLE", s.nobody),
-		fmt.Sprintf("CREATE SCHEMA %s AUTHORIZATION %s", s.appSchema, s.app),
-	} {
-		if _, err := admin.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	t.Cleanup(func() {
-		ctx := context.Background()
-		for _, q := range []string{
-			"DROP SCHEMA IF EXISTS " + s.appSchema + " CASCADE",
-			"DROP SCHEMA IF EXISTS " + s.schema + " CASCADE",
-			fmt.Sprintf("REVOKE CREATE ON DATABASE %s FROM %s", pgx.Identifier{db}.Sanitize(), s.owner),
-			"DROP OWNED BY " + s.owner + ", " + s.app + ", " + s.nobody + " CASCADE",
-			"DROP ROLE IF EXISTS " + s.owner,
-			"DROP ROLE IF EXISTS " + s.app,
-			"DROP ROLE IF EXISTS " + s.nobody,
-		} {
-			if _, err := admin.Exec(ctx, q); err != nil {
-				t.Errorf("cleanup: %s: %v", q, err)
-			}
-		}
-	})
-	s.ownerURL, s.appURL, s.nobodyURL = roleURL(t, s.owner), roleURL(t, s.app), roleURL(t, s.nobody)
-	if err := migrations.Up(ctx, poolOn(t, s.ownerURL), migrations.WithSchema(s.schema)); err != nil {
-		t.Fatalf("Up as the non-superuser owner %s: %v", s.owner, err)
-	}
-	if _, err := admin.Exec(ctx, fmt.Sprintf("GRANT pgfence_client TO %s", s.app)); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
 // A service role granted only pgfence_client (and its own schema) runs
 // every kind of lease, waits, the SQL functions, pgguard's guarded writes
 // and trigger on its own table and claim on the ready-made table and its
@@ -104,13 +29,13 @@ func newClientSetup(t *testing.T) clientSetup {
 // not do is refused.
 func TestClientRole(t *testing.T) {
 	ctx := context.Background()
-	s := newClientSetup(t)
-	pool := poolOn(t, s.appURL)
-	q := func(name string) string { return pgx.Identifier{s.schema, name}.Sanitize() }
+	r := pgtest.ClientRoles(t)
+	pool := poolOn(t, r.AppURL)
+	q := func(name string) string { return pgx.Identifier{r.Schema, name}.Sanitize() }
 
 	newClient := func(t *testing.T, opts ...pglease.Option) *pglease.Client {
 		t.Helper()
-		c, err := pglease.New(pool, append([]pglease.Option{pglease.WithSchema(s.schema), pglease.WithoutAutoRenew()}, opts...)...)
+		c, err := pglease.New(pool, append([]pglease.Option{pglease.WithSchema(r.Schema), pglease.WithoutAutoRenew()}, opts...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -245,7 +170,7 @@ func TestClientRole(t *testing.T) {
 	})
 
 	t.Run("pgguard's guarded write and trigger on the service's own table", func(t *testing.T) {
-		tbl := s.appSchema + ".invoices"
+		tbl := r.AppSchema + ".invoices"
 		if _, err := pool.Exec(ctx, "CREATE TABLE "+tbl+" (id text PRIMARY KEY, status text NOT NULL, last_fence bigint NOT NULL DEFAULT 0);"+
 			"INSERT INTO "+tbl+" VALUES ('inv', 'PENDING'), ('trg', 'PENDING')"); err != nil {
 			t.Fatal(err)
@@ -256,22 +181,22 @@ func TestClientRole(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer l.Release(ctx)
-		g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Schema: s.appSchema, Name: "invoices", KeyColumn: "id"}, pgguard.WithSchema(s.schema))
+		g, err := pgguard.NewGuard(ctx, pool, pgguard.Table{Schema: r.AppSchema, Name: "invoices", KeyColumn: "id"}, pgguard.WithSchema(r.Schema))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := g.Update(ctx, pool, "inv", l.Fence(), pgguard.Values{"status": "SENT"}); err != nil {
 			t.Fatalf("guarded write: %v", err)
 		}
-		tt := pgguard.Table{Schema: s.appSchema, Name: "invoices"}
-		if err := pgguard.InstallTrigger(ctx, pool, tt, pgguard.Strict, pgguard.WithSchema(s.schema)); err != nil {
+		tt := pgguard.Table{Schema: r.AppSchema, Name: "invoices"}
+		if err := pgguard.InstallTrigger(ctx, pool, tt, pgguard.Strict, pgguard.WithSchema(r.Schema)); err != nil {
 			t.Fatalf("install the trigger: %v", err)
 		}
 		write := func(fence int64) error {
 			return pgguard.RunFenced(ctx, pool, fence, func(tx pgx.Tx) error {
 				_, err := tx.Exec(ctx, "UPDATE "+tbl+" SET status = 'SENT' WHERE id = 'trg'")
 				return err
-			}, pgguard.WithSchema(s.schema))
+			}, pgguard.WithSchema(r.Schema))
 		}
 		if err := write(l.Fence()); err != nil {
 			t.Fatalf("fenced write: %v", err)
@@ -282,10 +207,10 @@ func TestClientRole(t *testing.T) {
 	})
 
 	t.Run("claim on the ready-made table and on the service's own", func(t *testing.T) {
-		if _, err := claim.Enqueue(ctx, pool, claim.NewJob{Kind: "k", Schema: s.schema}); err != nil {
+		if _, err := claim.Enqueue(ctx, pool, claim.NewJob{Kind: "k", Schema: r.Schema}); err != nil {
 			t.Fatalf("enqueue: %v", err)
 		}
-		c, err := claim.New(ctx, pool, claim.WithSchema(s.schema))
+		c, err := claim.New(ctx, pool, claim.WithSchema(r.Schema))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -296,7 +221,7 @@ func TestClientRole(t *testing.T) {
 		if err := c.Complete(ctx, jobs[0]); err != nil {
 			t.Fatal(err)
 		}
-		own := s.appSchema + ".emails"
+		own := r.AppSchema + ".emails"
 		if _, err := pool.Exec(ctx, "CREATE TABLE "+own+` (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
   state text NOT NULL DEFAULT 'available', priority integer NOT NULL DEFAULT 0, run_at timestamptz NOT NULL DEFAULT now(),
   attempt integer NOT NULL DEFAULT 0, max_attempts integer NOT NULL DEFAULT 3, fence bigint NOT NULL DEFAULT 0,
@@ -304,7 +229,7 @@ func TestClientRole(t *testing.T) {
 INSERT INTO `+own+" DEFAULT VALUES"); err != nil {
 			t.Fatal(err)
 		}
-		oc, err := claim.New(ctx, pool, claim.WithSchema(s.schema), claim.WithTable(claim.Table{Schema: s.appSchema, Name: "emails",
+		oc, err := claim.New(ctx, pool, claim.WithSchema(r.Schema), claim.WithTable(claim.Table{Schema: r.AppSchema, Name: "emails",
 			ID: "id", State: "state", Priority: "priority", RunAt: "run_at", Attempt: "attempt", MaxAttempts: "max_attempts",
 			Fence: "fence", Owner: "owner", ExpiresAt: "expires_at"}))
 		if err != nil {
@@ -359,13 +284,13 @@ INSERT INTO `+own+" DEFAULT VALUES"); err != nil {
 	})
 
 	t.Run("a role without the grant is told what to run", func(t *testing.T) {
-		np := poolOn(t, s.nobodyURL)
-		c, err := pglease.New(np, pglease.WithSchema(s.schema))
+		np := poolOn(t, r.NobodyURL)
+		c, err := pglease.New(np, pglease.WithSchema(r.Schema))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		want := "GRANT pgfence_client TO " + s.nobody
+		want := "GRANT pgfence_client TO " + r.Nobody
 		_, err = c.TryAcquire(ctx, "k", time.Minute)
 		var pe *pgdb.PrivilegeError
 		if !errors.As(err, &pe) || !strings.Contains(err.Error(), want) {
@@ -373,11 +298,11 @@ INSERT INTO `+own+" DEFAULT VALUES"); err != nil {
 		}
 		// Through the search_path: the schema it may not use is left out of
 		// the path, and the function is not found; it is not missing.
-		cfg, err := pgxpool.ParseConfig(s.nobodyURL)
+		cfg, err := pgxpool.ParseConfig(r.NobodyURL)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := migrations.UseSchema(cfg, s.schema); err != nil {
+		if err := migrations.UseSchema(cfg, r.Schema); err != nil {
 			t.Fatal(err)
 		}
 		sp, err := pgxpool.NewWithConfig(ctx, cfg)
