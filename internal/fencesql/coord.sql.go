@@ -113,7 +113,8 @@ type AcquireKindRow struct {
 
 // One attempt to take a key in a kind ('exclusive', 'shared', 'permit' with
 // its number of permits) as the key's holders allow now
-// (pgfence_acquire_kind in migration 000013): slot, fence and expiry when
+// (pgfence_acquire_kind in migration 000013, through pgfence_attempt in
+// 000014, which checks the arguments): slot, fence and expiry when
 // granted; no row when refused. With place_micros > 0, a refused exclusive
 // attempt on a key held shared keeps a place that keeps new shared leases
 // out for that long. SQLSTATE PF007 when the key is held in a kind that
