@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +12,7 @@ import (
 )
 
 // A service role that is a member of pgfence_client only runs exec (also
-// waiting for a key another holder releases), list and show on a schema a
+// waiting for a key another holder releases), list, show and serve on a schema a
 // role without superuser power migrated; a role without the grant is told
 // the GRANT to run.
 func TestClientRoleCommands(t *testing.T) {
@@ -38,6 +39,19 @@ func TestClientRoleCommands(t *testing.T) {
 	}
 	res = pgfence(t, nil, "show", key, "--database-url", r.AppURL, "--schema", r.Schema)
 	wantCode(t, res, 0)
+
+	held, err := c.TryAcquire(context.Background(), key+"/served", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.Background())
+	s := startServe(t, r.AppURL, "--schema", r.Schema)
+	eventually(t, "serve's state as the service role", func() string {
+		if code, body := s.get(t, "/api/state"); code != 200 || !strings.Contains(body, key+"/served") {
+			return fmt.Sprintf("/api/state: %d %.300s", code, body)
+		}
+		return ""
+	})
 
 	res = pgfence(t, nil, "list", "--database-url", r.NobodyURL, "--schema", r.Schema)
 	wantCode(t, res, exitDBError)
