@@ -205,7 +205,8 @@ func (c *Claimer) scanClaimed(rows pgx.Rows, sent time.Time, ttl time.Duration) 
 }
 
 func (c *Claimer) explain(op string, err error) error {
-	if pgerr.IsUndefined(err) {
+	var denied *pgdb.PrivilegeError
+	if pgerr.IsUndefined(err) && !errors.As(err, &denied) {
 		return fmt.Errorf("claim: %s: pgfence's schema is missing from this database (run `pgfence migrate up` or migrations.Up): %w", op, err)
 	}
 	return fmt.Errorf("claim: %s: %w", op, err)

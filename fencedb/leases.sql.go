@@ -11,24 +11,9 @@ import (
 )
 
 const acquire = `-- name: Acquire :one
-INSERT INTO /* TEMPLATE: schema */lock_leases AS l (lock_key, owner, owner_token, fence, acquired_at, expires_at)
-SELECT $1::text, $2::text, $3::text,
-       /* TEMPLATE: schema */pgfence_draw_fence(), now(),
-       now() + $4::bigint * interval '1 microsecond'
- WHERE /* TEMPLATE: schema */pgfence_commit_durably()
-   AND set_config('lock_timeout', '1s', true) IS NOT NULL
-   AND NOT EXISTS (SELECT FROM /* TEMPLATE: schema */pgfence_abandoned_tokens AS a WHERE a.owner_token = $3::text)
-ON CONFLICT (lock_key, slot) DO UPDATE
-   SET kind        = 'exclusive',
-       permits     = 0,
-       owner       = EXCLUDED.owner,
-       owner_token = EXCLUDED.owner_token,
-       fence       = EXCLUDED.fence,
-       acquired_at = EXCLUDED.acquired_at,
-       expires_at  = EXCLUDED.expires_at
- WHERE l.expires_at <= now()
-   AND l.fence < EXCLUDED.fence
-RETURNING l.fence, l.expires_at
+SELECT r.fence::bigint AS fence, r.expires_at::timestamptz AS expires_at
+  FROM /* TEMPLATE: schema */pgfence_lease_acquire($1::text, $2::text, $3::text,
+       $4::bigint) AS r
 `
 
 type AcquireParams struct {
@@ -50,7 +35,13 @@ type AcquireRow struct {
 // (pgx.ErrNoRows) and writes nothing but a drawn fence. It never waits for a
 // holder: use a fresh owner_token per acquisition and retry on no row.
 //
-// Its conditions, cheapest first, all inside the one statement:
+// The statement runs in pgfence_lease_acquire (migration 000014), a
+// SECURITY DEFINER function: the writes of this file and of pglease go
+// through such functions, the only door a member of pgfence_client has to
+// pgfence's tables (docs/roles.md). It refuses (SQLSTATE PF005) a key
+// outside 1-512 bytes, an owner label or token outside 1-256 bytes, or a TTL
+// outside [10 ms, 24 h]. Its conditions, cheapest first, all inside its one
+// INSERT:
 //   - pgfence_commit_durably() makes this transaction commit durably
 //     whatever the session's synchronous_commit (a grant lost in a crash
 //     could hand its fence out twice);
@@ -63,11 +54,8 @@ type AcquireRow struct {
 //     the one just drawn: an acquisition that drew its fence early and then
 //     waited for the row can never write a fence below the row's.
 //
-// pgfence_draw_fence() is inlined into this statement, no function call. A
-// fence is drawn on every call, granted or not; gaps are harmless. The key is
-// not checked here (the table has no CHECK constraints, which PostgreSQL
-// would re-plan in every statement): pass a key of 1-512 bytes, as pglease
-// does (it refuses others before they are sent).
+// pgfence_draw_fence() is inlined into that INSERT, no function call. A
+// fence is drawn on every call, granted or not; gaps are harmless.
 func (q *Queries) Acquire(ctx context.Context, arg AcquireParams) (AcquireRow, error) {
 	row := q.db.QueryRow(ctx, acquire,
 		arg.LockKey,
@@ -240,16 +228,8 @@ func (q *Queries) NextFence(ctx context.Context) (int64, error) {
 }
 
 const release = `-- name: Release :one
-UPDATE /* TEMPLATE: schema */lock_leases
-   SET expires_at = now(), released_at = now()
- WHERE lock_key = $1
-   AND slot = 0
-   AND kind = 'exclusive'
-   AND fence = $2
-   AND expires_at > now()
-   AND CASE WHEN $3::boolean THEN /* TEMPLATE: schema */pgfence_commit_durably()
-            ELSE set_config('synchronous_commit', 'off', true) = 'off' END
-RETURNING true AS released
+SELECT r.released::boolean AS released
+  FROM /* TEMPLATE: schema */pgfence_lease_release($1::text, $2::bigint, 0, $3::boolean, false) AS r
 `
 
 type ReleaseParams struct {
@@ -277,15 +257,9 @@ func (q *Queries) Release(ctx context.Context, arg ReleaseParams) (bool, error) 
 }
 
 const renew = `-- name: Renew :one
-UPDATE /* TEMPLATE: schema */lock_leases
-   SET expires_at = now() + $1::bigint * interval '1 microsecond'
- WHERE lock_key = $2
-   AND slot = 0
-   AND kind = 'exclusive'
-   AND fence = $3
-   AND expires_at > now()
-   AND /* TEMPLATE: schema */pgfence_commit_durably()
-RETURNING expires_at
+SELECT r.expires_at::timestamptz AS expires_at
+  FROM /* TEMPLATE: schema */pgfence_lease_renew(p_ttl_micros => $1::bigint, p_key => $2::text,
+       p_fence => $3::bigint) AS r
 `
 
 type RenewParams struct {

@@ -60,7 +60,7 @@ func TestAmbiguousAcquireGrantedIsKept(t *testing.T) {
 	c := newClient(t, pool)
 	key := uniqueKey(t)
 
-	fired := proxy.CutAfterSending("INSERT INTO /* TEMPLATE: schema */lock_leases", 200*time.Millisecond)
+	fired := proxy.CutAfterSending("pgfence_lease_acquire(", 200*time.Millisecond)
 	l, err := c.TryAcquire(ctx, key, 5*time.Second)
 	select {
 	case <-fired:
@@ -94,7 +94,7 @@ func TestAmbiguousAcquireAbandonedIsReleased(t *testing.T) {
 	c := newClient(t, pool)
 	key := uniqueKey(t)
 
-	proxy.CutAfterSending("INSERT INTO /* TEMPLATE: schema */lock_leases", time.Minute) // the answer never arrives
+	proxy.CutAfterSending("pgfence_lease_acquire(", time.Minute) // the answer never arrives
 	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	_, err := c.TryAcquire(cctx, key, time.Hour)
@@ -127,7 +127,7 @@ func TestAcquireRetriesThroughAmbiguity(t *testing.T) {
 	pool, proxy := proxiedPool(t)
 	c := newClient(t, pool, pglease.WithBackoff(5*time.Millisecond, 20*time.Millisecond))
 	key := uniqueKey(t)
-	proxy.CutAfterSending("INSERT INTO /* TEMPLATE: schema */lock_leases", 100*time.Millisecond)
+	proxy.CutAfterSending("pgfence_lease_acquire(", 100*time.Millisecond)
 	l, err := c.Acquire(ctx, key, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -161,7 +161,7 @@ func TestLateDeliveredAcquireNeverHoldsTheKey(t *testing.T) {
 	// up on it after 300ms, and returns when the request was delivered.
 	giveUp := func(t *testing.T, key string, beforeDelivery func()) {
 		t.Helper()
-		delivered := proxy.DelayDelivery("INSERT INTO /* TEMPLATE: schema */lock_leases", delay)
+		delivered := proxy.DelayDelivery("pgfence_lease_acquire(", delay)
 		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		defer cancel()
 		if _, err := c.TryAcquire(cctx, key, time.Hour); err == nil {
@@ -294,7 +294,7 @@ func TestCloseDuringAmbiguousAcquireStillGivesBack(t *testing.T) {
 	if _, err := tx.Exec(ctx, "INSERT INTO lock_leases VALUES ($1, 'blocker', 'blocker-token', 1, now(), now())", key); err != nil {
 		t.Fatal(err)
 	}
-	fired := proxy.CutAfterSending("INSERT INTO /* TEMPLATE: schema */lock_leases", 300*time.Millisecond)
+	fired := proxy.CutAfterSending("pgfence_lease_acquire(", 300*time.Millisecond)
 	res := make(chan error, 1)
 	go func() { _, err := c.TryAcquire(ctx, key, time.Hour); res <- err }()
 	pgtest.Step(t, "the client closes while the answer is lost", func(t *testing.T) {

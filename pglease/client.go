@@ -540,7 +540,8 @@ func (c *Client) inBackground(fn func()) {
 
 // explain adds what to do to errors a user can fix.
 func (c *Client) explain(key string, err error) error {
-	if pgerr.IsUndefined(err) {
+	var denied *pgdb.PrivilegeError
+	if pgerr.IsUndefined(err) && !errors.As(err, &denied) {
 		return fmt.Errorf("pglease: acquiring %q: pgfence's schema is missing from this database (run `pgfence migrate up` or migrations.Up): %w", key, err)
 	}
 	return fmt.Errorf("pglease: acquiring %q: %w", key, err)

@@ -26,7 +26,7 @@ func TestAmbiguousCoordinationAcquisitions(t *testing.T) {
 		pool, proxy := proxiedPool(t)
 		key := uniqueKey(t)
 		sem := semaphore(t, newClient(t, pool), key, 2)
-		fired := proxy.CutAfterSending("pgfence_acquire_kind(", 200*time.Millisecond)
+		fired := proxy.CutAfterSending("pgfence_attempt(", 200*time.Millisecond)
 		l, err := sem.TryAcquire(ctx, 5*time.Second)
 		<-fired
 		if err != nil {
@@ -44,7 +44,7 @@ func TestAmbiguousCoordinationAcquisitions(t *testing.T) {
 		pool, proxy := proxiedPool(t)
 		key := uniqueKey(t)
 		sem := semaphore(t, newClient(t, pool), key, 1)
-		proxy.CutAfterSending("pgfence_acquire_kind(", time.Minute)
+		proxy.CutAfterSending("pgfence_attempt(", time.Minute)
 		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		defer cancel()
 		if _, err := sem.TryAcquire(cctx, time.Hour); err == nil {
@@ -63,7 +63,7 @@ func TestAmbiguousCoordinationAcquisitions(t *testing.T) {
 		pool, proxy := proxiedPool(t)
 		key := uniqueKey(t)
 		c := newClient(t, pool)
-		proxy.CutAfterSending("pgfence_acquire_set(", time.Minute)
+		proxy.CutAfterSending("pgfence_take_set(", time.Minute)
 		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		defer cancel()
 		if _, err := c.TryAcquireSet(cctx, []string{key + "/a", key + "/b"}, time.Hour); err == nil {

@@ -91,7 +91,7 @@ func TestTryAcquireReturnsWithItsContext(t *testing.T) {
 	direct := pgtest.Pool(t)
 	q := fencedb.New(direct)
 
-	fired := proxy.CutAfterSending("INSERT INTO /* TEMPLATE: schema */lock_leases", time.Minute)
+	fired := proxy.CutAfterSending("pgfence_lease_acquire(", time.Minute)
 	locked := make(chan func(), 1)
 	go func() {
 		<-fired

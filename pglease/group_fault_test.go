@@ -18,7 +18,7 @@ import (
 )
 
 // batchMarker is in the AcquireBatch statement only (queries/internal/leases.sql).
-const batchMarker = "ROWS FROM (unnest("
+const batchMarker = "pgfence_lease_acquire_batch("
 
 // batchResult is what one caller of a batch got.
 type batchResult struct {

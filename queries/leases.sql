@@ -6,7 +6,13 @@
 -- (pgx.ErrNoRows) and writes nothing but a drawn fence. It never waits for a
 -- holder: use a fresh owner_token per acquisition and retry on no row.
 --
--- Its conditions, cheapest first, all inside the one statement:
+-- The statement runs in pgfence_lease_acquire (migration 000014), a
+-- SECURITY DEFINER function: the writes of this file and of pglease go
+-- through such functions, the only door a member of pgfence_client has to
+-- pgfence's tables (docs/roles.md). It refuses (SQLSTATE PF005) a key
+-- outside 1-512 bytes, an owner label or token outside 1-256 bytes, or a TTL
+-- outside [10 ms, 24 h]. Its conditions, cheapest first, all inside its one
+-- INSERT:
 --   * pgfence_commit_durably() makes this transaction commit durably
 --     whatever the session's synchronous_commit (a grant lost in a crash
 --     could hand its fence out twice);
@@ -18,29 +24,11 @@
 --   * the conflicting row must have expired, and carry a lower fence than
 --     the one just drawn: an acquisition that drew its fence early and then
 --     waited for the row can never write a fence below the row's.
--- pgfence_draw_fence() is inlined into this statement, no function call. A
--- fence is drawn on every call, granted or not; gaps are harmless. The key is
--- not checked here (the table has no CHECK constraints, which PostgreSQL
--- would re-plan in every statement): pass a key of 1-512 bytes, as pglease
--- does (it refuses others before they are sent).
-INSERT INTO /* TEMPLATE: schema */lock_leases AS l (lock_key, owner, owner_token, fence, acquired_at, expires_at)
-SELECT sqlc.arg(lock_key)::text, sqlc.arg(owner)::text, sqlc.arg(owner_token)::text,
-       /* TEMPLATE: schema */pgfence_draw_fence(), now(),
-       now() + sqlc.arg(ttl_micros)::bigint * interval '1 microsecond'
- WHERE /* TEMPLATE: schema */pgfence_commit_durably()
-   AND set_config('lock_timeout', '1s', true) IS NOT NULL
-   AND NOT EXISTS (SELECT FROM /* TEMPLATE: schema */pgfence_abandoned_tokens AS a WHERE a.owner_token = sqlc.arg(owner_token)::text)
-ON CONFLICT (lock_key, slot) DO UPDATE
-   SET kind        = 'exclusive',
-       permits     = 0,
-       owner       = EXCLUDED.owner,
-       owner_token = EXCLUDED.owner_token,
-       fence       = EXCLUDED.fence,
-       acquired_at = EXCLUDED.acquired_at,
-       expires_at  = EXCLUDED.expires_at
- WHERE l.expires_at <= now()
-   AND l.fence < EXCLUDED.fence
-RETURNING l.fence, l.expires_at;
+-- pgfence_draw_fence() is inlined into that INSERT, no function call. A
+-- fence is drawn on every call, granted or not; gaps are harmless.
+SELECT r.fence::bigint AS fence, r.expires_at::timestamptz AS expires_at
+  FROM /* TEMPLATE: schema */pgfence_lease_acquire(sqlc.arg(lock_key)::text, sqlc.arg(owner)::text, sqlc.arg(owner_token)::text,
+       sqlc.arg(ttl_micros)::bigint) AS r;
 
 -- name: Renew :one
 -- Extends the lease to now() + ttl_micros while it is unexpired and still
@@ -49,15 +37,9 @@ RETURNING l.fence, l.expires_at;
 -- means the lease is lost, and nothing was written.
 -- It commits durably whatever the session says: a renewal lost in a crash
 -- would leave the holder believing in an expiry the server forgot.
-UPDATE /* TEMPLATE: schema */lock_leases
-   SET expires_at = now() + sqlc.arg(ttl_micros)::bigint * interval '1 microsecond'
- WHERE lock_key = sqlc.arg(lock_key)
-   AND slot = 0
-   AND kind = 'exclusive'
-   AND fence = sqlc.arg(fence)
-   AND expires_at > now()
-   AND /* TEMPLATE: schema */pgfence_commit_durably()
-RETURNING expires_at;
+SELECT r.expires_at::timestamptz AS expires_at
+  FROM /* TEMPLATE: schema */pgfence_lease_renew(p_ttl_micros => sqlc.arg(ttl_micros)::bigint, p_key => sqlc.arg(lock_key)::text,
+       p_fence => sqlc.arg(fence)::bigint) AS r;
 
 -- name: Release :one
 -- Expires a held lease now but keeps the row, matched on key and fence, so a
@@ -71,16 +53,8 @@ RETURNING expires_at;
 -- to its TTL, which is always safe, and the next durable commit on the
 -- server (any acquisition) flushes it anyway. That saves one WAL flush per
 -- acquire + release.
-UPDATE /* TEMPLATE: schema */lock_leases
-   SET expires_at = now(), released_at = now()
- WHERE lock_key = sqlc.arg(lock_key)
-   AND slot = 0
-   AND kind = 'exclusive'
-   AND fence = sqlc.arg(fence)
-   AND expires_at > now()
-   AND CASE WHEN sqlc.arg(durable)::boolean THEN /* TEMPLATE: schema */pgfence_commit_durably()
-            ELSE set_config('synchronous_commit', 'off', true) = 'off' END
-RETURNING true AS released;
+SELECT r.released::boolean AS released
+  FROM /* TEMPLATE: schema */pgfence_lease_release(sqlc.arg(lock_key)::text, sqlc.arg(fence)::bigint, 0, sqlc.arg(durable)::boolean, false) AS r;
 
 -- name: LeaseFence :one
 -- The fence the key's row carries now, held or not; no row when the key has

@@ -255,7 +255,7 @@ func TestMigrate(t *testing.T) {
 	}
 	r = pgfence(t, nil, "migrate", "up", "--database-url", db)
 	wantCode(t, r, 0)
-	if !strings.Contains(r.stdout, "applied 000008_baseline, 000009_coordination, 000010_released_at, 000011_fair_kinds, 000012_wake_one, 000013_one_key (version 0 -> "+itoa(latest)+")") {
+	if !strings.Contains(r.stdout, "applied 000008_baseline, 000009_coordination, 000010_released_at, 000011_fair_kinds, 000012_wake_one, 000013_one_key, 000014_client_role (version 0 -> "+itoa(latest)+")") {
 		t.Fatalf("up on an empty database: %s", r)
 	}
 	r = pgfence(t, []string{"DATABASE_URL=" + db}, "migrate", "version")

@@ -353,7 +353,10 @@ const migrateHint = "pgfence's schema is missing from this database: run `pgfenc
 // dbError turns a database error into an exitError with a hint.
 func dbError(where string, err error) error {
 	var missing *pgdb.MissingError
+	var denied *pgdb.PrivilegeError
 	switch {
+	case errors.As(err, &denied): // a role that is not a member of pgfence_client
+		return fail(exitDBError, "pgfence: database %s: %v", where, err)
 	case errors.Is(err, migrations.ErrBehindPooler), errors.Is(err, migrations.ErrNoSuchSchema):
 		return fail(exitDBError, "pgfence: database %s: %v", where, err)
 	case pgerr.IsDuplicate(err): // an object pgfence's migrations would create

@@ -11,7 +11,7 @@ import (
 )
 
 const AbandonSlot = `-- name: AbandonSlot :many
-SELECT r::bigint AS fence FROM /* TEMPLATE: schema */pgfence_abandon_slot($1::text, $2::text) AS r
+SELECT r::bigint AS fence FROM /* TEMPLATE: schema */pgfence_abandon_grant($1::text, $2::text) AS r
 `
 
 type AbandonSlotParams struct {
@@ -43,7 +43,7 @@ func (q *Queries) AbandonSlot(ctx context.Context, arg AbandonSlotParams) ([]int
 
 const AcquireKeySet = `-- name: AcquireKeySet :many
 SELECT r.lock_key::text AS lock_key, r.fence::bigint AS fence, r.expires_at::timestamptz AS expires_at
-  FROM /* TEMPLATE: schema */pgfence_acquire_set($1::text[], $2::text,
+  FROM /* TEMPLATE: schema */pgfence_take_set($1::text[], $2::text,
        $3::text, $4::bigint) AS r
 `
 
@@ -89,7 +89,7 @@ func (q *Queries) AcquireKeySet(ctx context.Context, arg AcquireKeySetParams) ([
 
 const AcquireKind = `-- name: AcquireKind :one
 SELECT r.slot::integer AS slot, r.fence::bigint AS fence, r.expires_at::timestamptz AS expires_at
-  FROM /* TEMPLATE: schema */pgfence_acquire_kind($1::text, $2::text, $3::integer,
+  FROM /* TEMPLATE: schema */pgfence_attempt($1::text, $2::text, $3::integer,
        $4::text, $5::text, $6::bigint,
        $7::bigint, false) AS r
  WHERE r.fence IS NOT NULL
@@ -113,7 +113,8 @@ type AcquireKindRow struct {
 
 // One attempt to take a key in a kind ('exclusive', 'shared', 'permit' with
 // its number of permits) as the key's holders allow now
-// (pgfence_acquire_kind in migration 000013): slot, fence and expiry when
+// (pgfence_acquire_kind in migration 000013, through pgfence_attempt in
+// 000014, which checks the arguments): slot, fence and expiry when
 // granted; no row when refused. With place_micros > 0, a refused exclusive
 // attempt on a key held shared keeps a place that keeps new shared leases
 // out for that long. SQLSTATE PF007 when the key is held in a kind that
@@ -136,7 +137,7 @@ func (q *Queries) AcquireKind(ctx context.Context, arg AcquireKindParams) (Acqui
 const AcquireQueued = `-- name: AcquireQueued :one
 SELECT coalesce(r.slot, 0)::integer AS slot, coalesce(r.fence, 0)::bigint AS fence,
        coalesce(r.expires_at, now())::timestamptz AS expires_at, coalesce(r.ahead, -1)::integer AS ahead
-  FROM /* TEMPLATE: schema */pgfence_acquire_kind($1::text, $2::text, $3::integer,
+  FROM /* TEMPLATE: schema */pgfence_attempt($1::text, $2::text, $3::integer,
        $4::text, $5::text, $6::bigint,
        $7::bigint, true) AS r
 `
@@ -182,11 +183,8 @@ func (q *Queries) AcquireQueued(ctx context.Context, arg AcquireQueuedParams) (A
 }
 
 const FindSlotByOwnerToken = `-- name: FindSlotByOwnerToken :one
-SELECT slot, fence, expires_at
-  FROM /* TEMPLATE: schema */lock_leases
- WHERE lock_key = $1
-   AND owner_token = $2
-   AND expires_at > now()
+SELECT r.slot::integer AS slot, r.fence::bigint AS fence, r.expires_at::timestamptz AS expires_at
+  FROM /* TEMPLATE: schema */pgfence_lease_find($1::text, $2::text) AS r
 `
 
 type FindSlotByOwnerTokenParams struct {
@@ -210,7 +208,7 @@ func (q *Queries) FindSlotByOwnerToken(ctx context.Context, arg FindSlotByOwnerT
 }
 
 const LeaveQueue = `-- name: LeaveQueue :exec
-DELETE FROM /* TEMPLATE: schema */pgfence_waiters WHERE lock_key = $1 AND owner_token = $2
+SELECT /* TEMPLATE: schema */pgfence_leave_queue($1::text, $2::text)
 `
 
 type LeaveQueueParams struct {
@@ -379,17 +377,9 @@ func (q *Queries) ListWaiters(ctx context.Context) ([]ListWaitersRow, error) {
 }
 
 const ReleaseHeldAtLeast = `-- name: ReleaseHeldAtLeast :one
-UPDATE /* TEMPLATE: schema */lock_leases
-   SET expires_at = GREATEST(now(), acquired_at + $1::bigint * interval '1 microsecond'),
-       released_at = now()
- WHERE lock_key = $2
-   AND slot = 0
-   AND kind = 'exclusive'
-   AND fence = $3
-   AND expires_at > now()
-   AND CASE WHEN $4::boolean THEN /* TEMPLATE: schema */pgfence_commit_durably()
-            ELSE set_config('synchronous_commit', 'off', true) = 'off' END
-RETURNING true AS released
+SELECT r.released::boolean AS released
+  FROM /* TEMPLATE: schema */pgfence_lease_release(p_hold_micros => $1::bigint, p_key => $2::text,
+       p_fence => $3::bigint, p_durable => $4::boolean, p_notify => false) AS r
 `
 
 type ReleaseHeldAtLeastParams struct {
@@ -415,30 +405,10 @@ func (q *Queries) ReleaseHeldAtLeast(ctx context.Context, arg ReleaseHeldAtLeast
 }
 
 const ReleaseKeySet = `-- name: ReleaseKeySet :many
-WITH k AS (
-  SELECT unnest($3::text[]) AS lock_key, unnest($4::bigint[]) AS fence,
-         unnest($5::bigint[]) AS hold_micros
-), locked AS (
-  SELECT r.lock_key FROM /* TEMPLATE: schema */lock_leases AS r
-   WHERE r.lock_key IN (SELECT k.lock_key FROM k) AND r.slot = 0
-   ORDER BY r.lock_key
-     FOR UPDATE
-)
-UPDATE /* TEMPLATE: schema */lock_leases AS l
-   SET expires_at = GREATEST(now(), l.acquired_at + k.hold_micros * interval '1 microsecond'),
-       released_at = now()
-  FROM k
- WHERE l.lock_key = k.lock_key
-   AND l.slot = 0
-   AND l.kind = 'exclusive'
-   AND l.lock_key IN (SELECT locked.lock_key FROM locked)
-   AND l.fence = k.fence
-   AND l.expires_at > now()
-   AND CASE WHEN $1::boolean THEN /* TEMPLATE: schema */pgfence_commit_durably()
-            ELSE set_config('synchronous_commit', 'off', true) = 'off' END
-RETURNING CASE WHEN $2::boolean
-               THEN (SELECT l.lock_key FROM (SELECT pg_notify('pgfence_lease_released', l.lock_key)) AS n)
-               ELSE l.lock_key END::text AS lock_key
+SELECT r.lock_key::text AS lock_key
+  FROM /* TEMPLATE: schema */pgfence_release_set(p_durable => $1::boolean, p_notify => $2::boolean,
+       p_keys => $3::text[], p_fences => $4::bigint[],
+       p_holds_micros => $5::bigint[]) AS r
 `
 
 type ReleaseKeySetParams struct {
@@ -484,7 +454,7 @@ func (q *Queries) ReleaseKeySet(ctx context.Context, arg ReleaseKeySetParams) ([
 
 const ReleaseSlot = `-- name: ReleaseSlot :one
 SELECT r.released::boolean AS released
-  FROM /* TEMPLATE: schema */pgfence_release_slot($1::text, $2::bigint, $3::bigint,
+  FROM /* TEMPLATE: schema */pgfence_release_grant($1::text, $2::bigint, $3::bigint,
        $4::boolean, $5::boolean) AS r
 `
 
@@ -514,25 +484,9 @@ func (q *Queries) ReleaseSlot(ctx context.Context, arg ReleaseSlotParams) (bool,
 }
 
 const RenewKeySet = `-- name: RenewKeySet :many
-WITH k AS (
-  SELECT unnest($2::text[]) AS lock_key, unnest($3::bigint[]) AS fence
-), locked AS (
-  SELECT r.lock_key FROM /* TEMPLATE: schema */lock_leases AS r
-   WHERE r.lock_key IN (SELECT k.lock_key FROM k) AND r.slot = 0
-   ORDER BY r.lock_key
-     FOR UPDATE
-)
-UPDATE /* TEMPLATE: schema */lock_leases AS l
-   SET expires_at = now() + $1::bigint * interval '1 microsecond'
-  FROM k
- WHERE l.lock_key = k.lock_key
-   AND l.slot = 0
-   AND l.kind = 'exclusive'
-   AND l.lock_key IN (SELECT locked.lock_key FROM locked)
-   AND l.fence = k.fence
-   AND l.expires_at > now()
-   AND /* TEMPLATE: schema */pgfence_commit_durably()
-RETURNING l.lock_key, l.expires_at
+SELECT r.lock_key::text AS lock_key, r.expires_at::timestamptz AS expires_at
+  FROM /* TEMPLATE: schema */pgfence_renew_set(p_ttl_micros => $1::bigint, p_keys => $2::text[],
+       p_fences => $3::bigint[]) AS r
 `
 
 type RenewKeySetParams struct {
@@ -572,7 +526,7 @@ func (q *Queries) RenewKeySet(ctx context.Context, arg RenewKeySetParams) ([]Ren
 
 const RenewSlot = `-- name: RenewSlot :one
 SELECT r.expires_at::timestamptz AS expires_at
-  FROM /* TEMPLATE: schema */pgfence_renew_slot($1::text, $2::bigint, $3::bigint) AS r
+  FROM /* TEMPLATE: schema */pgfence_renew_grant($1::text, $2::bigint, $3::bigint) AS r
 `
 
 type RenewSlotParams struct {

@@ -11,26 +11,9 @@ import (
 )
 
 const Abandon = `-- name: Abandon :one
-WITH tombstone AS (
-  INSERT INTO /* TEMPLATE: schema */pgfence_abandoned_tokens (owner_token)
-  VALUES ($2::text)
-  ON CONFLICT (owner_token) DO NOTHING
-), released AS (
-  UPDATE /* TEMPLATE: schema */lock_leases AS l
-     SET expires_at = CASE WHEN l.owner_token = $2::text
-                           THEN LEAST(l.expires_at, now())
-                           ELSE l.expires_at END,
-         released_at = CASE WHEN l.owner_token = $2::text AND l.expires_at > now()
-                              THEN now()
-                              ELSE l.released_at END
-   WHERE l.lock_key = $3 AND l.slot = 0
-  RETURNING l.lock_key, l.fence, (l.owner_token = $2::text AND l.expires_at = now()) AS ours
-)
-SELECT r.fence
-  FROM released AS r,
-       LATERAL (SELECT CASE WHEN $1::boolean
-                            THEN pg_notify('pgfence_lease_released', r.lock_key) END) AS notified
- WHERE r.ours
+SELECT r::bigint AS fence
+  FROM /* TEMPLATE: schema */pgfence_lease_abandon(p_notify => $1::boolean, p_token => $2::text,
+       p_key => $3::text) AS r
 `
 
 type AbandonParams struct {
@@ -60,27 +43,9 @@ func (q *Queries) Abandon(ctx context.Context, arg AbandonParams) (int64, error)
 }
 
 const AcquireBatch = `-- name: AcquireBatch :many
-INSERT INTO /* TEMPLATE: schema */lock_leases AS l (lock_key, owner, owner_token, fence, acquired_at, expires_at)
-SELECT r.lock_key, $1::text, r.owner_token,
-       /* TEMPLATE: schema */pgfence_draw_fence(), now(),
-       now() + r.ttl_micros * interval '1 microsecond'
-  FROM ROWS FROM (unnest($2::text[]), unnest($3::text[]),
-                 unnest($4::bigint[])) AS r(lock_key, owner_token, ttl_micros)
- WHERE /* TEMPLATE: schema */pgfence_commit_durably()
-   AND set_config('lock_timeout', '1s', true) IS NOT NULL
-   AND NOT EXISTS (SELECT FROM /* TEMPLATE: schema */pgfence_abandoned_tokens AS a WHERE a.owner_token = r.owner_token)
- ORDER BY r.lock_key
-ON CONFLICT (lock_key, slot) DO UPDATE
-   SET kind        = 'exclusive',
-       permits     = 0,
-       owner       = EXCLUDED.owner,
-       owner_token = EXCLUDED.owner_token,
-       fence       = EXCLUDED.fence,
-       acquired_at = EXCLUDED.acquired_at,
-       expires_at  = EXCLUDED.expires_at
- WHERE l.expires_at <= now()
-   AND l.fence < EXCLUDED.fence
-RETURNING l.owner_token, l.fence, l.expires_at
+SELECT r.owner_token::text AS owner_token, r.fence::bigint AS fence, r.expires_at::timestamptz AS expires_at
+  FROM /* TEMPLATE: schema */pgfence_lease_acquire_batch($1::text, $2::text[], $3::text[],
+       $4::bigint[]) AS r
 `
 
 type AcquireBatchParams struct {
@@ -131,11 +96,8 @@ func (q *Queries) AcquireBatch(ctx context.Context, arg AcquireBatchParams) ([]A
 }
 
 const FindByOwnerToken = `-- name: FindByOwnerToken :one
-SELECT fence, expires_at
-  FROM /* TEMPLATE: schema */lock_leases
- WHERE lock_key = $1
-   AND owner_token = $2
-   AND expires_at > now()
+SELECT r.fence::bigint AS fence, r.expires_at::timestamptz AS expires_at
+  FROM /* TEMPLATE: schema */pgfence_lease_find($1::text, $2::text) AS r
 `
 
 type FindByOwnerTokenParams struct {
@@ -158,16 +120,8 @@ func (q *Queries) FindByOwnerToken(ctx context.Context, arg FindByOwnerTokenPara
 }
 
 const ReleaseNotify = `-- name: ReleaseNotify :one
-UPDATE /* TEMPLATE: schema */lock_leases
-   SET expires_at = now(), released_at = now()
- WHERE lock_key = $1
-   AND slot = 0
-   AND kind = 'exclusive'
-   AND fence = $2
-   AND expires_at > now()
-   AND CASE WHEN $3::boolean THEN /* TEMPLATE: schema */pgfence_commit_durably()
-            ELSE set_config('synchronous_commit', 'off', true) = 'off' END
-RETURNING (pg_notify('pgfence_lease_released', lock_key) IS NOT NULL)::boolean AS released
+SELECT r.released::boolean AS released
+  FROM /* TEMPLATE: schema */pgfence_lease_release($1::text, $2::bigint, 0, $3::boolean, true) AS r
 `
 
 type ReleaseNotifyParams struct {
@@ -191,23 +145,9 @@ func (q *Queries) ReleaseNotify(ctx context.Context, arg ReleaseNotifyParams) (b
 }
 
 const SweepAbandonedTokensBatch = `-- name: SweepAbandonedTokensBatch :one
-WITH batch AS (
-  SELECT owner_token, abandoned_at
-    FROM /* TEMPLATE: schema */pgfence_abandoned_tokens
-   WHERE owner_token > $1::text
-   ORDER BY owner_token
-   LIMIT $2::int
-), deleted AS (
-  DELETE FROM /* TEMPLATE: schema */pgfence_abandoned_tokens
-   WHERE owner_token = ANY (ARRAY(SELECT b.owner_token FROM batch AS b
-                                   WHERE b.abandoned_at < now() - $3::bigint * interval '1 microsecond'))
-     AND abandoned_at < now() - $3::bigint * interval '1 microsecond'
-  RETURNING 1
-)
-SELECT (SELECT count(*) FROM batch)::bigint AS scanned,
-       COALESCE((SELECT max(owner_token) FROM batch), '')::text AS last_token,
-       (SELECT count(*) FROM deleted)::bigint AS deleted
- WHERE set_config('synchronous_commit', 'off', true) = 'off'
+SELECT r.o_scanned::bigint AS scanned, r.o_last_token::text AS last_token, r.o_deleted::bigint AS deleted
+  FROM /* TEMPLATE: schema */pgfence_sweep_tombstones($1::text, $2::int,
+       $3::bigint) AS r
 `
 
 type SweepAbandonedTokensBatchParams struct {
@@ -234,26 +174,10 @@ func (q *Queries) SweepAbandonedTokensBatch(ctx context.Context, arg SweepAbando
 }
 
 const SweepExpiredBatch = `-- name: SweepExpiredBatch :one
-WITH batch AS (
-  SELECT lock_key, slot, expires_at
-    FROM /* TEMPLATE: schema */lock_leases
-   WHERE (lock_key, slot) > ($1::text, $2::integer)
-   ORDER BY lock_key, slot
-   LIMIT $3::int
-), deleted AS (
-  DELETE FROM /* TEMPLATE: schema */lock_leases AS l
-   WHERE (l.lock_key, l.slot) IN (SELECT b.lock_key, b.slot FROM batch AS b
-                                   WHERE b.expires_at < now() - $4::bigint * interval '1 microsecond')
-     AND l.expires_at < now() - $4::bigint * interval '1 microsecond'
-  RETURNING 1
-), last AS (
-  SELECT b.lock_key, b.slot FROM batch AS b ORDER BY b.lock_key DESC, b.slot DESC LIMIT 1
-)
-SELECT (SELECT count(*) FROM batch)::bigint AS scanned,
-       COALESCE((SELECT l.lock_key FROM last AS l), '')::text AS last_key,
-       COALESCE((SELECT l.slot FROM last AS l), -1)::integer AS last_slot,
-       (SELECT count(*) FROM deleted)::bigint AS deleted
- WHERE set_config('synchronous_commit', 'off', true) = 'off'
+SELECT r.o_scanned::bigint AS scanned, r.o_last_key::text AS last_key, r.o_last_slot::integer AS last_slot,
+       r.o_deleted::bigint AS deleted
+  FROM /* TEMPLATE: schema */pgfence_sweep_leases($1::text, $2::integer, $3::int,
+       $4::bigint) AS r
 `
 
 type SweepExpiredBatchParams struct {
@@ -305,17 +229,7 @@ func (q *Queries) SweepExpiredBatch(ctx context.Context, arg SweepExpiredBatchPa
 }
 
 const SweepPlacesBatch = `-- name: SweepPlacesBatch :one
-WITH cutoff AS (
-  SELECT now() - $1::bigint * interval '1 microsecond' AS at
-), places AS (
-  DELETE FROM /* TEMPLATE: schema */pgfence_waiters AS w
-   WHERE w.ctid = ANY (ARRAY(SELECT x.ctid FROM /* TEMPLATE: schema */pgfence_waiters AS x
-                              WHERE x.expires_at < (SELECT c.at FROM cutoff AS c) LIMIT $2::int))
-     AND w.expires_at < (SELECT c.at FROM cutoff AS c)
-  RETURNING 1
-)
-SELECT (SELECT count(*) FROM places)::bigint AS most_deleted
- WHERE set_config('synchronous_commit', 'off', true) = 'off'
+SELECT /* TEMPLATE: schema */pgfence_sweep_places($1::bigint, $2::int)::bigint AS most_deleted
 `
 
 type SweepPlacesBatchParams struct {

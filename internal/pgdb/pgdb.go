@@ -64,11 +64,12 @@ func (w DB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTa
 			return pgconn.CommandTag{}, err
 		}
 		tag, err = c.Exec(ctx, sql, sent...)
+		err = hintFor(err, w.schema, c, w.db)
 		c.Release()
-		return tag, w.hint(err)
+		return tag, err
 	}
 	tag, err = w.db.Exec(ctx, sql, sent...)
-	return tag, w.hint(err)
+	return tag, hintFor(err, w.schema, nil, w.db)
 }
 
 func (w DB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
@@ -80,7 +81,7 @@ func (w DB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error
 	if w.pool == nil {
 		r, err := w.db.Query(ctx, sql, sent...)
 		if err != nil || w.schema == "" {
-			return r, w.hint(err)
+			return r, hintFor(err, w.schema, nil, w.db)
 		}
 		return w.rows(r, nil), nil
 	}
@@ -90,8 +91,9 @@ func (w DB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error
 	}
 	r, err := c.Query(ctx, sql, sent...)
 	if err != nil {
+		err = hintFor(err, w.schema, c, w.db)
 		c.Release()
-		return nil, w.hint(err)
+		return nil, err
 	}
 	return w.rows(r, c), nil
 }
@@ -120,10 +122,6 @@ func (w DB) expand(sql string) (string, error) {
 	return Expand(sql, w.schema)
 }
 
-func (w DB) hint(err error) error {
-	return Hint(err, w.schema)
-}
-
 // withMode puts Mode first. pgx reads leading QueryExecMode arguments as
 // options and drops them before encoding the rest; with no other argument
 // it uses the simple protocol, which is safe too. It copies args even
@@ -149,13 +147,13 @@ func (w DB) acquire(ctx context.Context) (*pgxpool.Conn, error) {
 
 func (w DB) row(r pgx.Row, c *pgxpool.Conn) *row {
 	out := rowSlabs.take()
-	*out = row{row: r, c: c, schema: w.schema}
+	*out = row{row: r, c: c, db: w.db, schema: w.schema}
 	return out
 }
 
 func (w DB) rows(r pgx.Rows, c *pgxpool.Conn) *rows {
 	out := rowsSlabs.take()
-	*out = rows{Rows: r, c: c, schema: w.schema}
+	*out = rows{Rows: r, c: c, db: w.db, schema: w.schema}
 	return out
 }
 
@@ -164,15 +162,16 @@ func (w DB) rows(r pgx.Rows, c *pgxpool.Conn) *rows {
 type row struct {
 	row    pgx.Row
 	c      *pgxpool.Conn // nil when db is not a pool
+	db     DBTX          // the wrapped db, which says the role when c is nil
 	schema string
 }
 
 func (r *row) Scan(dest ...any) error {
-	err := r.row.Scan(dest...)
+	err := hintFor(r.row.Scan(dest...), r.schema, r.c, r.db)
 	if r.c != nil {
 		r.c.Release()
 	}
-	return Hint(err, r.schema)
+	return err
 }
 
 type errRow struct{ err error }
@@ -186,6 +185,7 @@ func (r errRow) Scan(...any) error { return r.err }
 type rows struct {
 	pgx.Rows
 	c      *pgxpool.Conn // nil when db is not a pool; set to nil once given back
+	db     DBTX          // the wrapped db, which says the role
 	schema string
 }
 
@@ -205,7 +205,7 @@ func (r *rows) Close() {
 	}
 }
 
-func (r *rows) Err() error { return Hint(r.Rows.Err(), r.schema) }
+func (r *rows) Err() error { return hintFor(r.Rows.Err(), r.schema, r.c, r.db) }
 
 // slabs hands out values of T cut from arrays of slabSize, as pgxpool does
 // for its own rows: a statement's row costs no allocation of its own (one

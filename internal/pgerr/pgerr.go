@@ -62,6 +62,11 @@ func IsUndefined(err error) bool {
 	return Is(err, pgerrcode.UndefinedTable, pgerrcode.UndefinedFunction)
 }
 
+// IsPermissionDenied reports a statement refused for want of a privilege
+// (42501): on pgfence's own statements, a role that is not a member of
+// pgfence_client.
+func IsPermissionDenied(err error) bool { return Is(err, pgerrcode.InsufficientPrivilege) }
+
 // IsLockNotAvailable reports a lock_timeout (or NOWAIT) that expired.
 func IsLockNotAvailable(err error) bool { return Is(err, pgerrcode.LockNotAvailable) }
 

@@ -1,13 +1,14 @@
 -- name: AcquireKind :one
 -- One attempt to take a key in a kind ('exclusive', 'shared', 'permit' with
 -- its number of permits) as the key's holders allow now
--- (pgfence_acquire_kind in migration 000013): slot, fence and expiry when
+-- (pgfence_acquire_kind in migration 000013, through pgfence_attempt in
+-- 000014, which checks the arguments): slot, fence and expiry when
 -- granted; no row when refused. With place_micros > 0, a refused exclusive
 -- attempt on a key held shared keeps a place that keeps new shared leases
 -- out for that long. SQLSTATE PF007 when the key is held in a kind that
 -- cannot share it.
 SELECT r.slot::integer AS slot, r.fence::bigint AS fence, r.expires_at::timestamptz AS expires_at
-  FROM /* TEMPLATE: schema */pgfence_acquire_kind(sqlc.arg(lock_key)::text, sqlc.arg(kind)::text, sqlc.arg(permits)::integer,
+  FROM /* TEMPLATE: schema */pgfence_attempt(sqlc.arg(lock_key)::text, sqlc.arg(kind)::text, sqlc.arg(permits)::integer,
        sqlc.arg(owner)::text, sqlc.arg(owner_token)::text, sqlc.arg(ttl_micros)::bigint,
        sqlc.arg(place_micros)::bigint, false) AS r
  WHERE r.fence IS NOT NULL;
@@ -18,19 +19,19 @@ SELECT r.slot::integer AS slot, r.fence::bigint AS fence, r.expires_at::timestam
 -- token was abandoned).
 SELECT coalesce(r.slot, 0)::integer AS slot, coalesce(r.fence, 0)::bigint AS fence,
        coalesce(r.expires_at, now())::timestamptz AS expires_at, coalesce(r.ahead, -1)::integer AS ahead
-  FROM /* TEMPLATE: schema */pgfence_acquire_kind(sqlc.arg(lock_key)::text, sqlc.arg(kind)::text, sqlc.arg(permits)::integer,
+  FROM /* TEMPLATE: schema */pgfence_attempt(sqlc.arg(lock_key)::text, sqlc.arg(kind)::text, sqlc.arg(permits)::integer,
        sqlc.arg(owner)::text, sqlc.arg(owner_token)::text, sqlc.arg(ttl_micros)::bigint,
        sqlc.arg(place_micros)::bigint, true) AS r;
 
 -- name: LeaveQueue :exec
 -- A waiter that gives up (or was granted another way) gives its place back.
-DELETE FROM /* TEMPLATE: schema */pgfence_waiters WHERE lock_key = sqlc.arg(lock_key) AND owner_token = sqlc.arg(owner_token);
+SELECT /* TEMPLATE: schema */pgfence_leave_queue(sqlc.arg(lock_key)::text, sqlc.arg(owner_token)::text);
 
 -- name: RenewSlot :one
 -- Extends a shared holder's or permit's grant (pgfence_renew_slot), matched
 -- on key and fence, only while unexpired: never resurrects one. No row: lost.
 SELECT r.expires_at::timestamptz AS expires_at
-  FROM /* TEMPLATE: schema */pgfence_renew_slot(sqlc.arg(lock_key)::text, sqlc.arg(fence)::bigint, sqlc.arg(ttl_micros)::bigint) AS r;
+  FROM /* TEMPLATE: schema */pgfence_renew_grant(sqlc.arg(lock_key)::text, sqlc.arg(fence)::bigint, sqlc.arg(ttl_micros)::bigint) AS r;
 
 -- name: ReleaseSlot :one
 -- Gives a shared holder's or permit's grant back (pgfence_release_slot),
@@ -38,7 +39,7 @@ SELECT r.expires_at::timestamptz AS expires_at
 -- durable; with notify, NOTIFY pgfence_lease_released with the key for
 -- waiters that do not queue. No row: it was not held any more.
 SELECT r.released::boolean AS released
-  FROM /* TEMPLATE: schema */pgfence_release_slot(sqlc.arg(lock_key)::text, sqlc.arg(fence)::bigint, sqlc.arg(hold_micros)::bigint,
+  FROM /* TEMPLATE: schema */pgfence_release_grant(sqlc.arg(lock_key)::text, sqlc.arg(fence)::bigint, sqlc.arg(hold_micros)::bigint,
        sqlc.arg(durable)::boolean, sqlc.arg(notify)::boolean) AS r;
 
 -- name: SlotFence :one
@@ -49,39 +50,28 @@ SELECT fence FROM /* TEMPLATE: schema */lock_leases WHERE lock_key = sqlc.arg(lo
 -- name: FindSlotByOwnerToken :one
 -- Resolves an ambiguous attempt through AcquireKind or AcquireQueued: the
 -- unexpired grant under the owner token, in whichever slot.
-SELECT slot, fence, expires_at
-  FROM /* TEMPLATE: schema */lock_leases
- WHERE lock_key = sqlc.arg(lock_key)
-   AND owner_token = sqlc.arg(owner_token)
-   AND expires_at > now();
+SELECT r.slot::integer AS slot, r.fence::bigint AS fence, r.expires_at::timestamptz AS expires_at
+  FROM /* TEMPLATE: schema */pgfence_lease_find(sqlc.arg(lock_key)::text, sqlc.arg(owner_token)::text) AS r;
 
 -- name: AbandonSlot :many
 -- Gives up an ambiguous attempt through AcquireKind or AcquireQueued:
 -- tombstones the token and releases what it holds (pgfence_abandon_slot).
-SELECT r::bigint AS fence FROM /* TEMPLATE: schema */pgfence_abandon_slot(sqlc.arg(lock_key)::text, sqlc.arg(owner_token)::text) AS r;
+SELECT r::bigint AS fence FROM /* TEMPLATE: schema */pgfence_abandon_grant(sqlc.arg(lock_key)::text, sqlc.arg(owner_token)::text) AS r;
 
 -- name: AcquireKeySet :many
 -- Takes several keys exclusively, all or none, each with its own
 -- fence; SQLSTATE PF008 (and nothing granted) when any is held, in any kind.
 SELECT r.lock_key::text AS lock_key, r.fence::bigint AS fence, r.expires_at::timestamptz AS expires_at
-  FROM /* TEMPLATE: schema */pgfence_acquire_set(sqlc.arg(lock_keys)::text[], sqlc.arg(owner)::text,
+  FROM /* TEMPLATE: schema */pgfence_take_set(sqlc.arg(lock_keys)::text[], sqlc.arg(owner)::text,
        sqlc.arg(owner_token)::text, sqlc.arg(ttl_micros)::bigint) AS r;
 
 -- name: ReleaseHeldAtLeast :one
 -- Release of a mutex lease with a minimum hold: the lease stays held until
 -- its grant time plus hold_micros by the database clock, if that is later
 -- than now; otherwise it is Release. Matched on key and fence.
-UPDATE /* TEMPLATE: schema */lock_leases
-   SET expires_at = GREATEST(now(), acquired_at + sqlc.arg(hold_micros)::bigint * interval '1 microsecond'),
-       released_at = now()
- WHERE lock_key = sqlc.arg(lock_key)
-   AND slot = 0
-   AND kind = 'exclusive'
-   AND fence = sqlc.arg(fence)
-   AND expires_at > now()
-   AND CASE WHEN sqlc.arg(durable)::boolean THEN /* TEMPLATE: schema */pgfence_commit_durably()
-            ELSE set_config('synchronous_commit', 'off', true) = 'off' END
-RETURNING true AS released;
+SELECT r.released::boolean AS released
+  FROM /* TEMPLATE: schema */pgfence_lease_release(p_hold_micros => sqlc.arg(hold_micros)::bigint, p_key => sqlc.arg(lock_key)::text,
+       p_fence => sqlc.arg(fence)::bigint, p_durable => sqlc.arg(durable)::boolean, p_notify => false) AS r;
 
 -- name: ReleaseKeySet :many
 -- Release of a key set's mutex leases in one statement, each matched on its
@@ -91,55 +81,19 @@ RETURNING true AS released;
 -- payload, as ReleaseNotify does. The rows are locked in key order first, as
 -- pgfence_acquire_set takes them, so that a release and an acquisition of
 -- overlapping sets never deadlock.
-WITH k AS (
-  SELECT unnest(sqlc.arg(lock_keys)::text[]) AS lock_key, unnest(sqlc.arg(fences)::bigint[]) AS fence,
-         unnest(sqlc.arg(hold_micros)::bigint[]) AS hold_micros
-), locked AS (
-  SELECT r.lock_key FROM /* TEMPLATE: schema */lock_leases AS r
-   WHERE r.lock_key IN (SELECT k.lock_key FROM k) AND r.slot = 0
-   ORDER BY r.lock_key
-     FOR UPDATE
-)
-UPDATE /* TEMPLATE: schema */lock_leases AS l
-   SET expires_at = GREATEST(now(), l.acquired_at + k.hold_micros * interval '1 microsecond'),
-       released_at = now()
-  FROM k
- WHERE l.lock_key = k.lock_key
-   AND l.slot = 0
-   AND l.kind = 'exclusive'
-   AND l.lock_key IN (SELECT locked.lock_key FROM locked)
-   AND l.fence = k.fence
-   AND l.expires_at > now()
-   AND CASE WHEN sqlc.arg(durable)::boolean THEN /* TEMPLATE: schema */pgfence_commit_durably()
-            ELSE set_config('synchronous_commit', 'off', true) = 'off' END
-RETURNING CASE WHEN sqlc.arg(notify)::boolean
-               THEN (SELECT l.lock_key FROM (SELECT pg_notify('pgfence_lease_released', l.lock_key)) AS n)
-               ELSE l.lock_key END::text AS lock_key;
+SELECT r.lock_key::text AS lock_key
+  FROM /* TEMPLATE: schema */pgfence_release_set(p_durable => sqlc.arg(durable)::boolean, p_notify => sqlc.arg(notify)::boolean,
+       p_keys => sqlc.arg(lock_keys)::text[], p_fences => sqlc.arg(fences)::bigint[],
+       p_holds_micros => sqlc.arg(hold_micros)::bigint[]) AS r;
 
 -- name: RenewKeySet :many
 -- Renewal of a key set's mutex leases in one statement, each matched on its
 -- key and fence and only while unexpired (never resurrects one): the keys
 -- renewed, with their new expiry. It commits durably. Rows are locked in
 -- key order first, as ReleaseKeySet explains.
-WITH k AS (
-  SELECT unnest(sqlc.arg(lock_keys)::text[]) AS lock_key, unnest(sqlc.arg(fences)::bigint[]) AS fence
-), locked AS (
-  SELECT r.lock_key FROM /* TEMPLATE: schema */lock_leases AS r
-   WHERE r.lock_key IN (SELECT k.lock_key FROM k) AND r.slot = 0
-   ORDER BY r.lock_key
-     FOR UPDATE
-)
-UPDATE /* TEMPLATE: schema */lock_leases AS l
-   SET expires_at = now() + sqlc.arg(ttl_micros)::bigint * interval '1 microsecond'
-  FROM k
- WHERE l.lock_key = k.lock_key
-   AND l.slot = 0
-   AND l.kind = 'exclusive'
-   AND l.lock_key IN (SELECT locked.lock_key FROM locked)
-   AND l.fence = k.fence
-   AND l.expires_at > now()
-   AND /* TEMPLATE: schema */pgfence_commit_durably()
-RETURNING l.lock_key, l.expires_at;
+SELECT r.lock_key::text AS lock_key, r.expires_at::timestamptz AS expires_at
+  FROM /* TEMPLATE: schema */pgfence_renew_set(p_ttl_micros => sqlc.arg(ttl_micros)::bigint, p_keys => sqlc.arg(lock_keys)::text[],
+       p_fences => sqlc.arg(fences)::bigint[]) AS r;
 
 -- name: ListPermits :many
 -- Every unexpired shared holder and permit, by key and slot, with its key's

@@ -8,27 +8,9 @@
 -- batches wait for each other's row locks in one order and never deadlock;
 -- lock_timeout bounds each wait, so the statement lasts at most one bound per
 -- key.
-INSERT INTO /* TEMPLATE: schema */lock_leases AS l (lock_key, owner, owner_token, fence, acquired_at, expires_at)
-SELECT r.lock_key, sqlc.arg(owner)::text, r.owner_token,
-       /* TEMPLATE: schema */pgfence_draw_fence(), now(),
-       now() + r.ttl_micros * interval '1 microsecond'
-  FROM ROWS FROM (unnest(sqlc.arg(lock_keys)::text[]), unnest(sqlc.arg(owner_tokens)::text[]),
-                 unnest(sqlc.arg(ttls_micros)::bigint[])) AS r(lock_key, owner_token, ttl_micros)
- WHERE /* TEMPLATE: schema */pgfence_commit_durably()
-   AND set_config('lock_timeout', '1s', true) IS NOT NULL
-   AND NOT EXISTS (SELECT FROM /* TEMPLATE: schema */pgfence_abandoned_tokens AS a WHERE a.owner_token = r.owner_token)
- ORDER BY r.lock_key
-ON CONFLICT (lock_key, slot) DO UPDATE
-   SET kind        = 'exclusive',
-       permits     = 0,
-       owner       = EXCLUDED.owner,
-       owner_token = EXCLUDED.owner_token,
-       fence       = EXCLUDED.fence,
-       acquired_at = EXCLUDED.acquired_at,
-       expires_at  = EXCLUDED.expires_at
- WHERE l.expires_at <= now()
-   AND l.fence < EXCLUDED.fence
-RETURNING l.owner_token, l.fence, l.expires_at;
+SELECT r.owner_token::text AS owner_token, r.fence::bigint AS fence, r.expires_at::timestamptz AS expires_at
+  FROM /* TEMPLATE: schema */pgfence_lease_acquire_batch(sqlc.arg(owner)::text, sqlc.arg(lock_keys)::text[], sqlc.arg(owner_tokens)::text[],
+       sqlc.arg(ttls_micros)::bigint[]) AS r;
 
 -- name: ReleaseNotify :one
 -- Release that also sends NOTIFY pgfence_lease_released with the key as
@@ -38,25 +20,14 @@ RETURNING l.owner_token, l.fence, l.expires_at;
 -- free: notifying transactions commit one at a time (PostgreSQL serialises
 -- them on a global lock), which halved release throughput at 8+ concurrent
 -- clients with fsync on.
-UPDATE /* TEMPLATE: schema */lock_leases
-   SET expires_at = now(), released_at = now()
- WHERE lock_key = sqlc.arg(lock_key)
-   AND slot = 0
-   AND kind = 'exclusive'
-   AND fence = sqlc.arg(fence)
-   AND expires_at > now()
-   AND CASE WHEN sqlc.arg(durable)::boolean THEN /* TEMPLATE: schema */pgfence_commit_durably()
-            ELSE set_config('synchronous_commit', 'off', true) = 'off' END
-RETURNING (pg_notify('pgfence_lease_released', lock_key) IS NOT NULL)::boolean AS released;
+SELECT r.released::boolean AS released
+  FROM /* TEMPLATE: schema */pgfence_lease_release(sqlc.arg(lock_key)::text, sqlc.arg(fence)::bigint, 0, sqlc.arg(durable)::boolean, true) AS r;
 
 -- name: FindByOwnerToken :one
 -- Resolves an ambiguous acquisition: the unexpired lease granted to this
 -- owner token, if the acquisition did take effect.
-SELECT fence, expires_at
-  FROM /* TEMPLATE: schema */lock_leases
- WHERE lock_key = sqlc.arg(lock_key)
-   AND owner_token = sqlc.arg(owner_token)
-   AND expires_at > now();
+SELECT r.fence::bigint AS fence, r.expires_at::timestamptz AS expires_at
+  FROM /* TEMPLATE: schema */pgfence_lease_find(sqlc.arg(lock_key)::text, sqlc.arg(owner_token)::text) AS r;
 
 -- name: Abandon :one
 -- Gives up an acquisition whose outcome was ambiguous: records a tombstone
@@ -72,26 +43,9 @@ SELECT fence, expires_at
 -- before the tombstone committed and that has not yet touched the row when
 -- this runs. Its statement is bounded by lock_timeout, so pglease runs Abandon
 -- once more after that bound (see recheckLater).
-WITH tombstone AS (
-  INSERT INTO /* TEMPLATE: schema */pgfence_abandoned_tokens (owner_token)
-  VALUES (sqlc.arg(owner_token)::text)
-  ON CONFLICT (owner_token) DO NOTHING
-), released AS (
-  UPDATE /* TEMPLATE: schema */lock_leases AS l
-     SET expires_at = CASE WHEN l.owner_token = sqlc.arg(owner_token)::text
-                           THEN LEAST(l.expires_at, now())
-                           ELSE l.expires_at END,
-         released_at = CASE WHEN l.owner_token = sqlc.arg(owner_token)::text AND l.expires_at > now()
-                              THEN now()
-                              ELSE l.released_at END
-   WHERE l.lock_key = sqlc.arg(lock_key) AND l.slot = 0
-  RETURNING l.lock_key, l.fence, (l.owner_token = sqlc.arg(owner_token)::text AND l.expires_at = now()) AS ours
-)
-SELECT r.fence
-  FROM released AS r,
-       LATERAL (SELECT CASE WHEN sqlc.arg(notify)::boolean
-                            THEN pg_notify('pgfence_lease_released', r.lock_key) END) AS notified
- WHERE r.ours;
+SELECT r::bigint AS fence
+  FROM /* TEMPLATE: schema */pgfence_lease_abandon(p_notify => sqlc.arg(notify)::boolean, p_token => sqlc.arg(owner_token)::text,
+       p_key => sqlc.arg(lock_key)::text) AS r;
 
 -- name: SweepExpiredBatch :one
 -- One batch of pglease's SweepExpired, in its own short transaction: it
@@ -111,49 +65,19 @@ SELECT r.fence
 -- only): a delete lost in a crash leaves an expired row that the next sweep
 -- deletes, and an acquisition that reuses the key commits durably, which
 -- flushes the WAL up to and past this delete first.
-WITH batch AS (
-  SELECT lock_key, slot, expires_at
-    FROM /* TEMPLATE: schema */lock_leases
-   WHERE (lock_key, slot) > (sqlc.arg(after_key)::text, sqlc.arg(after_slot)::integer)
-   ORDER BY lock_key, slot
-   LIMIT sqlc.arg(batch_size)::int
-), deleted AS (
-  DELETE FROM /* TEMPLATE: schema */lock_leases AS l
-   WHERE (l.lock_key, l.slot) IN (SELECT b.lock_key, b.slot FROM batch AS b
-                                   WHERE b.expires_at < now() - sqlc.arg(grace_micros)::bigint * interval '1 microsecond')
-     AND l.expires_at < now() - sqlc.arg(grace_micros)::bigint * interval '1 microsecond'
-  RETURNING 1
-), last AS (
-  SELECT b.lock_key, b.slot FROM batch AS b ORDER BY b.lock_key DESC, b.slot DESC LIMIT 1
-)
-SELECT (SELECT count(*) FROM batch)::bigint AS scanned,
-       COALESCE((SELECT l.lock_key FROM last AS l), '')::text AS last_key,
-       COALESCE((SELECT l.slot FROM last AS l), -1)::integer AS last_slot,
-       (SELECT count(*) FROM deleted)::bigint AS deleted
- WHERE set_config('synchronous_commit', 'off', true) = 'off';
+SELECT r.o_scanned::bigint AS scanned, r.o_last_key::text AS last_key, r.o_last_slot::integer AS last_slot,
+       r.o_deleted::bigint AS deleted
+  FROM /* TEMPLATE: schema */pgfence_sweep_leases(sqlc.arg(after_key)::text, sqlc.arg(after_slot)::integer, sqlc.arg(batch_size)::int,
+       sqlc.arg(grace_micros)::bigint) AS r;
 
 -- name: SweepAbandonedTokensBatch :one
 -- One batch of the sweep of tombstones older than the retention
 -- (pglease.AbandonedTokenRetention), walked by owner_token like
 -- SweepExpiredBatch and committed asynchronously for the same reason: a
 -- tombstone that outlives a crash only waits for the next sweep.
-WITH batch AS (
-  SELECT owner_token, abandoned_at
-    FROM /* TEMPLATE: schema */pgfence_abandoned_tokens
-   WHERE owner_token > sqlc.arg(after_token)::text
-   ORDER BY owner_token
-   LIMIT sqlc.arg(batch_size)::int
-), deleted AS (
-  DELETE FROM /* TEMPLATE: schema */pgfence_abandoned_tokens
-   WHERE owner_token = ANY (ARRAY(SELECT b.owner_token FROM batch AS b
-                                   WHERE b.abandoned_at < now() - sqlc.arg(retention_micros)::bigint * interval '1 microsecond'))
-     AND abandoned_at < now() - sqlc.arg(retention_micros)::bigint * interval '1 microsecond'
-  RETURNING 1
-)
-SELECT (SELECT count(*) FROM batch)::bigint AS scanned,
-       COALESCE((SELECT max(owner_token) FROM batch), '')::text AS last_token,
-       (SELECT count(*) FROM deleted)::bigint AS deleted
- WHERE set_config('synchronous_commit', 'off', true) = 'off';
+SELECT r.o_scanned::bigint AS scanned, r.o_last_token::text AS last_token, r.o_deleted::bigint AS deleted
+  FROM /* TEMPLATE: schema */pgfence_sweep_tombstones(sqlc.arg(after_token)::text, sqlc.arg(batch_size)::int,
+       sqlc.arg(retention_micros)::bigint) AS r;
 
 -- name: SweepPlacesBatch :one
 -- Deletes up to batch_size places of waiters expired longer than the grace
@@ -165,14 +89,4 @@ SELECT (SELECT count(*) FROM batch)::bigint AS scanned,
 -- expiry on the newest row version, so a place refreshed meanwhile stays.
 -- It commits asynchronously: a place that outlives a crash waits for the
 -- next sweep.
-WITH cutoff AS (
-  SELECT now() - sqlc.arg(grace_micros)::bigint * interval '1 microsecond' AS at
-), places AS (
-  DELETE FROM /* TEMPLATE: schema */pgfence_waiters AS w
-   WHERE w.ctid = ANY (ARRAY(SELECT x.ctid FROM /* TEMPLATE: schema */pgfence_waiters AS x
-                              WHERE x.expires_at < (SELECT c.at FROM cutoff AS c) LIMIT sqlc.arg(batch_size)::int))
-     AND w.expires_at < (SELECT c.at FROM cutoff AS c)
-  RETURNING 1
-)
-SELECT (SELECT count(*) FROM places)::bigint AS most_deleted
- WHERE set_config('synchronous_commit', 'off', true) = 'off';
+SELECT /* TEMPLATE: schema */pgfence_sweep_places(sqlc.arg(grace_micros)::bigint, sqlc.arg(batch_size)::int)::bigint AS most_deleted;
