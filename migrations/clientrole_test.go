@@ -58,11 +58,11 @@ func TestClientRole(t *testing.T) {
 		if err := l.Release(ctx); err != nil {
 			t.Fatalf("release: %v", err)
 		}
-		sh1, err := c.TryAcquireShared(ctx, "shared", time.Minute)
+		sh1, err := c.TryAcquire(ctx, "shared", time.Minute, pglease.Shared())
 		if err != nil {
 			t.Fatalf("shared: %v", err)
 		}
-		sh2, err := c.TryAcquireShared(ctx, "shared", time.Minute)
+		sh2, err := c.TryAcquire(ctx, "shared", time.Minute, pglease.Shared())
 		if err != nil {
 			t.Fatalf("second shared: %v", err)
 		}
@@ -74,11 +74,7 @@ func TestClientRole(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		sem, err := c.Semaphore("sem", 2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := sem.TryAcquire(ctx, time.Minute)
+		p, err := c.TryAcquire(ctx, "sem", time.Minute, pglease.Permits(2))
 		if err != nil {
 			t.Fatalf("permit: %v", err)
 		}
@@ -207,12 +203,12 @@ func TestClientRole(t *testing.T) {
 	})
 
 	t.Run("claim on the ready-made table and on the service's own", func(t *testing.T) {
-		if _, err := claim.Enqueue(ctx, pool, claim.NewJob{Kind: "k", Schema: r.Schema}); err != nil {
-			t.Fatalf("enqueue: %v", err)
-		}
 		c, err := claim.New(ctx, pool, claim.WithSchema(r.Schema))
 		if err != nil {
 			t.Fatal(err)
+		}
+		if _, err := c.Enqueue(ctx, pool, claim.NewJob{Kind: "k"}); err != nil {
+			t.Fatalf("enqueue: %v", err)
 		}
 		jobs, err := c.Claim(ctx, 5, time.Minute)
 		if err != nil || len(jobs) != 1 {
