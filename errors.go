@@ -9,8 +9,8 @@ import (
 var (
 	// ErrNotAcquired: another owner holds the key (a pglease lease) or the
 	// lock (an advisory lock). The packages' try-calls return it at once;
-	// pglease's Acquire returns a *pglease.WaitError satisfying it when it
-	// gives up. Nothing was granted.
+	// pglease's Acquire returns an error satisfying it, saying how long it
+	// waited, when it gives up. Nothing was granted.
 	ErrNotAcquired = errors.New("pgfence: held by another owner")
 
 	// ErrLeaseLost: a lease (pglease) or a job row's lease (claim) expired

@@ -226,7 +226,7 @@ func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration, 
 // WithFairWaiting, in the key's queue. With WithWakeOnRelease, a release of
 // key also ends the current backoff sleep at once; the backoff stays as the
 // fallback for lost notifications and for leases that end by expiry, which
-// notify nobody. Then it returns a *WaitError, which satisfies
+// notify nobody. Then it returns an error that satisfies
 // errors.Is(err, pgfence.ErrNotAcquired) and says how long it waited.
 // Transient errors (a dropped connection, a server restarting) are retried
 // the same way; definite ones (a missing schema, bad input,
@@ -300,7 +300,7 @@ func (c *Client) waitWoken(ctx context.Context, key string, wake func() wakeAddr
 			return nil, err
 		}
 		waitErr := func(cause error) error {
-			return &WaitError{Key: key, Waited: time.Since(start), Attempts: n, Cause: cause, LastErr: lastErr}
+			return &waitError{key: key, waited: time.Since(start), attempts: n, cause: cause, lastErr: lastErr}
 		}
 		if ctx.Err() != nil {
 			return nil, waitErr(context.Cause(ctx))

@@ -53,46 +53,45 @@ func (e *LeaseLostError) Error() string {
 // Is reports pgfence.ErrLeaseLost.
 func (e *LeaseLostError) Is(target error) bool { return target == pgfence.ErrLeaseLost }
 
-// WaitError is returned by Acquire when it stops waiting: its maximum wait
+// waitError is what Acquire returns when it stops waiting: its maximum wait
 // passed or its context ended while another owner held the key. It satisfies
-// errors.Is(err, pgfence.ErrNotAcquired), and errors.Is(err, context.DeadlineExceeded)
-// (or Canceled) when the context ended it.
-type WaitError struct {
-	Key      string
-	Waited   time.Duration
-	Attempts int
-	// Cause is the context's cause when the context ended the wait, nil when
+// errors.Is(err, pgfence.ErrNotAcquired), and errors.Is(err,
+// context.DeadlineExceeded) (or Canceled) when the context ended it; its
+// text says how long it waited and the last transient error.
+type waitError struct {
+	key      string
+	waited   time.Duration
+	attempts int
+	// cause is the context's cause when the context ended the wait, nil when
 	// the maximum wait did.
-	Cause error
-	// LastErr is the last transient error seen while retrying, if any.
-	LastErr error
+	cause error
+	// lastErr is the last transient error seen while retrying, if any.
+	lastErr error
 }
 
-// Error names the key and why the wait ended.
-func (e *WaitError) Error() string {
-	msg := fmt.Sprintf("pglease: %q not acquired after waiting %v (%d attempts)", e.Key, e.Waited.Round(time.Millisecond), e.Attempts)
-	if e.Cause != nil {
-		msg += ": " + e.Cause.Error()
+func (e *waitError) Error() string {
+	msg := fmt.Sprintf("pglease: %q not acquired after waiting %v (%d attempts)", e.key, e.waited.Round(time.Millisecond), e.attempts)
+	if e.cause != nil {
+		msg += ": " + e.cause.Error()
 	} else {
 		msg += ": maximum wait reached"
 	}
-	if e.LastErr != nil {
-		msg += "; last error: " + e.LastErr.Error()
+	if e.lastErr != nil {
+		msg += "; last error: " + e.lastErr.Error()
 	}
 	return msg
 }
 
-// Is reports pgfence.ErrNotAcquired.
-func (e *WaitError) Is(target error) bool { return target == pgfence.ErrNotAcquired }
+func (e *waitError) Is(target error) bool { return target == pgfence.ErrNotAcquired }
 
 // Unwrap returns the context's cause and the last transient error.
-func (e *WaitError) Unwrap() []error {
+func (e *waitError) Unwrap() []error {
 	var errs []error
-	if e.Cause != nil {
-		errs = append(errs, e.Cause)
+	if e.cause != nil {
+		errs = append(errs, e.cause)
 	}
-	if e.LastErr != nil {
-		errs = append(errs, e.LastErr)
+	if e.lastErr != nil {
+		errs = append(errs, e.lastErr)
 	}
 	return errs
 }
