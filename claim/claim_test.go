@@ -84,7 +84,7 @@ func claimOne(t *testing.T, c *claim.Claimer, ttl time.Duration) *claim.Job {
 
 func mustLeaseLost(t *testing.T, what string, err error) {
 	t.Helper()
-	var lle *claim.LeaseLostError
+	var lle *pgfence.LeaseLostError
 	if !errors.Is(err, pgfence.ErrLeaseLost) || !errors.As(err, &lle) {
 		t.Fatalf("%s: got %v, want pgfence.ErrLeaseLost", what, err)
 	}

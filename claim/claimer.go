@@ -215,7 +215,7 @@ func (c *Claimer) checkJob(j *Job) error {
 // Renew extends the job's lease by its TTL from the database's now(),
 // only while the lease is unexpired and the row still runs under this fence:
 // it never resurrects a lease that Rescue may have taken. On success the
-// job's local deadline moves too. pgfence.ErrLeaseLost (a *LeaseLostError) means stop
+// job's local deadline moves too. pgfence.ErrLeaseLost (a *pgfence.LeaseLostError) means stop
 // working on the job; any other error is transient and the lease stays
 // valid until Deadline.
 //
@@ -235,7 +235,7 @@ func (c *Claimer) Renew(ctx context.Context, j *Job) error {
 	var until time.Time
 	err := c.db.QueryRow(ctx, c.sql.renew, j.ID, j.Fence, j.ttl.Microseconds()).Scan(&until)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return &LeaseLostError{Op: "renew", JobID: j.ID, Fence: j.Fence}
+		return refusedWrite("renew", j)
 	}
 	if err != nil {
 		return fmt.Errorf("claim: renew job %d: %w", j.ID, err)
@@ -303,7 +303,7 @@ func (c *Claimer) complete(ctx context.Context, q pgdb.DB, j *Job) error {
 	}
 	if !ok {
 		c.met.leaseLost(opComplete)
-		return &LeaseLostError{Op: "complete", JobID: j.ID, Fence: j.Fence}
+		return refusedWrite("complete", j)
 	}
 	return nil
 }
@@ -343,7 +343,7 @@ func (c *Claimer) Fail(ctx context.Context, j *Job, cause error) (FailResult, er
 	err := c.db.QueryRow(ctx, c.sql.fail, args...).Scan(&state, &runAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		c.met.leaseLost(opFail)
-		return FailResult{}, &LeaseLostError{Op: "fail", JobID: j.ID, Fence: j.Fence}
+		return FailResult{}, refusedWrite("fail", j)
 	}
 	if err != nil {
 		return FailResult{}, fmt.Errorf("claim: fail job %d: %w", j.ID, err)
@@ -380,7 +380,7 @@ func (c *Claimer) Release(ctx context.Context, j *Job) error {
 	}
 	if tag.RowsAffected() == 0 {
 		c.met.leaseLost(opRelease)
-		return &LeaseLostError{Op: "release", JobID: j.ID, Fence: j.Fence}
+		return refusedWrite("release", j)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/claim"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
@@ -134,13 +135,9 @@ func TestRunnerHandlerIgnoringLostLeaseIsNotCompleted(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("the job's context did not end")
 			}
-			var lle *claim.LeaseLostError
-			wantOp := "renew"
-			if tc.stall {
-				wantOp = "local deadline"
-			}
-			if !errors.As(cause, &lle) || lle.Op != wantOp {
-				t.Fatalf("cause %v, want a lease lost by %s", cause, wantOp)
+			var lle *pgfence.LeaseLostError
+			if !errors.As(cause, &lle) || lle.Op != "renew" || tc.stall != (lle.Cause == "local_deadline") {
+				t.Fatalf("cause %v, want a lease lost by a renewal (at the local deadline: %v)", cause, tc.stall)
 			}
 			if !j.Deadline().Before(time.Now()) && tc.stall {
 				t.Fatalf("context ended before the local deadline %v", j.Deadline())

@@ -18,11 +18,11 @@ import (
 )
 
 // Handler does one job. Its context ends when the job's lease is lost
-// (context.Cause is then a *LeaseLostError), when the runner's shutdown grace
+// (context.Cause is then a *pgfence.LeaseLostError), when the runner's shutdown grace
 // period ends (ErrShutdown), or when the job ends. Returning nil completes the
 // job; an error fails it (retried after the backoff, dead after its last
 // attempt); a panic counts as an error. If the job's lease was lost before
-// the handler returned (its context ended with a *LeaseLostError), returning
+// the handler returned (its context ended with a *pgfence.LeaseLostError), returning
 // nil does not complete the job: the runner writes nothing, reports the
 // outcome LeaseLost (counted in pgfence.job.lease_lost, op complete), and
 // Rescue takes the job back once its lease expires in the database, so it
@@ -57,7 +57,7 @@ const (
 	// LeaseLost: the database refused the completion, failure or release
 	// (the job was rescued or claimed again meanwhile), or the handler
 	// returned nil after its lease was lost (its context ended with a
-	// *LeaseLostError), so no completion was sent. This attempt does not
+	// *pgfence.LeaseLostError), so no completion was sent. This attempt does not
 	// count.
 	LeaseLost
 	// WriteError: the completion, failure or release could not be written,
@@ -90,7 +90,7 @@ type Result struct {
 	Outcome Outcome
 	// HandlerErr is what the handler returned (nil on success).
 	HandlerErr error
-	// Err is the error of the final write, if any (a *LeaseLostError for
+	// Err is the error of the final write, if any (a *pgfence.LeaseLostError for
 	// LeaseLost).
 	Err error
 	// Fail is set when Outcome is Failed.
@@ -693,7 +693,7 @@ func (c *completedInTx) Error() string { return "claim: completed in the handler
 // transaction rolled back. Otherwise the outcome is settled here:
 //
 //   - the job's lease was lost while the handler ran (its context ended with
-//     a *LeaseLostError) and the handler returned nil anyway: the effects are
+//     a *pgfence.LeaseLostError) and the handler returned nil anyway: the effects are
 //     rolled back and the outcome is LeaseLost, without asking the database;
 //   - the completion was refused: rolled back, LeaseLost;
 //   - the commit's answer was lost (the connection broke after COMMIT was
@@ -756,7 +756,7 @@ func (rn *Runner) settleTx(j *Job, commitErr error) error {
 		return commitErr
 	}
 	rn.c.met.leaseLost(opComplete)
-	return &completedInTx{outcome: LeaseLost, err: &LeaseLostError{Op: "complete", JobID: j.ID, Fence: j.Fence}}
+	return &completedInTx{outcome: LeaseLost, err: refusedWrite("complete", j)}
 }
 
 func (rn *Runner) rescueLoop(ctx context.Context, wake chan<- struct{}) {

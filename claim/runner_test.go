@@ -248,7 +248,7 @@ func TestRunnerLeaseLossEndsJobContext(t *testing.T) {
 	pgtest.Step(t, "the stale worker's context ends with a lost renewal", func(t *testing.T) {
 		select {
 		case cause := <-causes:
-			var lle *claim.LeaseLostError
+			var lle *pgfence.LeaseLostError
 			if !errors.As(cause, &lle) || lle.Op != "renew" {
 				t.Fatalf("job context cause %v, want a lost renewal", cause)
 			}
@@ -494,8 +494,8 @@ func TestRunnerLocalDeadlineWhenRenewalsStall(t *testing.T) {
 	}
 	took := time.Since(t0)
 	tx.Rollback(ctx)
-	var lle *claim.LeaseLostError
-	if !errors.As(cause, &lle) || lle.Op != "local deadline" {
+	var lle *pgfence.LeaseLostError
+	if !errors.As(cause, &lle) || lle.Cause != "local_deadline" {
 		t.Fatalf("cause %v, want the local deadline", cause)
 	}
 	if took > 600*time.Millisecond {

@@ -29,30 +29,6 @@ var (
 
 func invalid(format string, args ...any) error { return validate.Invalid("pglease", format, args...) }
 
-// LeaseLostError is the cause of a lost lease's Context and what Renew and
-// Release return for a lease that is gone: which lease, and why. It
-// satisfies errors.Is(err, pgfence.ErrLeaseLost). claim.LeaseLostError is its
-// counterpart for a job row's lease, with the same Cause words.
-type LeaseLostError struct {
-	Key   string
-	Fence int64
-	// Cause is why, in the words of the metric pgfence.lease.lost:
-	// "expired" or "taken_over" (found by Release), "local_deadline",
-	// "release_failed", or "unknown" (a renewal found the lease gone: the
-	// context ends at once, without a read to tell expired from taken
-	// over); "released" when Renew is called after Release.
-	Cause  string
-	reason string
-}
-
-// Error names the key, the fence and why the lease was lost.
-func (e *LeaseLostError) Error() string {
-	return fmt.Sprintf("pglease: lease lost: %q (fence %d): %s", e.Key, e.Fence, e.reason)
-}
-
-// Is reports pgfence.ErrLeaseLost.
-func (e *LeaseLostError) Is(target error) bool { return target == pgfence.ErrLeaseLost }
-
 // waitError is what Acquire returns when it stops waiting: its maximum wait
 // passed or its context ended while another owner held the key. It satisfies
 // errors.Is(err, pgfence.ErrNotAcquired), and errors.Is(err,

@@ -110,7 +110,7 @@ func (c *Client) schedule(ttl time.Duration) keepalive.Schedule {
 
 // lostError is the cause of l's context when it is lost with cause.
 func (l *Lease) lostError(cause keepalive.Cause) error {
-	return &LeaseLostError{Key: l.key, Fence: l.fence, Cause: cause.String(), reason: cause.Reason()}
+	return &pgfence.LeaseLostError{Key: l.key, Fence: l.fence, Cause: cause.String()}
 }
 
 // Key is the lock key.
@@ -123,7 +123,7 @@ func (l *Lease) Fence() int64 { return l.fence }
 
 // Context ends when the lease is lost or released: Context().Done() is
 // closed then, and context.Cause(l.Context()) is nil while the lease is held
-// and afterwards says why it ended (pgfence.ErrLeaseLost, as a *LeaseLostError, or
+// and afterwards says why it ended (pgfence.ErrLeaseLost, as a *pgfence.LeaseLostError, or
 // ErrReleased, wrapped with details). The context carries no deadline: the
 // local one moves with every renewal (see Deadline).
 func (l *Lease) Context() context.Context { return l.ctx }
@@ -230,7 +230,7 @@ func (l *Lease) renewable() error {
 	ended, released := l.ended, l.released
 	l.mu.Unlock()
 	if released {
-		return &LeaseLostError{Key: l.key, Fence: l.fence, Cause: "released", reason: "it was released"}
+		return &pgfence.LeaseLostError{Key: l.key, Fence: l.fence, Cause: "released"}
 	}
 	if ended {
 		return context.Cause(l.ctx)

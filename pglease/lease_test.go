@@ -331,7 +331,7 @@ func TestStalledRenewalLosesLease(t *testing.T) {
 	if late := ended.Sub(<-fired); late > margin/2 {
 		t.Fatalf("context ended %v after a timer armed for the local deadline fired, want within %v", late, margin/2)
 	}
-	var lost *pglease.LeaseLostError
+	var lost *pgfence.LeaseLostError
 	if !errors.As(context.Cause(l.Context()), &lost) || !errors.Is(context.Cause(l.Context()), pgfence.ErrLeaseLost) {
 		t.Fatalf("cause = %v, want a *LeaseLostError satisfying pgfence.ErrLeaseLost", context.Cause(l.Context()))
 	}
@@ -364,7 +364,7 @@ func TestLostRenewalEndsLeaseAtOnce(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("lease not ended after a renewal found it gone")
 	}
-	var lost *pglease.LeaseLostError
+	var lost *pgfence.LeaseLostError
 	if !errors.As(context.Cause(l.Context()), &lost) || !errors.Is(context.Cause(l.Context()), pgfence.ErrLeaseLost) {
 		t.Fatalf("cause = %v, want a *LeaseLostError satisfying pgfence.ErrLeaseLost", context.Cause(l.Context()))
 	}
