@@ -30,8 +30,8 @@ type options struct {
 // fence sequence, its own version, migrated and reverted independently.
 //
 // The clients of that schema take it as an option of their own
-// (pglease.WithSchema, claim.WithSchema, pgguard.WithSchema,
-// payouts.WithSchema), which needs no search_path; pgfence's functions name
+// (pglease.WithSchema, claim.WithSchema, pgguard.WithSchema, which
+// payouts.New takes too), which needs no search_path; pgfence's functions name
 // their schema's objects qualified.
 func WithSchema(schema string) Option {
 	return func(o *options) { o.schema = schema }

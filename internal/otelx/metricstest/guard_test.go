@@ -85,7 +85,7 @@ func TestMetricsPayoutStale(t *testing.T) {
 	r := otelxtest.New(t)
 	pool := pgtest.Pool(t)
 	counter := new(pgtest.StaleCount)
-	intents, err := payouts.New(ctx, pool, payouts.WithStaleHook(counter.Hook), payouts.WithMeterProvider(r.Provider))
+	intents, err := payouts.New(ctx, pool, pgguard.WithStaleHook(counter.Hook), pgguard.WithMeterProvider(r.Provider))
 	if err != nil {
 		t.Fatal(err)
 	}
