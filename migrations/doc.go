@@ -32,9 +32,9 @@
 // same schema as an option of their own (pglease.WithSchema,
 // claim.WithSchema, pgguard.WithSchema (also for payouts.New), the CLI's
 // --schema) and name the schema's objects in each statement, which needs no
-// search_path and works behind a transaction pooler. [UseSchema], which sets
-// the search_path of a pool's connections, remains for statements of one's
-// own on direct connections.
+// search_path and works behind a transaction pooler. For statements of
+// one's own on direct connections, set the search_path of a pool's
+// connections (pgxpool.Config's ConnConfig.RuntimeParams["search_path"]).
 //
 // # Writing a migration
 //

@@ -16,7 +16,6 @@ import (
 	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
-	"github.com/pgfence/pgfence/migrations"
 	"github.com/pgfence/pgfence/pglease"
 )
 
@@ -34,11 +33,7 @@ func newClient(t *testing.T, pool *pgxpool.Pool, opts ...pglease.Option) *pgleas
 // tests that count or sweep whole tables while other tests run: two pools
 // of one test share the schema, which pgtest.SchemaPool cannot do.
 func inSchema(t *testing.T, schema string) func(*pgxpool.Config) {
-	return func(cfg *pgxpool.Config) {
-		if err := migrations.UseSchema(cfg, schema); err != nil {
-			t.Fatal(err)
-		}
-	}
+	return pgtest.InSchema(schema)
 }
 
 func uniqueKey(t *testing.T) string {

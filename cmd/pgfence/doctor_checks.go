@@ -119,7 +119,7 @@ const transactionPoolerLimits = "docs/pgbouncer.md:\n" +
 	"with a pool that connects directly, else waiters poll;\n" +
 	"migrations need a direct connection;\n" +
 	"session-level advisory locks (advisory.SessionLock) do not work: use advisory.TryDo or Do;\n" +
-	"a search_path startup parameter (migrations.UseSchema) is refused: use --schema / WithSchema;\n" +
+	"a search_path startup parameter (RuntimeParams) is refused: use --schema / WithSchema;\n" +
 	"your own queries need default_query_exec_mode=cache_describe (or exec) in their pool's URL"
 
 func checkPooler(ctx context.Context, d *doctor) error {
