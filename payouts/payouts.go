@@ -55,7 +55,8 @@ type Payout struct {
 	Currency    string
 	State       State
 	// IdempotencyKey was derived once from ID when the intent was recorded
-	// (see IdempotencyKey) and never changes: send it on every attempt, so
+	// ("pgfence-payout-" and 32 hex digits of a SHA-256 of the ID, the same
+	// in every process) and never changes: send it on every attempt, so
 	// that the provider returns the first attempt's result for a repeat.
 	IdempotencyKey string
 	// ProviderRef is the provider's reference, once Submitted.
@@ -87,12 +88,12 @@ func payoutFrom(p fencedb.PayoutIntent) Payout {
 	return out
 }
 
-// IdempotencyKey derives the idempotency key of a payout from its id:
+// idempotencyKey derives the idempotency key of a payout from its id:
 // "pgfence-payout-" and 32 hex digits of a SHA-256 of the id. It is stable
 // across processes and attempts, so even a payout recorded twice (by
-// mistake, after a restore) sends the provider the same key. Intents.Create
-// stores it with the intent; read it from there.
-func IdempotencyKey(id string) string {
+// mistake, after a restore) sends the provider the same key. Create stores
+// it with the intent (Payout.IdempotencyKey).
+func idempotencyKey(id string) string {
 	sum := sha256.Sum256([]byte("pgfence/payout/v1\x00" + id))
 	return "pgfence-payout-" + hex.EncodeToString(sum[:16])
 }
@@ -208,7 +209,7 @@ func (p *Intents) Create(ctx context.Context, db pgfence.DBTX, id string, amount
 	}
 	q := p.cfg.queries(db)
 	row, err := q.CreatePayout(ctx, fencedb.CreatePayoutParams{
-		PayoutID: id, AmountCents: amountCents, Currency: currency, IdempotencyKey: IdempotencyKey(id),
+		PayoutID: id, AmountCents: amountCents, Currency: currency, IdempotencyKey: idempotencyKey(id),
 	})
 	if err == nil {
 		return payoutFrom(row), nil
