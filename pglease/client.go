@@ -40,8 +40,7 @@ type Client struct {
 	// stall or fail renewals).
 	renewHook func(ctx context.Context, l *Lease) (time.Time, error)
 
-	stats counters
-	met   *metrics // OpenTelemetry instruments (metrics.go)
+	met *metrics // OpenTelemetry instruments (metrics.go)
 
 	wake *waker // nil unless WithWakeOnRelease
 
@@ -267,7 +266,6 @@ func (c *Client) waitFor(ctx context.Context, key, wake string, attempt func(con
 // to the address wake returns then.
 func (c *Client) waitWoken(ctx context.Context, key string, wake func() wakeAddr, attempt func(context.Context) (*Lease, error)) (_ *Lease, err error) {
 	start := time.Now()
-	defer func() { c.stats.waitedNanos.Add(int64(time.Since(start))) }()
 	defer func() { c.met.acquired(opWait, start, err) }()
 	bound := c.cfg.backoffMin
 	var woken <-chan struct{} // nil, never ready, without WithWakeOnRelease
@@ -398,15 +396,12 @@ func (c *Client) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	case err == nil:
 		return c.startLease(key, token, row.Fence, row.ExpiresAt, ttl, sent)
 	case isNoRows(err):
-		c.stats.notAcquired.Add(1)
 		return nil, notAcquired(key)
 	case pgerr.IsLockNotAvailable(err):
-		c.stats.notAcquired.Add(1)
 		// Another acquisition of the same key held the row past our
 		// lock_timeout: someone else is taking it.
 		return nil, fmt.Errorf("%w: %q (another acquisition was in progress)", pgfence.ErrNotAcquired, key)
 	case mayHaveExecuted(err):
-		c.stats.ambiguous.Add(1)
 		return c.resolveAmbiguous(ctx, key, token, ttl, sent, err, 1)
 	default:
 		return nil, c.explain(key, err)

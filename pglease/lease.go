@@ -95,7 +95,6 @@ func (c *Client) startRow(key, token string, fence int64, expiresAt time.Time, t
 	}
 	c.leases[l] = struct{}{}
 	c.mu.Unlock()
-	c.stats.acquired.Add(1)
 	c.met.leaseStarted()
 	return l, nil
 }
@@ -156,7 +155,6 @@ func (l *Lease) lose(cause error) bool {
 	l.stopTimers()
 	l.mu.Unlock()
 	l.cancel(cause)
-	l.c.stats.lost.Add(1)
 	l.c.cfg.logger.Warn("pglease: lease lost", "key", l.key, "fence", l.fence, "cause", cause)
 	return true
 }
@@ -263,7 +261,6 @@ func (l *Lease) renewed(ctx context.Context, sent, expiresAt time.Time, err erro
 
 // renewFailed counts and logs an auto-renewal that failed transiently.
 func (l *Lease) renewFailed(err error) {
-	l.c.stats.renewFailures.Add(1)
 	l.c.met.renewFailed()
 	l.c.cfg.logger.Warn("pglease: renewal failed; retrying until the local deadline", "key", l.key, "fence", l.fence, "err", err)
 }
@@ -379,9 +376,6 @@ func (l *Lease) releasedRow(ctx context.Context, released bool, err error) error
 		result = fmt.Errorf("%w before it was released", l.lostError(keepalive.Expired))
 	}
 	if result != nil {
-		if !wasEnded {
-			l.c.stats.lost.Add(1)
-		}
 		l.cancel(result)
 	} else {
 		l.cancel(releasedError{l.key, l.fence})

@@ -205,12 +205,6 @@ func TestExpiryByDatabaseClock(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-
-	t.Run("stats count the grant, the loss and the refusal", func(t *testing.T) {
-		if sa, sb := a.Stats(), b.Stats(); sa.Acquired != 1 || sa.Lost != 1 || sb.Acquired != 1 || sb.NotAcquired < 1 {
-			t.Fatalf("stats: a %+v, b %+v", sa, sb)
-		}
-	})
 }
 
 // A renewal of an expired lease must not resurrect it even when nobody else
@@ -395,11 +389,11 @@ func TestAcquireWaitsAndGivesUp(t *testing.T) {
 
 	w2 := newClient(t, pool, pglease.WithBackoff(5*time.Millisecond, 50*time.Millisecond))
 	pgtest.Step(t, "released mid-wait, the waiter gets the key", func(t *testing.T) {
-		// Released once the waiter has been refused at least once.
+		// Released once the waiter has most likely been refused at least
+		// once (its first attempt is immediate, its backoff 5-50ms); the
+		// test holds either way.
 		go func() {
-			for deadline := time.Now().Add(5 * time.Second); w2.Stats().NotAcquired == 0 && time.Now().Before(deadline); {
-				time.Sleep(time.Millisecond)
-			}
+			time.Sleep(100 * time.Millisecond)
 			l.Release(context.Background())
 		}()
 		got, err := w2.Acquire(ctx, key, time.Second)
