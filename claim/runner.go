@@ -103,7 +103,7 @@ type runnerConfig struct {
 	ttl          time.Duration
 	poll         time.Duration
 	listen       string
-	listenPool   *pgxpool.Pool // WithListenPool; nil: the claimer's pool
+	listenPool   *pgxpool.Pool // WithListen's; nil: the claimer's pool
 	grace        time.Duration
 	rescueEvery  time.Duration // 0: lease/2; <0: off
 	writeTimeout time.Duration
@@ -165,7 +165,7 @@ func WithPollInterval(d time.Duration) Option {
 }
 
 // WithListen makes the runner LISTEN on channel (on one dedicated
-// connection taken from the claimer's pool, or WithListenPool's, for the
+// connection taken from the claimer's pool, or the listen pool's, for the
 // length of Run) and claim as soon as a notification arrives; Enqueue with
 // the same channel notifies it. Default: off, polling only. If the
 // listening connection fails, the runner keeps polling and listens again
@@ -174,41 +174,34 @@ func WithPollInterval(d time.Duration) Option {
 //
 // LISTEN needs a server session of its own, which a transaction or
 // statement pooler (PgBouncer's usual pool modes) does not give: behind one,
-// give the listener a pool that bypasses it (WithListenPool). Without one,
-// Run finds the pooler when its listener starts, sends no LISTEN through it,
-// and polls (see WithListenPool).
-func WithListen(channel string) Option {
+// give the listener a pool of its own that bypasses it, listen: one that
+// reaches the same database directly (or through a session pooler).
+// Claims, completions and Enqueue's NOTIFY still go through the claimer's
+// pool. The listener holds one connection of it for the length of Run
+// (MaxConns 1 suffices), and none of the claimer's pool then.
+//
+// Without a listen pool, the claimer's own pool serves. When the listener
+// starts, Run checks what lies in front of PostgreSQL (the listen pool's as
+// well): behind a transaction or statement pooler it sends no LISTEN (a
+// LISTEN there stays behind on a pooled server session, and its
+// notifications go to other clients or are dropped), logs a warning once
+// per Run, counts pgfence.listen.disabled, and claims at each poll interval
+// (WithPollInterval). More than one listen pool, or a nil one, is refused
+// with pgfence.ErrInvalidInput.
+func WithListen(channel string, listen ...*pgxpool.Pool) Option {
 	return runnerOption("WithListen", func(c *runnerConfig) error {
 		if err := checkIdent("notification channel", channel); err != nil {
 			return err
 		}
-		c.listen = channel
-		return nil
-	})
-}
-
-// WithListenPool gives WithListen's listener a pool of its own, for its one
-// LISTEN connection only: for a claimer whose pool goes through a
-// transaction or statement pooler such as PgBouncer, where LISTEN cannot
-// work, a pool that reaches the same database directly (or through a session
-// pooler). Claims, completions and Enqueue's NOTIFY still go through the
-// claimer's pool. The listener holds one connection of it for the length of
-// Run (MaxConns 1 suffices), and none of the claimer's pool then.
-//
-// Default: the claimer's own pool. When the listener starts, Run checks
-// what lies in front of PostgreSQL (this pool's as well): behind a
-// transaction or statement pooler it sends no LISTEN (a LISTEN there stays
-// behind on a pooled server session, and its notifications go to other
-// clients or are dropped), logs a warning once per Run, counts
-// pgfence.listen.disabled, and claims at each poll interval
-// (WithPollInterval). NewRunner and NewTxRunner refuse the option without
-// WithListen, and a nil pool, with pgfence.ErrInvalidInput.
-func WithListenPool(pool *pgxpool.Pool) Option {
-	return runnerOption("WithListenPool", func(c *runnerConfig) error {
-		if pool == nil {
-			return invalid("nil listen pool: give WithListenPool a pool that connects directly to PostgreSQL, or drop the option")
+		switch {
+		case len(listen) > 1:
+			return invalid("WithListen takes at most one listen pool, got %d", len(listen))
+		case len(listen) == 1 && listen[0] == nil:
+			return invalid("nil listen pool: give WithListen a pool that connects directly to PostgreSQL, or none")
+		case len(listen) == 1:
+			c.listenPool = listen[0]
 		}
-		c.listenPool = pool
+		c.listen = channel
 		return nil
 	})
 }
@@ -289,7 +282,7 @@ type Runner struct {
 // loop's short statement shares with them. So the pool's MaxConns must be at
 // least workers + 2 (one for renewals, one for claims and rescues), and
 // workers + 3 with WithListen, whose listener holds a connection for the
-// length of Run (of its own pool with WithListenPool: then workers + 2). A smaller pool would starve the renewals of connections
+// length of Run (of its own pool with a listen pool: then workers + 2). A smaller pool would starve the renewals of connections
 // while the handlers run, and every job longer than its lease would lose it;
 // NewTxRunner refuses it with pgfence.ErrInvalidInput.
 func NewTxRunner(c *Claimer, h TxHandler, opts ...Option) (*Runner, error) {
@@ -324,9 +317,6 @@ func NewRunner(c *Claimer, h Handler, opts ...Option) (*Runner, error) {
 	cfg := runnerConfig{workers: 4, ttl: 30 * time.Second, poll: time.Second, grace: 10 * time.Second, writeTimeout: 10 * time.Second}
 	if err := apply(opts, settings{runner: &cfg}); err != nil {
 		return nil, err
-	}
-	if cfg.listenPool != nil && cfg.listen == "" {
-		return nil, invalid("WithListenPool is for WithListen's listener: add WithListen(channel), or drop WithListenPool")
 	}
 	if cfg.batch == 0 {
 		cfg.batch = cfg.workers
@@ -795,9 +785,9 @@ func (rn *Runner) rescueLoop(ctx context.Context, wake chan<- struct{}) {
 func (rn *Runner) listenLoop(ctx context.Context, wake chan<- struct{}) {
 	pool, pooled := rn.c.pool, "claim: the claimer's pool goes through a transaction or statement pooler (PgBouncer in "+
 		"transaction mode, say), where LISTEN cannot work; no LISTEN is sent and the runner claims at each poll interval: "+
-		"give the runner WithListenPool with a pool that connects directly to PostgreSQL"
+		"give WithListen a pool that connects directly to PostgreSQL"
 	if rn.cfg.listenPool != nil {
-		pool, pooled = rn.cfg.listenPool, "claim: the pool given to WithListenPool goes through a transaction or statement "+
+		pool, pooled = rn.cfg.listenPool, "claim: the pool given to WithListen goes through a transaction or statement "+
 			"pooler too, where LISTEN cannot work; no LISTEN is sent and the runner claims at each poll interval: "+
 			"connect that pool directly to PostgreSQL (or through a session pooler)"
 	}

@@ -427,23 +427,23 @@ func TestRunnerBadOptions(t *testing.T) {
 	c := newClaimer(t, pool, qn)
 	h := func(context.Context, *claim.Job) error { return nil }
 	for name, o := range map[string]claim.Option{
-		"workers 0":                      claim.WithWorkers(0),
-		"batch 0":                        claim.WithBatchSize(0),
-		"batch huge":                     claim.WithBatchSize(claim.MaxBatch + 1),
-		"lease 0":                        claim.WithTTL(0),
-		"lease neg":                      claim.WithTTL(-time.Second),
-		"poll 0":                         claim.WithPollInterval(0),
-		"channel NUL":                    claim.WithListen("a\x00b"),
-		"channel \"\"":                   claim.WithListen(""),
-		"listen pool nil":                claim.WithListenPool(nil),
-		"listen pool without WithListen": claim.WithListenPool(pool),
+		"workers 0":        claim.WithWorkers(0),
+		"batch 0":          claim.WithBatchSize(0),
+		"batch huge":       claim.WithBatchSize(claim.MaxBatch + 1),
+		"lease 0":          claim.WithTTL(0),
+		"lease neg":        claim.WithTTL(-time.Second),
+		"poll 0":           claim.WithPollInterval(0),
+		"channel NUL":      claim.WithListen("a\x00b"),
+		"channel \"\"":     claim.WithListen(""),
+		"listen pool nil":  claim.WithListen("x", nil),
+		"two listen pools": claim.WithListen("x", pool, pool),
 	} {
 		if _, err := claim.NewRunner(c, h, o); !errors.Is(err, pgfence.ErrInvalidInput) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	if _, err := claim.NewRunner(c, h, claim.WithListenPool(pool), claim.WithListen("x")); err != nil {
-		t.Errorf("WithListenPool before WithListen: %v", err)
+	if _, err := claim.NewRunner(c, h, claim.WithListen("x", pool)); err != nil {
+		t.Errorf("WithListen with a listen pool: %v", err)
 	}
 	if _, err := claim.NewRunner(nil, h); !errors.Is(err, pgfence.ErrInvalidInput) {
 		t.Error("nil claimer accepted")

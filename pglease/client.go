@@ -74,9 +74,6 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 	}
-	if err := cfg.check(); err != nil {
-		return nil, err
-	}
 	// pgdb names WithSchema's schema in every statement and tells a
 	// statement that never got a connection from one whose answer was lost
 	// (mayHaveExecuted).
