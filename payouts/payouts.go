@@ -39,9 +39,6 @@ const (
 	Failed State = "FAILED"
 )
 
-// Final reports whether no transition leaves s: the work is done.
-func (s State) Final() bool { return s == Submitted || s == Failed }
-
 // tableName is the table that holds payout intents (created by pgfence's
 // migrations), unqualified: it is found on the search_path, like pgfence's
 // other objects, unless WithSchema names its schema.
