@@ -41,49 +41,33 @@ type Handler func(ctx context.Context, job *Job) error
 // back and the job fails as with a Handler.
 type TxHandler func(ctx context.Context, tx pgx.Tx, job *Job) error
 
-// Outcome is what the runner did with a job after its handler returned.
-type Outcome int
+// Outcome is what the runner did with a job after its handler returned, in
+// words.
+type Outcome string
 
 const (
 	// Completed: the handler returned nil and the completion was accepted
 	// and is durable.
-	Completed Outcome = iota + 1
+	Completed Outcome = "completed"
 	// Failed: the handler returned an error (or panicked) and the failure
 	// was recorded; the job retries later or is dead.
-	Failed
+	Failed Outcome = "failed"
 	// Released: shutdown interrupted the handler; the job went back to the
 	// queue without counting the attempt.
-	Released
+	Released Outcome = "released"
 	// LeaseLost: the database refused the completion, failure or release
 	// (the job was rescued or claimed again meanwhile), or the handler
 	// returned nil after its lease was lost (its context ended with a
 	// *pgfence.LeaseLostError), so no completion was sent. This attempt does not
 	// count.
-	LeaseLost
+	LeaseLost Outcome = "lease lost"
 	// WriteError: the completion, failure or release could not be written,
 	// and for a completion its outcome could not be settled by reading the
 	// job back either (the database was unreachable within the write
 	// timeout). The lease will expire and Rescue requeue the job, unless a
 	// completion whose answer was lost did land.
-	WriteError
+	WriteError Outcome = "write error"
 )
-
-// String names the outcome.
-func (o Outcome) String() string {
-	switch o {
-	case Completed:
-		return "completed"
-	case Failed:
-		return "failed"
-	case Released:
-		return "released"
-	case LeaseLost:
-		return "lease lost"
-	case WriteError:
-		return "write error"
-	}
-	return fmt.Sprintf("Outcome(%d)", int(o))
-}
 
 // Result reports one job's end to a result hook.
 type Result struct {
