@@ -163,9 +163,6 @@ func New(ctx context.Context, db pgfence.DBTX, opts ...pgguard.Option) (*Intents
 	return &Intents{guard: g, cfg: cfg}, nil
 }
 
-// Table is the payout table, schema-qualified, as the errors and counters
-// of Intents name it.
-func (p *Intents) Table() string { return p.guard.Table() }
 
 var currencyRE = regexp.MustCompile(`^[A-Z]{3}$`)
 
@@ -339,7 +336,7 @@ func (p *Intents) transition(ctx context.Context, db pgfence.DBTX, id string, fe
 	err = p.guard.Check(ctx, db, id, fence, from)
 	if err == nil {
 		err = fmt.Errorf("%w for %s key %q (fence %d): the payout did not match when the transition ran and matches now: it changed concurrently; re-read it before deciding",
-			pgguard.ErrPrecondition, p.Table(), id, fence)
+			pgguard.ErrPrecondition, p.guard.Table(), id, fence)
 	}
 	precondition := errors.Is(err, pgguard.ErrPrecondition)
 	var se *pgguard.StaleFenceError
