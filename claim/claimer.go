@@ -385,31 +385,24 @@ func (c *Claimer) Release(ctx context.Context, j *Job) error {
 	return nil
 }
 
-// RescueResult counts what Rescue did.
-type RescueResult struct {
-	Requeued int64 // expired running jobs made available again
-	Dead     int64 // expired running jobs whose last attempt it was
-}
-
 // Rescue returns up to limit running jobs whose lease has expired by the
 // database clock to the queue, in one guarded UPDATE: the statement itself
 // requires state = 'running' AND expires_at <= now() on every row it
 // changes (rows being written concurrently are skipped), so it can never
 // undo a completion or take a job whose lease was just extended. The expired
-// attempt stays counted; a job whose last attempt expired becomes dead.
-// limit must lie in [1, 10000].
-func (c *Claimer) Rescue(ctx context.Context, limit int) (RescueResult, error) {
+// attempt stays counted; a job whose last attempt expired becomes dead. It
+// returns how many jobs it made available again (requeued) and how many
+// became dead. limit must lie in [1, 10000].
+func (c *Claimer) Rescue(ctx context.Context, limit int) (requeued, dead int64, err error) {
 	if limit < 1 || limit > maxBatch {
-		return RescueResult{}, invalid("rescue limit %d is outside [1, %d]", limit, maxBatch)
+		return 0, 0, invalid("rescue limit %d is outside [1, %d]", limit, maxBatch)
 	}
-	var r RescueResult
-	err := c.db.QueryRow(ctx, c.sql.rescue, c.queueArgs(limit)...).Scan(&r.Requeued, &r.Dead)
-	if err != nil {
-		return RescueResult{}, c.explain("rescue", err)
+	if err := c.db.QueryRow(ctx, c.sql.rescue, c.queueArgs(limit)...).Scan(&requeued, &dead); err != nil {
+		return 0, 0, c.explain("rescue", err)
 	}
-	c.met.rescued(r)
-	if r.Requeued+r.Dead > 0 {
-		c.cfg.logger.Warn("claim: rescued jobs whose lease expired", "requeued", r.Requeued, "dead", r.Dead)
+	c.met.rescued(requeued, dead)
+	if requeued+dead > 0 {
+		c.cfg.logger.Warn("claim: rescued jobs whose lease expired", "requeued", requeued, "dead", dead)
 	}
-	return r, nil
+	return requeued, dead, nil
 }

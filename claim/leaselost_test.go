@@ -124,8 +124,8 @@ func TestRunnerHandlerIgnoringLostLeaseIsNotCompleted(t *testing.T) {
 				}
 			} else {
 				expire(t, admin, id)
-				if r, err := thief.Rescue(ctx, 10); err != nil || r.Requeued != 1 {
-					t.Fatalf("rescue %+v %v", r, err)
+				if requeued, _, err := thief.Rescue(ctx, 10); err != nil || requeued != 1 {
+					t.Fatalf("rescue %d %v", requeued, err)
 				}
 				stolen = claimOne(t, thief, time.Minute)
 			}
@@ -176,11 +176,11 @@ func TestRunnerHandlerIgnoringLostLeaseIsNotCompleted(t *testing.T) {
 				// Rescue takes the job back once its lease expires.
 				deadline := time.Now().Add(5 * time.Second)
 				for {
-					res, err := c.Rescue(ctx, 10)
+					requeued, _, err := c.Rescue(ctx, 10)
 					if err != nil {
 						t.Fatal(err)
 					}
-					if res.Requeued == 1 {
+					if requeued == 1 {
 						break
 					}
 					if time.Now().After(deadline) {

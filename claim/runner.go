@@ -743,20 +743,20 @@ func (rn *Runner) rescueLoop(ctx context.Context, wake chan<- struct{}) {
 		case <-t.C:
 		}
 		for ctx.Err() == nil {
-			r, err := rn.c.Rescue(ctx, 1000)
+			requeued, dead, err := rn.c.Rescue(ctx, 1000)
 			if err != nil {
 				if ctx.Err() == nil {
 					rn.c.cfg.logger.Warn("claim: rescue failed", "err", err)
 				}
 				break
 			}
-			if r.Requeued > 0 {
+			if requeued > 0 {
 				select {
 				case wake <- struct{}{}:
 				default:
 				}
 			}
-			if r.Requeued+r.Dead < 1000 {
+			if requeued+dead < 1000 {
 				break
 			}
 		}

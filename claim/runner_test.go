@@ -119,12 +119,12 @@ func TestRunnerManyJobsWithLeaseLosses(t *testing.T) {
 				return
 			}
 			injected.Add(tag.RowsAffected())
-			r, err := c.Rescue(ctx, 100)
+			requeued, _, err := c.Rescue(ctx, 100)
 			if err != nil {
 				t.Error(err)
 				return
 			}
-			rescued.Add(r.Requeued)
+			rescued.Add(requeued)
 		}
 	}()
 
@@ -237,8 +237,8 @@ func TestRunnerLeaseLossEndsJobContext(t *testing.T) {
 		// The worker stalls (as far as the database can tell): its lease
 		// expires, the job is rescued and claimed by another worker.
 		expire(t, pool, id)
-		if r, err := c.Rescue(ctx, 10); err != nil || r.Requeued != 1 {
-			t.Fatalf("rescue %+v %v", r, err)
+		if requeued, _, err := c.Rescue(ctx, 10); err != nil || requeued != 1 {
+			t.Fatalf("rescue %d %v", requeued, err)
 		}
 		thief = claimOne(t, other, time.Minute)
 		if thief.Fence <= j.Fence {
@@ -528,8 +528,8 @@ func TestTxRunnerEffectsCommitWithCompletion(t *testing.T) {
 			// The worker stalls: its lease expires, the job is rescued and
 			// claimed by another worker before this one completes.
 			expire(t, pool, stolen)
-			if r, err := c.Rescue(ctx, 10); err != nil || r.Requeued != 1 {
-				t.Errorf("rescue %+v %v", r, err)
+			if requeued, _, err := c.Rescue(ctx, 10); err != nil || requeued != 1 {
+				t.Errorf("rescue %d %v", requeued, err)
 			}
 			claimOne(t, other, time.Minute)
 		}

@@ -163,7 +163,6 @@ func New(ctx context.Context, db pgfence.DBTX, opts ...pgguard.Option) (*Intents
 	return &Intents{guard: g, cfg: cfg}, nil
 }
 
-
 var currencyRE = regexp.MustCompile(`^[A-Z]{3}$`)
 
 func checkText(what, s string, max int) error {
