@@ -69,6 +69,3 @@ func (m *TimelineMark) Check(fence int64) error {
 		}
 	}
 }
-
-// High is the highest timeline seen so far (0 before the first Check).
-func (m *TimelineMark) High() int64 { return m.high.Load() }

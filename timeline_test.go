@@ -31,8 +31,8 @@ func TestTimelineMarkConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if m.High() != 64 {
-		t.Fatalf("mark %d, want 64", m.High())
+	if h := m.high.Load(); h != 64 {
+		t.Fatalf("mark %d, want 64", h)
 	}
 	if err := m.Check(64<<timelineShift | 99); err != nil {
 		t.Errorf("a fence of the mark's own timeline was refused: %v", err)

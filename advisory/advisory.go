@@ -65,10 +65,6 @@ func StringKey(s string) (Key, error) {
 //	SELECT pg_advisory_xact_lock(('x' || left(encode(sha256(convert_to($1, 'UTF8')), 'hex'), 16))::bit(64)::bigint);
 const KeySQL = `('x' || left(encode(sha256(convert_to($1::text, 'UTF8')), 'hex'), 16))::bit(64)::bigint`
 
-// Int64 returns the bigint of an Int64Key or StringKey; ok is false for a
-// PairKey.
-func (k Key) Int64() (id int64, ok bool) { return k.id, !k.pair && k.assigned }
-
 // String describes the key for messages.
 func (k Key) String() string {
 	switch {

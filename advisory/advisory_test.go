@@ -72,7 +72,7 @@ func TestStringKeyMatchesSQL(t *testing.T) {
 	pool := pgtest.Pool(t)
 	for _, s := range []string{"invoice:72", "a", "ünïcödé ключ 🔒", strings.Repeat("x", 512)} {
 		k := key(t, s)
-		want, _ := k.Int64()
+		want, _ := advisory.KeyID(k)
 		var got int64
 		if err := pool.QueryRow(context.Background(), `SELECT `+advisory.KeySQL, s).Scan(&got); err != nil {
 			t.Fatal(err)
@@ -184,7 +184,7 @@ func TestReleasedAtCommitAndRollback(t *testing.T) {
 		// The two key spaces and different keys do not interfere.
 		release := make(chan struct{})
 		_, res := hold(t, pool, advisory.PairKey(1, 2), release)
-		if id, _ := k.Int64(); !tryFrom(t, pool, advisory.Int64Key(id)) || !tryFrom(t, pool, advisory.PairKey(2, 1)) || tryFrom(t, pool, advisory.PairKey(1, 2)) {
+		if id, _ := advisory.KeyID(k); !tryFrom(t, pool, advisory.Int64Key(id)) || !tryFrom(t, pool, advisory.PairKey(2, 1)) || tryFrom(t, pool, advisory.PairKey(1, 2)) {
 			t.Fatal("key spaces interfere")
 		}
 		close(release)

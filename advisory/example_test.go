@@ -77,11 +77,17 @@ func ExampleKeySQL() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fromGo, _ := k.Int64() // ok is always true for a StringKey
-	var fromSQL int64
-	if err := pool.QueryRow(ctx, `SELECT `+advisory.KeySQL, "invoice:72").Scan(&fromSQL); err != nil {
+	err = advisory.Do(ctx, pool, k, func(ctx context.Context, tx pgx.Tx) error {
+		// A script's transaction on another connection asks for the key.
+		var got bool
+		if err := pool.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(`+advisory.KeySQL+`)`, "invoice:72").Scan(&got); err != nil {
+			return err
+		}
+		fmt.Println("the script got the lock:", got)
+		return nil
+	})
+	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(fromGo == fromSQL)
-	// Output: true
+	// Output: the script got the lock: false
 }

@@ -58,7 +58,7 @@ func TestSessionLockReleasedWhenConnectionDrops(t *testing.T) {
 	defer s.Unlock(ctx)
 	var pid int32
 	pool.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1
-		AND objid = $1::bigint::oid LIMIT 1`, func() int64 { id, _ := k.Int64(); return int64(uint32(id)) }()).Scan(&pid)
+		AND objid = $1::bigint::oid LIMIT 1`, func() int64 { id, _ := advisory.KeyID(k); return int64(uint32(id)) }()).Scan(&pid)
 	if pid == 0 {
 		t.Fatal("lock not visible in pg_locks")
 	}

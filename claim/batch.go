@@ -61,7 +61,7 @@ func (c *Claimer) renewMany(ctx context.Context, jobs []*Job, ttl time.Duration)
 }
 
 // completeMany completes jobs in one durable statement and returns, per job
-// (same order), nil when its completion counted and a *LeaseLostError when
+// (same order), nil when its completion counted and a *pgfence.LeaseLostError when
 // it did not. A non-nil error means the outcome of every job is unknown: the
 // statement may or may not have committed (see settleMany).
 func (c *Claimer) completeMany(ctx context.Context, jobs []*Job) ([]error, error) {
@@ -80,7 +80,7 @@ func (c *Claimer) completeMany(ctx context.Context, jobs []*Job) ([]error, error
 	res := make([]error, len(jobs))
 	for i, j := range jobs {
 		if !done[attemptOf(j)] {
-			res[i] = &LeaseLostError{Op: "complete", JobID: j.ID, Fence: j.Fence}
+			res[i] = refusedWrite("complete", j)
 		}
 	}
 	return res, nil
@@ -131,7 +131,7 @@ func (c *Claimer) completeAndClaim(ctx context.Context, done []*Job, n int, ttl 
 	res = make([]error, len(done))
 	for i, j := range done {
 		if !completed[attemptOf(j)] {
-			res[i] = &LeaseLostError{Op: "complete", JobID: j.ID, Fence: j.Fence}
+			res[i] = refusedWrite("complete", j)
 		}
 	}
 	return res, jobs, nil

@@ -17,8 +17,8 @@ func staleAndFresh(t *testing.T, c *claim.Claimer, pool *pgxpool.Pool, id int64)
 	t.Helper()
 	stale = claimOne(t, c, time.Minute)
 	expire(t, pool, id)
-	if r, err := c.Rescue(context.Background(), 100); err != nil || r.Requeued != 1 {
-		t.Fatalf("rescue = %+v, %v; want 1 requeued", r, err)
+	if requeued, _, err := c.Rescue(context.Background(), 100); err != nil || requeued != 1 {
+		t.Fatalf("rescue = %d requeued, %v; want 1 requeued", requeued, err)
 	}
 	fresh = claimOne(t, c, time.Minute)
 	if fresh.ID != stale.ID || fresh.Fence == stale.Fence {

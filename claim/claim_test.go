@@ -84,7 +84,7 @@ func claimOne(t *testing.T, c *claim.Claimer, ttl time.Duration) *claim.Job {
 
 func mustLeaseLost(t *testing.T, what string, err error) {
 	t.Helper()
-	var lle *claim.LeaseLostError
+	var lle *pgfence.LeaseLostError
 	if !errors.Is(err, pgfence.ErrLeaseLost) || !errors.As(err, &lle) {
 		t.Fatalf("%s: got %v, want pgfence.ErrLeaseLost", what, err)
 	}
@@ -182,9 +182,9 @@ func TestClaimRaces(t *testing.T) {
 	// Renew never resurrects an expired lease, even before rescue.
 	mustLeaseLost(t, "renew after expiry", c.Renew(ctx, stale))
 
-	r, err := c.Rescue(ctx, 100)
-	if err != nil || r.Requeued != 1 || r.Dead != 0 {
-		t.Fatalf("rescue = %+v, %v; want 1 requeued", r, err)
+	requeued, dead, err := c.Rescue(ctx, 100)
+	if err != nil || requeued != 1 || dead != 0 {
+		t.Fatalf("rescue = %d requeued, %d dead, %v; want 1 requeued", requeued, dead, err)
 	}
 	if row := getJob(t, pool, id); row.state != "available" || row.attempt != 1 {
 		t.Fatalf("rescued row %+v: want available, attempt still counted", row)
@@ -211,9 +211,9 @@ func TestClaimRaces(t *testing.T) {
 	}
 	// Rescue after complete: a no-op, even once the lease time has passed.
 	expire(t, pool, id)
-	r, err = c.Rescue(ctx, 100)
-	if err != nil || r.Requeued != 0 || r.Dead != 0 {
-		t.Fatalf("rescue after complete = %+v, %v; want nothing", r, err)
+	requeued, dead, err = c.Rescue(ctx, 100)
+	if err != nil || requeued != 0 || dead != 0 {
+		t.Fatalf("rescue after complete = %d requeued, %d dead, %v; want nothing", requeued, dead, err)
 	}
 	if row := getJob(t, pool, id); row.state != "completed" || row.attempt != 2 {
 		t.Fatalf("row after rescue-after-complete: %+v", row)
@@ -235,7 +235,7 @@ func TestRescueEndsDeadAfterMaxAttempts(t *testing.T) {
 			t.Fatalf("attempt %d, want %d", j.Attempt, attempt+1)
 		}
 		expire(t, pool, id)
-		if _, err := c.Rescue(ctx, 10); err != nil {
+		if _, _, err := c.Rescue(ctx, 10); err != nil {
 			t.Fatal(err)
 		}
 		if row := getJob(t, pool, id); row.state != want || row.attempt != attempt+1 {
@@ -297,7 +297,7 @@ func TestBadInputClaimsNothing(t *testing.T) {
 				t.Errorf("Claim(%d, %v) = %v, %v; want pgfence.ErrInvalidInput", tc.n, tc.ttl, jobs, err)
 			}
 		}
-		if _, err := c.Rescue(ctx, 0); !errors.Is(err, pgfence.ErrInvalidInput) {
+		if _, _, err := c.Rescue(ctx, 0); !errors.Is(err, pgfence.ErrInvalidInput) {
 			t.Errorf("Rescue(0): %v", err)
 		}
 		if err := c.Complete(ctx, nil); !errors.Is(err, pgfence.ErrInvalidInput) {
@@ -399,8 +399,8 @@ INSERT INTO "My Emails" (to_addr) VALUES ('a@example.com'), ('b@example.com');`)
 		t.Fatal(err)
 	}
 	pool.Exec(ctx, `UPDATE "My Emails" SET leased_to = now() - interval '1s', status = 'running' WHERE email_id = $1`, jobs[1].ID)
-	if r, err := c.Rescue(ctx, 10); err != nil || r.Requeued != 1 {
-		t.Fatalf("rescue = %+v, %v", r, err)
+	if requeued, _, err := c.Rescue(ctx, 10); err != nil || requeued != 1 {
+		t.Fatalf("rescue = %d, %v", requeued, err)
 	}
 	var states string
 	pool.QueryRow(ctx, `SELECT string_agg(status || ':' || tries, ',' ORDER BY email_id) FROM "My Emails"`).Scan(&states)

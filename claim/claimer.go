@@ -222,7 +222,7 @@ func (c *Claimer) checkJob(j *Job) error {
 // Renew extends the job's lease by its TTL from the database's now(),
 // only while the lease is unexpired and the row still runs under this fence:
 // it never resurrects a lease that Rescue may have taken. On success the
-// job's local deadline moves too. pgfence.ErrLeaseLost (a *LeaseLostError) means stop
+// job's local deadline moves too. pgfence.ErrLeaseLost (a *pgfence.LeaseLostError) means stop
 // working on the job; any other error is transient and the lease stays
 // valid until Deadline.
 //
@@ -242,7 +242,7 @@ func (c *Claimer) Renew(ctx context.Context, j *Job) error {
 	var until time.Time
 	err := c.db.QueryRow(ctx, c.sql.renew, j.ID, j.Fence, j.ttl.Microseconds()).Scan(&until)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return &LeaseLostError{Op: "renew", JobID: j.ID, Fence: j.Fence}
+		return refusedWrite("renew", j)
 	}
 	if err != nil {
 		return fmt.Errorf("claim: renew job %d: %w", j.ID, err)
@@ -310,7 +310,7 @@ func (c *Claimer) complete(ctx context.Context, q pgdb.DB, j *Job) error {
 	}
 	if !ok {
 		c.met.leaseLost(opComplete)
-		return &LeaseLostError{Op: "complete", JobID: j.ID, Fence: j.Fence}
+		return refusedWrite("complete", j)
 	}
 	return nil
 }
@@ -350,7 +350,7 @@ func (c *Claimer) Fail(ctx context.Context, j *Job, cause error) (FailResult, er
 	err := c.db.QueryRow(ctx, c.sql.fail, args...).Scan(&state, &runAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		c.met.leaseLost(opFail)
-		return FailResult{}, &LeaseLostError{Op: "fail", JobID: j.ID, Fence: j.Fence}
+		return FailResult{}, refusedWrite("fail", j)
 	}
 	if err != nil {
 		return FailResult{}, fmt.Errorf("claim: fail job %d: %w", j.ID, err)
@@ -387,15 +387,9 @@ func (c *Claimer) Release(ctx context.Context, j *Job) error {
 	}
 	if tag.RowsAffected() == 0 {
 		c.met.leaseLost(opRelease)
-		return &LeaseLostError{Op: "release", JobID: j.ID, Fence: j.Fence}
+		return refusedWrite("release", j)
 	}
 	return nil
-}
-
-// RescueResult counts what Rescue did.
-type RescueResult struct {
-	Requeued int64 // expired running jobs made available again
-	Dead     int64 // expired running jobs whose last attempt it was
 }
 
 // Rescue returns up to limit running jobs whose lease has expired by the
@@ -403,20 +397,19 @@ type RescueResult struct {
 // requires state = 'running' AND expires_at <= now() on every row it
 // changes (rows being written concurrently are skipped), so it can never
 // undo a completion or take a job whose lease was just extended. The expired
-// attempt stays counted; a job whose last attempt expired becomes dead.
-// limit must lie in [1, 10000].
-func (c *Claimer) Rescue(ctx context.Context, limit int) (RescueResult, error) {
+// attempt stays counted; a job whose last attempt expired becomes dead. It
+// returns how many jobs it made available again (requeued) and how many
+// became dead. limit must lie in [1, 10000].
+func (c *Claimer) Rescue(ctx context.Context, limit int) (requeued, dead int64, err error) {
 	if limit < 1 || limit > maxBatch {
-		return RescueResult{}, invalid("rescue limit %d is outside [1, %d]", limit, maxBatch)
+		return 0, 0, invalid("rescue limit %d is outside [1, %d]", limit, maxBatch)
 	}
-	var r RescueResult
-	err := c.db.QueryRow(ctx, c.sql.rescue, c.queueArgs(limit)...).Scan(&r.Requeued, &r.Dead)
-	if err != nil {
-		return RescueResult{}, c.explain("rescue", err)
+	if err := c.db.QueryRow(ctx, c.sql.rescue, c.queueArgs(limit)...).Scan(&requeued, &dead); err != nil {
+		return 0, 0, c.explain("rescue", err)
 	}
-	c.met.rescued(r)
-	if r.Requeued+r.Dead > 0 {
-		c.cfg.logger.Warn("claim: rescued jobs whose lease expired", "requeued", r.Requeued, "dead", r.Dead)
+	c.met.rescued(requeued, dead)
+	if requeued+dead > 0 {
+		c.cfg.logger.Warn("claim: rescued jobs whose lease expired", "requeued", requeued, "dead", dead)
 	}
-	return r, nil
+	return requeued, dead, nil
 }

@@ -10,7 +10,7 @@
 // [Claimer.Claim] takes up to n runnable rows in one statement (FOR UPDATE
 // SKIP LOCKED), each with a new fence and a TTL judged by the database clock.
 // Every later write of the worker is one UPDATE matched on id, fence and
-// state 'running'; zero rows is a [LeaseLostError]. [Runner] runs N workers
+// state 'running'; zero rows is a [pgfence.LeaseLostError]. [Runner] runs N workers
 // over a Claimer; [NewTxRunner] completes each job in the transaction of its
 // effects. The table is pgfence_jobs, or one of your own ([WithTable]).
 package claim

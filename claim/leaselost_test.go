@@ -11,6 +11,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/claim"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
@@ -123,8 +124,8 @@ func TestRunnerHandlerIgnoringLostLeaseIsNotCompleted(t *testing.T) {
 				}
 			} else {
 				expire(t, admin, id)
-				if r, err := thief.Rescue(ctx, 10); err != nil || r.Requeued != 1 {
-					t.Fatalf("rescue %+v %v", r, err)
+				if requeued, _, err := thief.Rescue(ctx, 10); err != nil || requeued != 1 {
+					t.Fatalf("rescue %d %v", requeued, err)
 				}
 				stolen = claimOne(t, thief, time.Minute)
 			}
@@ -134,13 +135,9 @@ func TestRunnerHandlerIgnoringLostLeaseIsNotCompleted(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("the job's context did not end")
 			}
-			var lle *claim.LeaseLostError
-			wantOp := "renew"
-			if tc.stall {
-				wantOp = "local deadline"
-			}
-			if !errors.As(cause, &lle) || lle.Op != wantOp {
-				t.Fatalf("cause %v, want a lease lost by %s", cause, wantOp)
+			var lle *pgfence.LeaseLostError
+			if !errors.As(cause, &lle) || lle.Op != "renew" || tc.stall != (lle.Cause == "local_deadline") {
+				t.Fatalf("cause %v, want a lease lost by a renewal (at the local deadline: %v)", cause, tc.stall)
 			}
 			if !j.Deadline().Before(time.Now()) && tc.stall {
 				t.Fatalf("context ended before the local deadline %v", j.Deadline())
@@ -179,11 +176,11 @@ func TestRunnerHandlerIgnoringLostLeaseIsNotCompleted(t *testing.T) {
 				// Rescue takes the job back once its lease expires.
 				deadline := time.Now().Add(5 * time.Second)
 				for {
-					res, err := c.Rescue(ctx, 10)
+					requeued, _, err := c.Rescue(ctx, 10)
 					if err != nil {
 						t.Fatal(err)
 					}
-					if res.Requeued == 1 {
+					if requeued == 1 {
 						break
 					}
 					if time.Now().After(deadline) {

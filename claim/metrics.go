@@ -141,13 +141,13 @@ func (m *metrics) listenPooled() { m.listenDisabled.Add(context.Background(), 1,
 
 func (m *metrics) leaseLost(op int) { m.lostN.Add(context.Background(), 1, m.lostOps[op].Add...) }
 
-func (m *metrics) rescued(r RescueResult) {
+func (m *metrics) rescued(requeued, dead int64) {
 	ctx := context.Background()
-	if r.Requeued > 0 {
-		m.rescuedN.Add(ctx, r.Requeued, m.rescueAvail.Add...)
+	if requeued > 0 {
+		m.rescuedN.Add(ctx, requeued, m.rescueAvail.Add...)
 	}
-	if r.Dead > 0 {
-		m.rescuedN.Add(ctx, r.Dead, m.rescueDead.Add...)
+	if dead > 0 {
+		m.rescuedN.Add(ctx, dead, m.rescueDead.Add...)
 	}
 }
 

@@ -32,7 +32,7 @@ func TestMetricsNoAllocsWithoutProvider(t *testing.T) {
 			m.completed(j)
 			m.failed(true)
 			m.leaseLost(opFail)
-			m.rescued(RescueResult{Requeued: 1, Dead: 1})
+			m.rescued(1, 1)
 			m.batchCompleted(k, nil)
 		})
 		if allocs != 0 {

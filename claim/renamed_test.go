@@ -110,8 +110,8 @@ INSERT INTO `+q+` ("Line", "Not Before") VALUES ('other', now() - interval '1 ho
 	if _, err := pool.Exec(ctx, `UPDATE `+q+` SET "Leased To" = now() - interval '1 second' WHERE "Job Id" = $1`, jobs[4].ID); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := c.Rescue(ctx, 10); err != nil || res.Requeued != 1 {
-		t.Fatalf("rescue = %+v, %v", res, err)
+	if requeued, _, err := c.Rescue(ctx, 10); err != nil || requeued != 1 {
+		t.Fatalf("rescue = %d, %v", requeued, err)
 	}
 	if st, why, _, _ := row(jobs[4].ID); st != "available" || why != "lease expired (owner w1, fence "+strconv.FormatInt(jobs[4].Fence, 10)+")" {
 		t.Errorf("rescued job: %s %q", st, why)

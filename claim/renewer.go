@@ -29,7 +29,7 @@ func newRenewer(c *Claimer, ttl time.Duration) *renewer {
 }
 
 // add starts keeping j's lease; cancel ends j's context with a
-// *LeaseLostError when its lease is lost or its local deadline passes.
+// *pgfence.LeaseLostError when its lease is lost or its local deadline passes.
 func (r *renewer) add(j *Job, cancel context.CancelCauseFunc) {
 	r.k.Add(j, func(cause keepalive.Cause) { cancel(lostBy(cause, j)) })
 }

@@ -18,11 +18,11 @@ import (
 )
 
 // Handler does one job. Its context ends when the job's lease is lost
-// (context.Cause is then a *LeaseLostError), when the runner's shutdown grace
+// (context.Cause is then a *pgfence.LeaseLostError), when the runner's shutdown grace
 // period ends (ErrShutdown), or when the job ends. Returning nil completes the
 // job; an error fails it (retried after the backoff, dead after its last
 // attempt); a panic counts as an error. If the job's lease was lost before
-// the handler returned (its context ended with a *LeaseLostError), returning
+// the handler returned (its context ended with a *pgfence.LeaseLostError), returning
 // nil does not complete the job: the runner writes nothing, reports the
 // outcome LeaseLost (counted in pgfence.job.lease_lost, op complete), and
 // Rescue takes the job back once its lease expires in the database, so it
@@ -41,56 +41,40 @@ type Handler func(ctx context.Context, job *Job) error
 // back and the job fails as with a Handler.
 type TxHandler func(ctx context.Context, tx pgx.Tx, job *Job) error
 
-// Outcome is what the runner did with a job after its handler returned.
-type Outcome int
+// Outcome is what the runner did with a job after its handler returned, in
+// words.
+type Outcome string
 
 const (
 	// Completed: the handler returned nil and the completion was accepted
 	// and is durable.
-	Completed Outcome = iota + 1
+	Completed Outcome = "completed"
 	// Failed: the handler returned an error (or panicked) and the failure
 	// was recorded; the job retries later or is dead.
-	Failed
+	Failed Outcome = "failed"
 	// Released: shutdown interrupted the handler; the job went back to the
 	// queue without counting the attempt.
-	Released
+	Released Outcome = "released"
 	// LeaseLost: the database refused the completion, failure or release
 	// (the job was rescued or claimed again meanwhile), or the handler
 	// returned nil after its lease was lost (its context ended with a
-	// *LeaseLostError), so no completion was sent. This attempt does not
+	// *pgfence.LeaseLostError), so no completion was sent. This attempt does not
 	// count.
-	LeaseLost
+	LeaseLost Outcome = "lease lost"
 	// WriteError: the completion, failure or release could not be written,
 	// and for a completion its outcome could not be settled by reading the
 	// job back either (the database was unreachable within the write
 	// timeout). The lease will expire and Rescue requeue the job, unless a
 	// completion whose answer was lost did land.
-	WriteError
+	WriteError Outcome = "write error"
 )
-
-// String names the outcome.
-func (o Outcome) String() string {
-	switch o {
-	case Completed:
-		return "completed"
-	case Failed:
-		return "failed"
-	case Released:
-		return "released"
-	case LeaseLost:
-		return "lease lost"
-	case WriteError:
-		return "write error"
-	}
-	return fmt.Sprintf("Outcome(%d)", int(o))
-}
 
 // Result reports one job's end to a result hook.
 type Result struct {
 	Outcome Outcome
 	// HandlerErr is what the handler returned (nil on success).
 	HandlerErr error
-	// Err is the error of the final write, if any (a *LeaseLostError for
+	// Err is the error of the final write, if any (a *pgfence.LeaseLostError for
 	// LeaseLost).
 	Err error
 	// Fail is set when Outcome is Failed.
@@ -103,7 +87,7 @@ type runnerConfig struct {
 	ttl          time.Duration
 	poll         time.Duration
 	listen       string
-	listenPool   *pgxpool.Pool // WithListenPool; nil: the claimer's pool
+	listenPool   *pgxpool.Pool // WithListen's; nil: the claimer's pool
 	grace        time.Duration
 	rescueEvery  time.Duration // 0: lease/2; <0: off
 	writeTimeout time.Duration
@@ -165,7 +149,7 @@ func WithPollInterval(d time.Duration) Option {
 }
 
 // WithListen makes the runner LISTEN on channel (on one dedicated
-// connection taken from the claimer's pool, or WithListenPool's, for the
+// connection taken from the claimer's pool, or the listen pool's, for the
 // length of Run) and claim as soon as a notification arrives; Enqueue with
 // the same channel notifies it. Default: off, polling only. If the
 // listening connection fails, the runner keeps polling and listens again
@@ -174,41 +158,34 @@ func WithPollInterval(d time.Duration) Option {
 //
 // LISTEN needs a server session of its own, which a transaction or
 // statement pooler (PgBouncer's usual pool modes) does not give: behind one,
-// give the listener a pool that bypasses it (WithListenPool). Without one,
-// Run finds the pooler when its listener starts, sends no LISTEN through it,
-// and polls (see WithListenPool).
-func WithListen(channel string) Option {
+// give the listener a pool of its own that bypasses it, listen: one that
+// reaches the same database directly (or through a session pooler).
+// Claims, completions and Enqueue's NOTIFY still go through the claimer's
+// pool. The listener holds one connection of it for the length of Run
+// (MaxConns 1 suffices), and none of the claimer's pool then.
+//
+// Without a listen pool, the claimer's own pool serves. When the listener
+// starts, Run checks what lies in front of PostgreSQL (the listen pool's as
+// well): behind a transaction or statement pooler it sends no LISTEN (a
+// LISTEN there stays behind on a pooled server session, and its
+// notifications go to other clients or are dropped), logs a warning once
+// per Run, counts pgfence.listen.disabled, and claims at each poll interval
+// (WithPollInterval). More than one listen pool, or a nil one, is refused
+// with pgfence.ErrInvalidInput.
+func WithListen(channel string, listen ...*pgxpool.Pool) Option {
 	return runnerOption("WithListen", func(c *runnerConfig) error {
 		if err := checkIdent("notification channel", channel); err != nil {
 			return err
 		}
-		c.listen = channel
-		return nil
-	})
-}
-
-// WithListenPool gives WithListen's listener a pool of its own, for its one
-// LISTEN connection only: for a claimer whose pool goes through a
-// transaction or statement pooler such as PgBouncer, where LISTEN cannot
-// work, a pool that reaches the same database directly (or through a session
-// pooler). Claims, completions and Enqueue's NOTIFY still go through the
-// claimer's pool. The listener holds one connection of it for the length of
-// Run (MaxConns 1 suffices), and none of the claimer's pool then.
-//
-// Default: the claimer's own pool. When the listener starts, Run checks
-// what lies in front of PostgreSQL (this pool's as well): behind a
-// transaction or statement pooler it sends no LISTEN (a LISTEN there stays
-// behind on a pooled server session, and its notifications go to other
-// clients or are dropped), logs a warning once per Run, counts
-// pgfence.listen.disabled, and claims at each poll interval
-// (WithPollInterval). NewRunner and NewTxRunner refuse the option without
-// WithListen, and a nil pool, with pgfence.ErrInvalidInput.
-func WithListenPool(pool *pgxpool.Pool) Option {
-	return runnerOption("WithListenPool", func(c *runnerConfig) error {
-		if pool == nil {
-			return invalid("nil listen pool: give WithListenPool a pool that connects directly to PostgreSQL, or drop the option")
+		switch {
+		case len(listen) > 1:
+			return invalid("WithListen takes at most one listen pool, got %d", len(listen))
+		case len(listen) == 1 && listen[0] == nil:
+			return invalid("nil listen pool: give WithListen a pool that connects directly to PostgreSQL, or none")
+		case len(listen) == 1:
+			c.listenPool = listen[0]
 		}
-		c.listenPool = pool
+		c.listen = channel
 		return nil
 	})
 }
@@ -289,7 +266,7 @@ type Runner struct {
 // loop's short statement shares with them. So the pool's MaxConns must be at
 // least workers + 2 (one for renewals, one for claims and rescues), and
 // workers + 3 with WithListen, whose listener holds a connection for the
-// length of Run (of its own pool with WithListenPool: then workers + 2). A smaller pool would starve the renewals of connections
+// length of Run (of its own pool with a listen pool: then workers + 2). A smaller pool would starve the renewals of connections
 // while the handlers run, and every job longer than its lease would lose it;
 // NewTxRunner refuses it with pgfence.ErrInvalidInput.
 func NewTxRunner(c *Claimer, h TxHandler, opts ...Option) (*Runner, error) {
@@ -324,9 +301,6 @@ func NewRunner(c *Claimer, h Handler, opts ...Option) (*Runner, error) {
 	cfg := runnerConfig{workers: 4, ttl: 30 * time.Second, poll: time.Second, grace: 10 * time.Second, writeTimeout: 10 * time.Second}
 	if err := apply(opts, settings{runner: &cfg}); err != nil {
 		return nil, err
-	}
-	if cfg.listenPool != nil && cfg.listen == "" {
-		return nil, invalid("WithListenPool is for WithListen's listener: add WithListen(channel), or drop WithListenPool")
 	}
 	if cfg.batch == 0 {
 		cfg.batch = cfg.workers
@@ -693,7 +667,7 @@ func (c *completedInTx) Error() string { return "claim: completed in the handler
 // transaction rolled back. Otherwise the outcome is settled here:
 //
 //   - the job's lease was lost while the handler ran (its context ended with
-//     a *LeaseLostError) and the handler returned nil anyway: the effects are
+//     a *pgfence.LeaseLostError) and the handler returned nil anyway: the effects are
 //     rolled back and the outcome is LeaseLost, without asking the database;
 //   - the completion was refused: rolled back, LeaseLost;
 //   - the commit's answer was lost (the connection broke after COMMIT was
@@ -756,7 +730,7 @@ func (rn *Runner) settleTx(j *Job, commitErr error) error {
 		return commitErr
 	}
 	rn.c.met.leaseLost(opComplete)
-	return &completedInTx{outcome: LeaseLost, err: &LeaseLostError{Op: "complete", JobID: j.ID, Fence: j.Fence}}
+	return &completedInTx{outcome: LeaseLost, err: refusedWrite("complete", j)}
 }
 
 func (rn *Runner) rescueLoop(ctx context.Context, wake chan<- struct{}) {
@@ -769,20 +743,20 @@ func (rn *Runner) rescueLoop(ctx context.Context, wake chan<- struct{}) {
 		case <-t.C:
 		}
 		for ctx.Err() == nil {
-			r, err := rn.c.Rescue(ctx, 1000)
+			requeued, dead, err := rn.c.Rescue(ctx, 1000)
 			if err != nil {
 				if ctx.Err() == nil {
 					rn.c.cfg.logger.Warn("claim: rescue failed", "err", err)
 				}
 				break
 			}
-			if r.Requeued > 0 {
+			if requeued > 0 {
 				select {
 				case wake <- struct{}{}:
 				default:
 				}
 			}
-			if r.Requeued+r.Dead < 1000 {
+			if requeued+dead < 1000 {
 				break
 			}
 		}
@@ -795,9 +769,9 @@ func (rn *Runner) rescueLoop(ctx context.Context, wake chan<- struct{}) {
 func (rn *Runner) listenLoop(ctx context.Context, wake chan<- struct{}) {
 	pool, pooled := rn.c.pool, "claim: the claimer's pool goes through a transaction or statement pooler (PgBouncer in "+
 		"transaction mode, say), where LISTEN cannot work; no LISTEN is sent and the runner claims at each poll interval: "+
-		"give the runner WithListenPool with a pool that connects directly to PostgreSQL"
+		"give WithListen a pool that connects directly to PostgreSQL"
 	if rn.cfg.listenPool != nil {
-		pool, pooled = rn.cfg.listenPool, "claim: the pool given to WithListenPool goes through a transaction or statement "+
+		pool, pooled = rn.cfg.listenPool, "claim: the pool given to WithListen goes through a transaction or statement "+
 			"pooler too, where LISTEN cannot work; no LISTEN is sent and the runner claims at each poll interval: "+
 			"connect that pool directly to PostgreSQL (or through a session pooler)"
 	}

@@ -119,12 +119,12 @@ func TestRunnerManyJobsWithLeaseLosses(t *testing.T) {
 				return
 			}
 			injected.Add(tag.RowsAffected())
-			r, err := c.Rescue(ctx, 100)
+			requeued, _, err := c.Rescue(ctx, 100)
 			if err != nil {
 				t.Error(err)
 				return
 			}
-			rescued.Add(r.Requeued)
+			rescued.Add(requeued)
 		}
 	}()
 
@@ -237,8 +237,8 @@ func TestRunnerLeaseLossEndsJobContext(t *testing.T) {
 		// The worker stalls (as far as the database can tell): its lease
 		// expires, the job is rescued and claimed by another worker.
 		expire(t, pool, id)
-		if r, err := c.Rescue(ctx, 10); err != nil || r.Requeued != 1 {
-			t.Fatalf("rescue %+v %v", r, err)
+		if requeued, _, err := c.Rescue(ctx, 10); err != nil || requeued != 1 {
+			t.Fatalf("rescue %d %v", requeued, err)
 		}
 		thief = claimOne(t, other, time.Minute)
 		if thief.Fence <= j.Fence {
@@ -248,7 +248,7 @@ func TestRunnerLeaseLossEndsJobContext(t *testing.T) {
 	pgtest.Step(t, "the stale worker's context ends with a lost renewal", func(t *testing.T) {
 		select {
 		case cause := <-causes:
-			var lle *claim.LeaseLostError
+			var lle *pgfence.LeaseLostError
 			if !errors.As(cause, &lle) || lle.Op != "renew" {
 				t.Fatalf("job context cause %v, want a lost renewal", cause)
 			}
@@ -427,23 +427,23 @@ func TestRunnerBadOptions(t *testing.T) {
 	c := newClaimer(t, pool, qn)
 	h := func(context.Context, *claim.Job) error { return nil }
 	for name, o := range map[string]claim.Option{
-		"workers 0":                      claim.WithWorkers(0),
-		"batch 0":                        claim.WithBatchSize(0),
-		"batch huge":                     claim.WithBatchSize(claim.MaxBatch + 1),
-		"lease 0":                        claim.WithTTL(0),
-		"lease neg":                      claim.WithTTL(-time.Second),
-		"poll 0":                         claim.WithPollInterval(0),
-		"channel NUL":                    claim.WithListen("a\x00b"),
-		"channel \"\"":                   claim.WithListen(""),
-		"listen pool nil":                claim.WithListenPool(nil),
-		"listen pool without WithListen": claim.WithListenPool(pool),
+		"workers 0":        claim.WithWorkers(0),
+		"batch 0":          claim.WithBatchSize(0),
+		"batch huge":       claim.WithBatchSize(claim.MaxBatch + 1),
+		"lease 0":          claim.WithTTL(0),
+		"lease neg":        claim.WithTTL(-time.Second),
+		"poll 0":           claim.WithPollInterval(0),
+		"channel NUL":      claim.WithListen("a\x00b"),
+		"channel \"\"":     claim.WithListen(""),
+		"listen pool nil":  claim.WithListen("x", nil),
+		"two listen pools": claim.WithListen("x", pool, pool),
 	} {
 		if _, err := claim.NewRunner(c, h, o); !errors.Is(err, pgfence.ErrInvalidInput) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	if _, err := claim.NewRunner(c, h, claim.WithListenPool(pool), claim.WithListen("x")); err != nil {
-		t.Errorf("WithListenPool before WithListen: %v", err)
+	if _, err := claim.NewRunner(c, h, claim.WithListen("x", pool)); err != nil {
+		t.Errorf("WithListen with a listen pool: %v", err)
 	}
 	if _, err := claim.NewRunner(nil, h); !errors.Is(err, pgfence.ErrInvalidInput) {
 		t.Error("nil claimer accepted")
@@ -494,8 +494,8 @@ func TestRunnerLocalDeadlineWhenRenewalsStall(t *testing.T) {
 	}
 	took := time.Since(t0)
 	tx.Rollback(ctx)
-	var lle *claim.LeaseLostError
-	if !errors.As(cause, &lle) || lle.Op != "local deadline" {
+	var lle *pgfence.LeaseLostError
+	if !errors.As(cause, &lle) || lle.Cause != "local_deadline" {
 		t.Fatalf("cause %v, want the local deadline", cause)
 	}
 	if took > 600*time.Millisecond {
@@ -528,8 +528,8 @@ func TestTxRunnerEffectsCommitWithCompletion(t *testing.T) {
 			// The worker stalls: its lease expires, the job is rescued and
 			// claimed by another worker before this one completes.
 			expire(t, pool, stolen)
-			if r, err := c.Rescue(ctx, 10); err != nil || r.Requeued != 1 {
-				t.Errorf("rescue %+v %v", r, err)
+			if requeued, _, err := c.Rescue(ctx, 10); err != nil || requeued != 1 {
+				t.Errorf("rescue %d %v", requeued, err)
 			}
 			claimOne(t, other, time.Minute)
 		}

@@ -84,8 +84,8 @@ func TestTxRunnerStaleAttemptIsLeaseLost(t *testing.T) {
 		expire(t, pool, j.ID)
 		// Not the handler's ctx: the renewal that finds the lease expired
 		// may end it before the rescue is done.
-		if r, err := thief.Rescue(context.Background(), 10); err != nil || r.Requeued != 1 {
-			t.Errorf("rescue %+v %v", r, err)
+		if requeued, _, err := thief.Rescue(context.Background(), 10); err != nil || requeued != 1 {
+			t.Errorf("rescue %d %v", requeued, err)
 		}
 		stolen = claimOne(t, thief, time.Minute)
 		<-ctx.Done() // the next renewal finds the lease gone

@@ -52,11 +52,10 @@ func TestTxRunnerNeedsConnectionsForRenewals(t *testing.T) {
 			}
 		}
 	})
-	t.Run("WithListenPool's listener holds none of the claimer's", func(t *testing.T) {
+	t.Run("a listen pool's listener holds none of the claimer's", func(t *testing.T) {
 		pool := pgtest.Pool(t, func(c *pgxpool.Config) { c.MaxConns = 4 })
 		c := newClaimer(t, pool, queue("txconns"))
-		if _, err := claim.NewTxRunner(c, h, claim.WithWorkers(2), claim.WithListen("txconns"),
-			claim.WithListenPool(pgtest.Pool(t))); err != nil {
+		if _, err := claim.NewTxRunner(c, h, claim.WithWorkers(2), claim.WithListen("txconns", pgtest.Pool(t))); err != nil {
 			t.Fatalf("MaxConns 4, 2 workers, WithListen with a listen pool: %v", err)
 		}
 	})

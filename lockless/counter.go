@@ -15,9 +15,9 @@ var (
 	ErrInsufficient = errors.New("lockless: not enough left")
 )
 
-// CounterSpec names a table with a key column and an integer quantity
+// counterSpec names a table with a key column and an integer quantity
 // column, such as inventory (sku, quantity).
-type CounterSpec struct {
+type counterSpec struct {
 	Table    Table
 	Key      string
 	Quantity string
@@ -28,15 +28,17 @@ type CounterSpec struct {
 // unit is sold twice, however many callers race. It is safe for concurrent
 // use.
 type Counter struct {
-	spec CounterSpec
+	spec counterSpec
 	take string
 }
 
-// NewCounter checks spec against the catalog through q (the key column must
-// have a unique index or constraint of its own, so that a key names one row;
-// the quantity column must be smallint, integer or bigint) and prepares the
-// statement.
-func NewCounter(ctx context.Context, q pgfence.DBTX, spec CounterSpec) (*Counter, error) {
+// NewCounter checks table, its key column and its quantity column (such as
+// inventory, sku, quantity) against the catalog through q (the key column
+// must have a unique index or constraint of its own, so that a key names one
+// row; the quantity column must be smallint, integer or bigint) and prepares
+// the statement.
+func NewCounter(ctx context.Context, q pgfence.DBTX, table Table, key, quantity string) (*Counter, error) {
+	spec := counterSpec{Table: table, Key: key, Quantity: quantity}
 	cols, err := spec.Table.keyedColumns(ctx, q, spec.Key)
 	if err != nil {
 		return nil, err

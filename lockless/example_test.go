@@ -67,9 +67,7 @@ func ExampleCounter() {
 	if _, err := pool.Exec(ctx, `INSERT INTO inventory VALUES ('lamp', 2) ON CONFLICT (sku) DO UPDATE SET quantity = 2`); err != nil {
 		log.Fatal(err)
 	}
-	stock, err := lockless.NewCounter(ctx, pool, lockless.CounterSpec{
-		Table: lockless.Table{Name: "inventory"}, Key: "sku", Quantity: "quantity",
-	})
+	stock, err := lockless.NewCounter(ctx, pool, lockless.Table{Name: "inventory"}, "sku", "quantity")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -103,9 +101,7 @@ func ExampleVersioned() {
 		ON CONFLICT (account_id) DO UPDATE SET balance = 100, version = 0`); err != nil {
 		log.Fatal(err)
 	}
-	accounts, err := lockless.NewVersioned(ctx, pool, lockless.VersionedSpec{
-		Table: lockless.Table{Name: "accounts"}, Key: "account_id", Version: "version",
-	})
+	accounts, err := lockless.NewVersioned(ctx, pool, lockless.Table{Name: "accounts"}, "account_id", "version")
 	if err != nil {
 		log.Fatal(err)
 	}

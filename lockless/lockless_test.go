@@ -105,7 +105,7 @@ func TestInventoryNeverOversold(t *testing.T) {
 	ctx := context.Background()
 	pool := setup(t)
 	pool.Exec(ctx, `INSERT INTO inventory VALUES ('sku-1', 10) ON CONFLICT (sku) DO UPDATE SET quantity = 10`)
-	stock, err := lockless.NewCounter(ctx, pool, lockless.CounterSpec{Table: lockless.Table{Name: "inventory"}, Key: "sku", Quantity: "quantity"})
+	stock, err := lockless.NewCounter(ctx, pool, lockless.Table{Name: "inventory"}, "sku", "quantity")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func TestOptimisticConcurrency(t *testing.T) {
 	pool := setup(t)
 	pool.Exec(ctx, `INSERT INTO accounts (account_id, balance) VALUES (1, 0)
 		ON CONFLICT (account_id) DO UPDATE SET balance = 0, version = 0, note = NULL`)
-	acct, err := lockless.NewVersioned(ctx, pool, lockless.VersionedSpec{Table: lockless.Table{Name: "accounts"}, Key: "account_id", Version: "version"})
+	acct, err := lockless.NewVersioned(ctx, pool, lockless.Table{Name: "accounts"}, "account_id", "version")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,16 +240,16 @@ func TestBadIdentifiersAndInput(t *testing.T) {
 			t.Logf("%s: %v", name, err)
 		}
 	}
-	if _, err := lockless.NewCounter(ctx, pool, lockless.CounterSpec{Table: lockless.Table{Name: "inventory"}, Key: "sku", Quantity: "sku"}); !errors.Is(err, pgfence.ErrInvalidInput) {
+	if _, err := lockless.NewCounter(ctx, pool, lockless.Table{Name: "inventory"}, "sku", "sku"); !errors.Is(err, pgfence.ErrInvalidInput) {
 		t.Errorf("text quantity: %v", err)
 	}
-	stock, _ := lockless.NewCounter(ctx, pool, lockless.CounterSpec{Table: lockless.Table{Name: "inventory"}, Key: "sku", Quantity: "quantity"})
+	stock, _ := lockless.NewCounter(ctx, pool, lockless.Table{Name: "inventory"}, "sku", "quantity")
 	for _, n := range []int64{0, -5} {
 		if _, err := stock.Take(ctx, pool, "x", n); !errors.Is(err, pgfence.ErrInvalidInput) {
 			t.Errorf("take %d: %v", n, err)
 		}
 	}
-	acct, _ := lockless.NewVersioned(ctx, pool, lockless.VersionedSpec{Table: lockless.Table{Name: "accounts"}, Key: "account_id", Version: "version"})
+	acct, _ := lockless.NewVersioned(ctx, pool, lockless.Table{Name: "accounts"}, "account_id", "version")
 	for name, set := range map[string]map[string]any{
 		"nothing":   {},
 		"version":   {"version": 99},

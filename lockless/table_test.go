@@ -22,7 +22,7 @@ func TestTableMustBeATable(t *testing.T) {
 		{Schema: "no_such_schema", Name: "accounts"}: `table "no_such_schema"."accounts" does not exist`,
 		{Name: "accounts_view"}:                      `"accounts_view" is not a table (relkind "v")`,
 	} {
-		_, err := lockless.NewVersioned(ctx, pool, lockless.VersionedSpec{Table: table, Key: "account_id", Version: "version"})
+		_, err := lockless.NewVersioned(ctx, pool, table, "account_id", "version")
 		if !errors.Is(err, pgfence.ErrInvalidInput) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%+v: %v, want invalid input with %q", table, err, want)
 		}
@@ -39,10 +39,10 @@ func TestKeyMustBeUnique(t *testing.T) {
 	}
 	table := lockless.Table{Name: "loose_accounts"}
 	const want = `no unique index or constraint on exactly ("owner")`
-	if _, err := lockless.NewVersioned(ctx, pool, lockless.VersionedSpec{Table: table, Key: "owner", Version: "version"}); !errors.Is(err, pgfence.ErrInvalidInput) || !strings.Contains(err.Error(), want) {
+	if _, err := lockless.NewVersioned(ctx, pool, table, "owner", "version"); !errors.Is(err, pgfence.ErrInvalidInput) || !strings.Contains(err.Error(), want) {
 		t.Errorf("NewVersioned on a non-unique key: %v, want invalid input with %q", err, want)
 	}
-	if _, err := lockless.NewCounter(ctx, pool, lockless.CounterSpec{Table: table, Key: "owner", Quantity: "quantity"}); !errors.Is(err, pgfence.ErrInvalidInput) || !strings.Contains(err.Error(), want) {
+	if _, err := lockless.NewCounter(ctx, pool, table, "owner", "quantity"); !errors.Is(err, pgfence.ErrInvalidInput) || !strings.Contains(err.Error(), want) {
 		t.Errorf("NewCounter on a non-unique key: %v, want invalid input with %q", err, want)
 	}
 }

@@ -36,9 +36,9 @@ func (e *ConflictError) Error() string {
 // Is reports pgfence.ErrConflict.
 func (e *ConflictError) Is(target error) bool { return target == pgfence.ErrConflict }
 
-// VersionedSpec names a table with a key column and an integer version
+// versionedSpec names a table with a key column and an integer version
 // column, such as accounts (account_id, balance, version).
-type VersionedSpec struct {
+type versionedSpec struct {
 	Table   Table
 	Key     string
 	Version string
@@ -48,17 +48,19 @@ type VersionedSpec struct {
 // still at the version the caller read, and raises the version by one. It is
 // safe for concurrent use.
 type Versioned struct {
-	spec VersionedSpec
+	spec versionedSpec
 	cols map[string]string
 	get  string
 }
 
-// NewVersioned checks spec against the catalog through q (the key column
-// must have a unique index or constraint of its own, so that a key names
-// one row; the version column must be smallint, integer or bigint) and
-// remembers the table's columns, so that Update can refuse unknown ones
+// NewVersioned checks table, its key column and its version column (such as
+// accounts, account_id, version) against the catalog through q (the key
+// column must have a unique index or constraint of its own, so that a key
+// names one row; the version column must be smallint, integer or bigint)
+// and remembers the table's columns, so that Update can refuse unknown ones
 // without a round trip.
-func NewVersioned(ctx context.Context, q pgfence.DBTX, spec VersionedSpec) (*Versioned, error) {
+func NewVersioned(ctx context.Context, q pgfence.DBTX, table Table, key, version string) (*Versioned, error) {
+	spec := versionedSpec{Table: table, Key: key, Version: version}
 	cols, err := spec.Table.keyedColumns(ctx, q, spec.Key)
 	if err != nil {
 		return nil, err

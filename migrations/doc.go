@@ -30,11 +30,11 @@
 // version table, into a schema of their own instead: Up runs the same files
 // on connections whose search_path is that schema. The clients take the
 // same schema as an option of their own (pglease.WithSchema,
-// claim.WithSchema, pgguard.WithSchema, payouts.WithSchema, the CLI's
+// claim.WithSchema, pgguard.WithSchema (also for payouts.New), the CLI's
 // --schema) and name the schema's objects in each statement, which needs no
-// search_path and works behind a transaction pooler. [UseSchema], which sets
-// the search_path of a pool's connections, remains for statements of one's
-// own on direct connections.
+// search_path and works behind a transaction pooler. For statements of
+// one's own on direct connections, set the search_path of a pool's
+// connections (pgxpool.Config's ConnConfig.RuntimeParams["search_path"]).
 //
 // # Writing a migration
 //

@@ -24,7 +24,7 @@ func ExampleUp() {
 	if err := migrations.Up(ctx, pool); err != nil {
 		log.Fatal(err)
 	}
-	version, dirty, err := migrations.Version(ctx, pool)
+	st, err := migrations.Inspect(ctx, pool)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -32,7 +32,7 @@ func ExampleUp() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("at the latest version:", version == latest, "dirty:", dirty)
+	fmt.Println("at the latest version:", st.Version == latest, "dirty:", st.Dirty)
 	// Output: at the latest version: true dirty: false
 }
 
@@ -59,8 +59,8 @@ func ExampleWithSchema() {
 	if err := migrations.Down(ctx, pool, migrations.WithSchema("example_fence")); err != nil {
 		log.Fatal(err)
 	}
-	version, _, err := migrations.Version(ctx, pool, migrations.WithSchema("example_fence"))
-	fmt.Println("after Down:", version, err)
+	st, err := migrations.Inspect(ctx, pool, migrations.WithSchema("example_fence"))
+	fmt.Println("after Down:", st.Version, err)
 	// Output:
 	// pgfence tables in example_fence: 3
 	// after Down: 0 <nil>

@@ -58,17 +58,6 @@ func Down(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error {
 	return run(ctx, pool, "down", opts, func(m *migrate.Migrate) error { return m.Down() })
 }
 
-// Version reports the applied schema version, as recorded in
-// pgfence_schema_migrations, without changing anything in the database. A
-// database on which pgfence's migrations never ran reports version 0 and no
-// error. dirty means a migration failed half-way and needs a person: see
-// golang-migrate's "force". Inspect tells more, such as whether another
-// tool applied the schema.
-func Version(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (version uint, dirty bool, err error) {
-	st, err := Inspect(ctx, pool, opts...)
-	return st.Version, st.Dirty, err
-}
-
 // Latest is the newest schema version these files define.
 func Latest() (uint, error) {
 	src, err := iofs.New(files, ".")

@@ -42,7 +42,7 @@ func TestConcurrentUpIsSafeAndIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v, dirty, err := migrations.Version(ctx, pool); err != nil || v != 0 || dirty {
+	if v, dirty, err := version(ctx, pool); err != nil || v != 0 || dirty {
 		t.Fatalf("fresh database: version %d dirty %v err %v", v, dirty, err)
 	}
 	var wg sync.WaitGroup
@@ -71,7 +71,7 @@ func TestConcurrentUpIsSafeAndIdempotent(t *testing.T) {
 	if err := migrations.Up(ctx, pool); err != nil {
 		t.Fatalf("second Up: %v", err)
 	}
-	v, dirty, err := migrations.Version(ctx, pool)
+	v, dirty, err := version(ctx, pool)
 	if err != nil || v != latest || dirty {
 		t.Fatalf("after Up: version %d (latest %d) dirty %v err %v", v, latest, dirty, err)
 	}
@@ -146,7 +146,7 @@ func TestUpOnConflictingObject(t *testing.T) {
 	if strings.Contains(err.Error(), "CREATE TABLE") {
 		t.Fatalf("the error carries the SQL file: %v", err)
 	}
-	v, dirty, err := migrations.Version(ctx, pool)
+	v, dirty, err := version(ctx, pool)
 	if err != nil || dirty || v != 0 {
 		t.Fatalf("after the failed Up: version %d dirty %v err %v (want 0, clean)", v, dirty, err)
 	}
@@ -163,14 +163,14 @@ func TestForce(t *testing.T) {
 	if _, err := pool.Exec(ctx, "UPDATE "+migrations.Table+" SET dirty = true"); err != nil {
 		t.Fatal(err)
 	}
-	if _, dirty, _ := migrations.Version(ctx, pool); !dirty {
+	if _, dirty, _ := version(ctx, pool); !dirty {
 		t.Fatal("not dirty")
 	}
 	latest, _ := migrations.Latest()
 	if err := migrations.Force(ctx, pool, int(latest)); err != nil {
 		t.Fatal(err)
 	}
-	if v, dirty, err := migrations.Version(ctx, pool); err != nil || dirty || v != latest {
+	if v, dirty, err := version(ctx, pool); err != nil || dirty || v != latest {
 		t.Fatalf("after Force: %d %v %v", v, dirty, err)
 	}
 }
@@ -250,7 +250,14 @@ func TestConcurrentUpThroughBouncerIsRefused(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Fatal("Up through the bouncer ran into the deadline")
 	}
-	if v, _, err := migrations.Version(context.Background(), bare); err != nil || v != 0 {
+	if v, _, err := version(context.Background(), bare); err != nil || v != 0 {
 		t.Fatalf("something was applied: version %d %v", v, err)
 	}
+}
+
+// version is the applied version and whether it is dirty, as Inspect reads
+// them.
+func version(ctx context.Context, pool *pgxpool.Pool, opts ...migrations.Option) (uint, bool, error) {
+	st, err := migrations.Inspect(ctx, pool, opts...)
+	return st.Version, st.Dirty, err
 }

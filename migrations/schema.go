@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfence/pgfence/internal/pgerr"
 	"github.com/pgfence/pgfence/internal/validate"
@@ -30,8 +29,8 @@ type options struct {
 // fence sequence, its own version, migrated and reverted independently.
 //
 // The clients of that schema take it as an option of their own
-// (pglease.WithSchema, claim.WithSchema, pgguard.WithSchema,
-// payouts.WithSchema), which needs no search_path; pgfence's functions name
+// (pglease.WithSchema, claim.WithSchema, pgguard.WithSchema, which
+// payouts.New takes too), which needs no search_path; pgfence's functions name
 // their schema's objects qualified.
 func WithSchema(schema string) Option {
 	return func(o *options) { o.schema = schema }
@@ -50,30 +49,6 @@ func collect(opts []Option) (options, error) {
 		}
 	}
 	return o, nil
-}
-
-// UseSchema sets the search_path of the connections cfg opens to schema
-// alone (pg_catalog is always searched first), so that statements naming
-// pgfence's objects unqualified (fencedb, sqlc queries of one's own, clients
-// without their WithSchema option) use the objects that
-// Up(…, WithSchema(schema)) created there. Call it before
-// pgxpool.NewWithConfig. Tables of the application in other schemas are then
-// reached with qualified names. Prefer the clients' WithSchema options: they
-// work on any pool.
-//
-// search_path travels as a startup parameter, which PgBouncer refuses or
-// drops (ignore_startup_parameters): use UseSchema on direct connections
-// only; behind a pooler, set it on the role instead
-// (ALTER ROLE … SET search_path = …).
-func UseSchema(cfg *pgxpool.Config, schema string) error {
-	if cfg == nil {
-		return validate.Invalid("pgfence migrations", "nil config")
-	}
-	if err := validate.Identifier("schema", schema); err != nil {
-		return validate.Invalid("pgfence migrations", "%v", err)
-	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = quote(schema)
-	return nil
 }
 
 func quote(schema string) string { return pgx.Identifier{schema}.Sanitize() }

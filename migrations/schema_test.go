@@ -18,14 +18,12 @@ import (
 )
 
 // schemaPool opens a pool on the database of base whose connections use
-// schema (UseSchema); "" keeps the default search_path.
+// schema (pgtest.InSchema); "" keeps the default search_path.
 func schemaPool(t *testing.T, base *pgxpool.Pool, schema string) *pgxpool.Pool {
 	t.Helper()
 	cfg := base.Config()
 	if schema != "" {
-		if err := migrations.UseSchema(cfg, schema); err != nil {
-			t.Fatal(err)
-		}
+		pgtest.InSchema(schema)(cfg)
 	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
@@ -74,7 +72,7 @@ func TestSchemasSideBySide(t *testing.T) {
 			if s == "public" {
 				opts = nil
 			}
-			if v, dirty, err := migrations.Version(ctx, base, opts...); err != nil || dirty || v != latest {
+			if v, dirty, err := version(ctx, base, opts...); err != nil || dirty || v != latest {
 				t.Fatalf("Version(%q) = %d %v %v, want %d", s, v, dirty, err, latest)
 			}
 		}
@@ -220,7 +218,7 @@ func TestSchemasSideBySide(t *testing.T) {
 		if err := migrations.Down(ctx, base, migrations.WithSchema("Beta Fences")); err != nil {
 			t.Fatal(err)
 		}
-		if v, _, err := migrations.Version(ctx, base, migrations.WithSchema("Beta Fences")); err != nil || v != 0 {
+		if v, _, err := version(ctx, base, migrations.WithSchema("Beta Fences")); err != nil || v != 0 {
 			t.Fatalf("Version after Down = %d %v, want 0", v, err)
 		}
 		for name, pool := range map[string]*pgxpool.Pool{"default": def, "alpha": a} {
@@ -249,16 +247,13 @@ func TestSchemaInput(t *testing.T) {
 		if err := migrations.Up(ctx, base, migrations.WithSchema(bad)); !errors.Is(err, pgfence.ErrInvalidInput) {
 			t.Errorf("Up(WithSchema(%q)) = %v, want pgfence.ErrInvalidInput", bad, err)
 		}
-		if err := migrations.UseSchema(base.Config(), bad); !errors.Is(err, pgfence.ErrInvalidInput) {
-			t.Errorf("UseSchema(%q) = %v, want pgfence.ErrInvalidInput", bad, err)
-		}
 	}
 	var n int
 	if err := base.QueryRow(ctx, `SELECT count(*) FROM pg_namespace WHERE nspname NOT LIKE 'pg_%' AND nspname NOT IN ('public', 'information_schema')`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("refused input created %d schemas (err %v)", n, err)
 	}
 	// Only Up creates a schema; the others say so.
-	if _, _, err := migrations.Version(ctx, base, migrations.WithSchema("missing")); !errors.Is(err, migrations.ErrNoSuchSchema) {
+	if _, _, err := version(ctx, base, migrations.WithSchema("missing")); !errors.Is(err, migrations.ErrNoSuchSchema) {
 		t.Fatalf("Version on a missing schema: %v, want ErrNoSuchSchema", err)
 	}
 	if err := migrations.Down(ctx, base, migrations.WithSchema("missing")); !errors.Is(err, migrations.ErrNoSuchSchema) {

@@ -140,7 +140,7 @@ func TestGolangMigrateCLIAppliesTheFiles(t *testing.T) {
 			if d := pgtest.DiffLines(want, pgtest.DumpSchema(t, dbURL, versionTables...)); d != "" {
 				t.Fatalf("golang-migrate's catalog differs from Up's: %s", d)
 			}
-			v, dirty, err := migrations.Version(ctx, pool, opts...)
+			v, dirty, err := version(ctx, pool, opts...)
 			if err != nil || dirty || v != latest {
 				t.Fatalf("Version after golang-migrate's CLI = %d %v %v, want %d", v, dirty, err, latest)
 			}
@@ -209,7 +209,7 @@ func TestBaselineMatchesPrereleaseChain(t *testing.T) {
 		t.Fatalf("Up on a database at the chain's version 8: %v", err)
 	}
 	latest, _ := migrations.Latest()
-	if v, dirty, err := migrations.Version(ctx, old); err != nil || dirty || v != latest {
+	if v, dirty, err := version(ctx, old); err != nil || dirty || v != latest {
 		t.Fatalf("Version = %d %v %v, want %d", v, dirty, err, latest)
 	}
 	oldDump := strings.ReplaceAll(pgtest.DumpSchema(t, oldURL, versionTables...), `"public".`, "public.")

@@ -31,7 +31,7 @@ func TestFenceCeiling(t *testing.T) {
 		t.Fatalf("BeginSubmit with a made-up fence: %v", err)
 	}
 
-	own, err := payouts.New(ctx, pool, payouts.WithOwnFenceSource())
+	own, err := payouts.New(ctx, pool, pgguard.WithOwnFenceSource())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ func TestConcurrentHolders(t *testing.T) {
 	pool := pgtest.Pool(t)
 	counter := new(pgtest.StaleCount)
 	var hooked atomic.Uint64
-	p, err := payouts.New(ctx, pool, payouts.WithStaleHook(func(ctx context.Context, e *pgguard.StaleFenceError) {
+	p, err := payouts.New(ctx, pool, pgguard.WithStaleHook(func(ctx context.Context, e *pgguard.StaleFenceError) {
 		counter.Hook(ctx, e)
 		hooked.Add(1)
 	}))

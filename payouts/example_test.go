@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -56,7 +57,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(p.State, p.Attempts, p.IdempotencyKey == payouts.IdempotencyKey("po_example"))
+	fmt.Println(p.State, p.Attempts, strings.HasPrefix(p.IdempotencyKey, "pgfence-payout-"))
 
 	// The reconciliation job: nothing is stuck in SUBMITTING for a minute.
 	stuck, err := intents.Stuck(ctx, pool, time.Minute, 100)

@@ -7,13 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"go.opentelemetry.io/otel/metric"
 
 	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/guardopts"
 	"github.com/pgfence/pgfence/internal/pgdb"
 	"github.com/pgfence/pgfence/internal/validate"
 	"github.com/pgfence/pgfence/pgguard"
@@ -38,9 +39,6 @@ const (
 	Failed State = "FAILED"
 )
 
-// Final reports whether no transition leaves s: the work is done.
-func (s State) Final() bool { return s == Submitted || s == Failed }
-
 // tableName is the table that holds payout intents (created by pgfence's
 // migrations), unqualified: it is found on the search_path, like pgfence's
 // other objects, unless WithSchema names its schema.
@@ -54,7 +52,8 @@ type Payout struct {
 	Currency    string
 	State       State
 	// IdempotencyKey was derived once from ID when the intent was recorded
-	// (see IdempotencyKey) and never changes: send it on every attempt, so
+	// ("pgfence-payout-" and 32 hex digits of a SHA-256 of the ID, the same
+	// in every process) and never changes: send it on every attempt, so
 	// that the provider returns the first attempt's result for a repeat.
 	IdempotencyKey string
 	// ProviderRef is the provider's reference, once Submitted.
@@ -86,80 +85,25 @@ func payoutFrom(p fencedb.PayoutIntent) Payout {
 	return out
 }
 
-// IdempotencyKey derives the idempotency key of a payout from its id:
+// idempotencyKey derives the idempotency key of a payout from its id:
 // "pgfence-payout-" and 32 hex digits of a SHA-256 of the id. It is stable
 // across processes and attempts, so even a payout recorded twice (by
-// mistake, after a restore) sends the provider the same key. Intents.Create
-// stores it with the intent; read it from there.
-func IdempotencyKey(id string) string {
+// mistake, after a restore) sends the provider the same key. Create stores
+// it with the intent (Payout.IdempotencyKey).
+func idempotencyKey(id string) string {
 	sum := sha256.Sum256([]byte("pgfence/payout/v1\x00" + id))
 	return "pgfence-payout-" + hex.EncodeToString(sum[:16])
 }
 
-// Option configures New.
-type Option func(*config) error
-
+// config is what the Guard's options set that the Intents' own statements
+// need too.
 type config struct {
-	hook   func(context.Context, *pgguard.StaleFenceError)
-	own    bool
-	schema string
-	meter  metric.MeterProvider
-}
-
-// WithMeterProvider sets where the OpenTelemetry metrics of the Intents'
-// Guard go: stale transitions refused count in pgfence.guard.stale
-// (docs/metrics.md). Default: the global provider.
-func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(o *config) error {
-		if mp == nil {
-			return invalid("nil meter provider")
-		}
-		o.meter = mp
-		return nil
-	}
-}
-
-// WithSchema puts the Intents on the payout_intents table and the pgfence
-// functions of schema (migrated with migrations.WithSchema): every statement
-// names them qualified, so no search_path is needed and the Intents work
-// behind a transaction pooler. Default: found through the search_path. A
-// name that is not a plain identifier is refused with pgfence.ErrInvalidInput.
-func WithSchema(schema string) Option {
-	return func(o *config) error {
-		if err := validate.Identifier("schema", schema); err != nil {
-			return invalid("%v", err)
-		}
-		o.schema = schema
-		return nil
-	}
+	guardopts.Settings
 }
 
 // queries runs the generated statements on db in the configured schema.
 func (c *config) queries(db pgfence.DBTX) *fencedb.Queries {
-	return fencedb.New(pgdb.Wrap(db, c.schema))
-}
-
-// WithStaleHook sets a function called, synchronously and after counting,
-// with every stale transition caught (see [pgguard.WithStaleHook]).
-// Default: none.
-func WithStaleHook(fn func(ctx context.Context, e *pgguard.StaleFenceError)) Option {
-	return func(o *config) error {
-		if fn == nil {
-			return invalid("nil stale hook")
-		}
-		o.hook = fn
-		return nil
-	}
-}
-
-// WithOwnFenceSource says that the fences given to the transitions come from
-// a source of your own, so the fence ceiling is not checked (see
-// [pgguard.WithOwnFenceSource]). Default: off.
-func WithOwnFenceSource() Option {
-	return func(o *config) error {
-		o.own = true
-		return nil
-	}
+	return fencedb.New(pgdb.Wrap(db, c.Schema))
 }
 
 // invalid refuses bad input: errors.Is(err, pgfence.ErrInvalidInput) holds
@@ -187,46 +131,37 @@ type Intents struct {
 }
 
 // New checks the payout_intents table through db (pgfence's migrations must
-// have run) and returns an Intents. Without WithSchema, its Guard finds the
-// table on db's search_path once, here, as [pgguard.NewGuard] does, while
-// the transitions name it unqualified: run them on connections with the same
-// search_path.
-func New(ctx context.Context, db pgfence.DBTX, opts ...Option) (*Intents, error) {
+// have run) and returns an Intents. It takes the options of the Guard it
+// keeps: [pgguard.WithSchema] puts the Intents on the payout_intents table
+// and the pgfence functions of that schema (migrated with
+// migrations.WithSchema), named qualified in every statement, so no
+// search_path is needed and the Intents work behind a transaction pooler;
+// [pgguard.WithStaleHook] and [pgguard.WithMeterProvider] also see stale
+// transitions refused by the Intents' own statements (counted in
+// pgfence.guard.stale, docs/metrics.md); [pgguard.WithOwnFenceSource] turns
+// the fence ceiling off for the transitions too. The payouts' final states
+// replace any [pgguard.WithDoneWhen]. Without WithSchema, the Guard finds
+// the table on db's search_path once, here, as [pgguard.NewGuard] does,
+// while the transitions name it unqualified: run them on connections with
+// the same search_path.
+func New(ctx context.Context, db pgfence.DBTX, opts ...pgguard.Option) (*Intents, error) {
 	if db == nil {
 		return nil, invalid("nil DBTX")
 	}
-	var cfg config
-	for _, opt := range opts {
-		if opt == nil {
-			continue
-		}
-		if err := opt(&cfg); err != nil {
-			return nil, err
-		}
-	}
-	gopts := []pgguard.Option{pgguard.WithDoneWhen(done)}
-	if cfg.hook != nil {
-		gopts = append(gopts, pgguard.WithStaleHook(cfg.hook))
-	}
-	if cfg.own {
-		gopts = append(gopts, pgguard.WithOwnFenceSource())
-	}
-	if cfg.schema != "" {
-		gopts = append(gopts, pgguard.WithSchema(cfg.schema))
-	}
-	if cfg.meter != nil {
-		gopts = append(gopts, pgguard.WithMeterProvider(cfg.meter))
-	}
-	g, err := pgguard.NewGuard(ctx, db, pgguard.Table{Schema: cfg.schema, Name: tableName, KeyColumn: "payout_id"}, gopts...)
+	s, err := guardopts.Read(opts)
 	if err != nil {
-		return nil, fmt.Errorf("payouts: %w", pgdb.Hint(err, cfg.schema))
+		return nil, err
+	}
+	cfg := config{s}
+	// The payouts' final states come last, so that they are the ones the
+	// Guard tells done by.
+	gopts := append(slices.Clip(opts), pgguard.WithDoneWhen(done))
+	g, err := pgguard.NewGuard(ctx, db, pgguard.Table{Schema: cfg.Schema, Name: tableName, KeyColumn: "payout_id"}, gopts...)
+	if err != nil {
+		return nil, fmt.Errorf("payouts: %w", pgdb.Hint(err, cfg.Schema))
 	}
 	return &Intents{guard: g, cfg: cfg}, nil
 }
-
-// Table is the payout table, schema-qualified, as the errors and counters
-// of Intents name it.
-func (p *Intents) Table() string { return p.guard.Table() }
 
 var currencyRE = regexp.MustCompile(`^[A-Z]{3}$`)
 
@@ -267,7 +202,7 @@ func (p *Intents) Create(ctx context.Context, db pgfence.DBTX, id string, amount
 	}
 	q := p.cfg.queries(db)
 	row, err := q.CreatePayout(ctx, fencedb.CreatePayoutParams{
-		PayoutID: id, AmountCents: amountCents, Currency: currency, IdempotencyKey: IdempotencyKey(id),
+		PayoutID: id, AmountCents: amountCents, Currency: currency, IdempotencyKey: idempotencyKey(id),
 	})
 	if err == nil {
 		return payoutFrom(row), nil
@@ -313,7 +248,7 @@ func (p *Intents) BeginSubmit(ctx context.Context, db pgfence.DBTX, id string, f
 		return Payout{}, err
 	}
 	return p.transition(ctx, db, id, fence, "begin submitting", fromPendingOrSubmitting, func(q *fencedb.Queries) (fencedb.PayoutIntent, error) {
-		return q.BeginSubmitPayout(ctx, fencedb.BeginSubmitPayoutParams{Fence: fence, PayoutID: id, OwnFenceSource: p.cfg.own})
+		return q.BeginSubmitPayout(ctx, fencedb.BeginSubmitPayoutParams{Fence: fence, PayoutID: id, OwnFenceSource: p.cfg.OwnFenceSource})
 	})
 }
 
@@ -330,7 +265,7 @@ func (p *Intents) MarkSubmitted(ctx context.Context, db pgfence.DBTX, id string,
 		return Payout{}, err
 	}
 	return p.transition(ctx, db, id, fence, "mark submitted", fromSubmitting, func(q *fencedb.Queries) (fencedb.PayoutIntent, error) {
-		return q.MarkPayoutSubmitted(ctx, fencedb.MarkPayoutSubmittedParams{Fence: fence, PayoutID: id, ProviderRef: providerRef, OwnFenceSource: p.cfg.own})
+		return q.MarkPayoutSubmitted(ctx, fencedb.MarkPayoutSubmittedParams{Fence: fence, PayoutID: id, ProviderRef: providerRef, OwnFenceSource: p.cfg.OwnFenceSource})
 	})
 }
 
@@ -347,7 +282,7 @@ func (p *Intents) MarkFailed(ctx context.Context, db pgfence.DBTX, id string, fe
 		return Payout{}, err
 	}
 	return p.transition(ctx, db, id, fence, "mark failed", fromPendingOrSubmitting, func(q *fencedb.Queries) (fencedb.PayoutIntent, error) {
-		return q.MarkPayoutFailed(ctx, fencedb.MarkPayoutFailedParams{Fence: fence, PayoutID: id, Reason: reason, OwnFenceSource: p.cfg.own})
+		return q.MarkPayoutFailed(ctx, fencedb.MarkPayoutFailedParams{Fence: fence, PayoutID: id, Reason: reason, OwnFenceSource: p.cfg.OwnFenceSource})
 	})
 }
 
@@ -400,7 +335,7 @@ func (p *Intents) transition(ctx context.Context, db pgfence.DBTX, id string, fe
 	err = p.guard.Check(ctx, db, id, fence, from)
 	if err == nil {
 		err = fmt.Errorf("%w for %s key %q (fence %d): the payout did not match when the transition ran and matches now: it changed concurrently; re-read it before deciding",
-			pgguard.ErrPrecondition, p.Table(), id, fence)
+			pgguard.ErrPrecondition, p.guard.Table(), id, fence)
 	}
 	precondition := errors.Is(err, pgguard.ErrPrecondition)
 	var se *pgguard.StaleFenceError
@@ -423,9 +358,7 @@ func (p *Intents) refused(ctx context.Context, id, op string, err error) error {
 	err = pgguard.Classify(err) // a trigger's refusal, or a fence above the ceiling
 	if se, ok := err.(*pgguard.StaleFenceError); ok {
 		se.Key = id
-		if p.cfg.hook != nil {
-			p.cfg.hook(ctx, se)
-		}
+		p.cfg.Caught(ctx, se)
 		return se
 	}
 	return fmt.Errorf("payouts: payout %q: %s: %w", id, op, err)

@@ -37,7 +37,7 @@ func TestFenceBoundToTransaction(t *testing.T) {
 	pool := pgtest.Pool(t, func(c *pgxpool.Config) { c.MaxConns = 1 })
 	f := fences(t, pool, 1)[0]
 	for _, mode := range []pgguard.Enforcement{pgguard.Strict, pgguard.Lenient} {
-		t.Run(mode.String(), func(t *testing.T) {
+		t.Run(string(mode), func(t *testing.T) {
 			table := fencedAccounts(t, pool, 2, mode)
 			update := "UPDATE " + table + " SET balance = balance + 1 WHERE id = 1"
 

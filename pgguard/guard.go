@@ -128,8 +128,8 @@ func IsNull(column string) Cond { return Cond{column: column, op: opNull} }
 // NotNull holds when column is not NULL.
 func NotNull(column string) Cond { return Cond{column: column, op: opNotNull} }
 
-// String describes the condition, for error messages.
-func (c Cond) String() string {
+// text describes the condition, for error messages.
+func (c Cond) text() string {
 	switch c.op {
 	case opEq:
 		return fmt.Sprintf("%s = %v", c.column, c.values[0])
@@ -352,7 +352,7 @@ func (g *Guard) Check(ctx context.Context, db pgfence.DBTX, key any, fence int64
 	case !ok:
 		parts := make([]string, len(where))
 		for i, c := range where {
-			parts[i] = c.String()
+			parts[i] = c.text()
 		}
 		return &preconditionError{
 			table: g.t.display, key: keyText(key), fence: fence, done: isDone,

@@ -126,7 +126,7 @@ func TestBadInput(t *testing.T) {
 		invalid(t, "a view", err, "is not a table")
 		invalid(t, "InstallTrigger on a text fence column", pgguard.InstallTrigger(ctx, pool, pgguard.Table{Name: table, FenceColumn: "status"}, pgguard.Strict), "must be bigint NOT NULL")
 		invalid(t, "InstallTrigger without a fence column", pgguard.InstallTrigger(ctx, pool, pgguard.Table{Name: "bystander"}, pgguard.Strict), `fence column "last_fence" does not exist`)
-		invalid(t, "InstallTrigger without a mode", pgguard.InstallTrigger(ctx, pool, pgguard.Table{Name: table}, 0), "Strict or Lenient")
+		invalid(t, "InstallTrigger without a mode", pgguard.InstallTrigger(ctx, pool, pgguard.Table{Name: table}, ""), "Strict or Lenient")
 		invalid(t, "Update unknown column", g.Update(ctx, pool, "k", f, pgguard.Values{"nope": 1}), `column "nope" does not exist`)
 		invalid(t, "Update condition on unknown column", g.Update(ctx, pool, "k", f, nil, pgguard.Eq("nope", 1)), `does not exist`)
 		invalid(t, "ClaimFirst unknown column", g.ClaimFirst(ctx, pool, "k", f, []string{"nope"}, new(string)), `does not exist`)

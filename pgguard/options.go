@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/catalog"
+	"github.com/pgfence/pgfence/internal/guardopts"
 	"github.com/pgfence/pgfence/internal/validate"
 )
 
@@ -83,6 +84,22 @@ func buildOptions(opts []Option, call calls) (options, error) {
 		}
 	}
 	return o, nil
+}
+
+func init() {
+	guardopts.Read = func(opts any) (guardopts.Settings, error) {
+		o, err := buildOptions(opts.([]Option), callGuard)
+		return guardopts.Settings{
+			Schema:         o.schema,
+			OwnFenceSource: o.ownSource,
+			Caught: func(ctx context.Context, err error) {
+				var se *StaleFenceError
+				if errors.As(err, &se) {
+					o.caught(ctx, se)
+				}
+			},
+		}, err
+	}
 }
 
 // WithStaleHook sets a function called, synchronously and after counting,

@@ -13,8 +13,9 @@ import (
 )
 
 // Enforcement is how a table's fencing trigger treats an UPDATE or DELETE
-// from a transaction that set no fence. There is no default: choose one.
-type Enforcement int
+// from a transaction that set no fence, named as the trigger's argument
+// ("strict" or "lenient"). There is no default: choose one.
+type Enforcement string
 
 const (
 	// Strict refuses an UPDATE or DELETE from a transaction without a fence,
@@ -23,7 +24,7 @@ const (
 	// fix, an operator sets a fresh fence, in the transaction that writes,
 	// which also locks out every current holder:
 	//	SELECT pgfence_set_fence(pgfence_next_fence());
-	Strict Enforcement = iota + 1
+	Strict Enforcement = "strict"
 	// Lenient lets an UPDATE or DELETE from a transaction without a fence
 	// through (writers that know nothing of fences keep working), but such
 	// an UPDATE cannot change the row's fence. Writes that carry a fence are
@@ -32,19 +33,8 @@ const (
 	// session-level SET, a plain set_config) is refused, SQLSTATE PF003:
 	// a writer that sets a fence means to be fenced, and treating its fence
 	// as absent would let its stale writes through without a word.
-	Lenient
+	Lenient Enforcement = "lenient"
 )
-
-// String is "strict" or "lenient": the argument the trigger is created with.
-func (m Enforcement) String() string {
-	switch m {
-	case Strict:
-		return "strict"
-	case Lenient:
-		return "lenient"
-	}
-	return fmt.Sprintf("Enforcement(%d)", int(m))
-}
 
 // TriggerName is the name of the fencing trigger that InstallTrigger puts on
 // a table.
@@ -168,7 +158,7 @@ func FenceColumnMigration(t Table) (up, down string, err error) {
 // trigger's errors into ErrStaleFence and ErrNoFence.
 func InstallTrigger(ctx context.Context, db pgfence.DBTX, t Table, mode Enforcement, opts ...Option) error {
 	if mode != Strict && mode != Lenient {
-		return invalid("mode must be Strict or Lenient, got %v", mode)
+		return invalid("mode must be Strict or Lenient, got %q", string(mode))
 	}
 	o, err := buildOptions(opts, callTrigger)
 	if err != nil {
@@ -245,21 +235,21 @@ func RemoveTrigger(ctx context.Context, db pgfence.DBTX, t Table) error {
 func TriggerEnforcement(ctx context.Context, db pgfence.DBTX, t Table) (mode Enforcement, ok bool, err error) {
 	r, err := lookupTable(ctx, db, t)
 	if err != nil {
-		return 0, false, err
+		return "", false, err
 	}
 	args, ok, err := catalog.TriggerArgs(ctx, db, r.rel, TriggerName)
 	if err != nil {
-		return 0, false, fmt.Errorf("pgguard: reading the fencing trigger of %s: %w", r.quoted(), err)
+		return "", false, fmt.Errorf("pgguard: reading the fencing trigger of %s: %w", r.quoted(), err)
 	}
 	if !ok {
-		return 0, false, nil
+		return "", false, nil
 	}
 	for _, mode := range []Enforcement{Strict, Lenient} {
-		if len(args) > 0 && args[0] == mode.String() {
+		if len(args) > 0 && args[0] == string(mode) {
 			return mode, true, nil
 		}
 	}
-	return 0, false, fmt.Errorf("pgguard: the trigger %s on %s has unexpected arguments %q", TriggerName, r.quoted(), args)
+	return "", false, fmt.Errorf("pgguard: the trigger %s on %s has unexpected arguments %q", TriggerName, r.quoted(), args)
 }
 
 // TriggerMigration returns the SQL of a migration (up and down) that installs
@@ -270,7 +260,7 @@ func TriggerEnforcement(ctx context.Context, db pgfence.DBTX, t Table) (mode Enf
 // pgfence's schema, as for InstallTrigger.
 func TriggerMigration(t Table, mode Enforcement, opts ...Option) (up, down string, err error) {
 	if mode != Strict && mode != Lenient {
-		return "", "", invalid("mode must be Strict or Lenient, got %v", mode)
+		return "", "", invalid("mode must be Strict or Lenient, got %q", string(mode))
 	}
 	o, err := buildOptions(opts, callTrigger)
 	if err != nil {
@@ -280,7 +270,7 @@ func TriggerMigration(t Table, mode Enforcement, opts ...Option) (up, down strin
 		return "", "", err
 	}
 	tbl := t.ident().Sanitize()
-	up = "-- pgguard: database-enforced fencing (" + mode.String() + " mode).\n" + triggerSQL(tbl, t.fenceColumn(), mode, o.fn)
+	up = "-- pgguard: database-enforced fencing (" + string(mode) + " mode).\n" + triggerSQL(tbl, t.fenceColumn(), mode, o.fn)
 	down = fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s;\n", TriggerName, tbl)
 	return up, down, nil
 }

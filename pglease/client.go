@@ -40,8 +40,7 @@ type Client struct {
 	// stall or fail renewals).
 	renewHook func(ctx context.Context, l *Lease) (time.Time, error)
 
-	stats counters
-	met   *metrics // OpenTelemetry instruments (metrics.go)
+	met *metrics // OpenTelemetry instruments (metrics.go)
 
 	wake *waker // nil unless WithWakeOnRelease
 
@@ -74,9 +73,6 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Client, error) {
 		if err := o(&cfg); err != nil {
 			return nil, err
 		}
-	}
-	if err := cfg.check(); err != nil {
-		return nil, err
 	}
 	// pgdb names WithSchema's schema in every statement and tells a
 	// statement that never got a connection from one whose answer was lost
@@ -226,7 +222,7 @@ func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration, 
 // WithFairWaiting, in the key's queue. With WithWakeOnRelease, a release of
 // key also ends the current backoff sleep at once; the backoff stays as the
 // fallback for lost notifications and for leases that end by expiry, which
-// notify nobody. Then it returns a *WaitError, which satisfies
+// notify nobody. Then it returns an error that satisfies
 // errors.Is(err, pgfence.ErrNotAcquired) and says how long it waited.
 // Transient errors (a dropped connection, a server restarting) are retried
 // the same way; definite ones (a missing schema, bad input,
@@ -267,7 +263,6 @@ func (c *Client) waitFor(ctx context.Context, key, wake string, attempt func(con
 // to the address wake returns then.
 func (c *Client) waitWoken(ctx context.Context, key string, wake func() wakeAddr, attempt func(context.Context) (*Lease, error)) (_ *Lease, err error) {
 	start := time.Now()
-	defer func() { c.stats.waitedNanos.Add(int64(time.Since(start))) }()
 	defer func() { c.met.acquired(opWait, start, err) }()
 	bound := c.cfg.backoffMin
 	var woken <-chan struct{} // nil, never ready, without WithWakeOnRelease
@@ -300,7 +295,7 @@ func (c *Client) waitWoken(ctx context.Context, key string, wake func() wakeAddr
 			return nil, err
 		}
 		waitErr := func(cause error) error {
-			return &WaitError{Key: key, Waited: time.Since(start), Attempts: n, Cause: cause, LastErr: lastErr}
+			return &waitError{key: key, waited: time.Since(start), attempts: n, cause: cause, lastErr: lastErr}
 		}
 		if ctx.Err() != nil {
 			return nil, waitErr(context.Cause(ctx))
@@ -398,15 +393,12 @@ func (c *Client) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	case err == nil:
 		return c.startLease(key, token, row.Fence, row.ExpiresAt, ttl, sent)
 	case isNoRows(err):
-		c.stats.notAcquired.Add(1)
 		return nil, notAcquired(key)
 	case pgerr.IsLockNotAvailable(err):
-		c.stats.notAcquired.Add(1)
 		// Another acquisition of the same key held the row past our
 		// lock_timeout: someone else is taking it.
 		return nil, fmt.Errorf("%w: %q (another acquisition was in progress)", pgfence.ErrNotAcquired, key)
 	case mayHaveExecuted(err):
-		c.stats.ambiguous.Add(1)
 		return c.resolveAmbiguous(ctx, key, token, ttl, sent, err, 1)
 	default:
 		return nil, c.explain(key, err)

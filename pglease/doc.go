@@ -11,7 +11,7 @@
 // refuses a grant from an older timeline than it has seen
 // ([pgfence.ErrStaleTimeline]). Renew never resurrects an expired lease and release
 // never touches a newer holder's. A lease's Context ends, with a
-// [LeaseLostError], when renewals fail until the client's local deadline,
+// [pgfence.LeaseLostError], when renewals fail until the client's local deadline,
 // which passes before the server's expiry. No lease stops a paused holder
 // from writing late: pass [Lease.Fence] with each protected write and let
 // the resource refuse older fences (package pgguard).

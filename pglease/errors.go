@@ -29,70 +29,45 @@ var (
 
 func invalid(format string, args ...any) error { return validate.Invalid("pglease", format, args...) }
 
-// LeaseLostError is the cause of a lost lease's Context and what Renew and
-// Release return for a lease that is gone: which lease, and why. It
-// satisfies errors.Is(err, pgfence.ErrLeaseLost). claim.LeaseLostError is its
-// counterpart for a job row's lease, with the same Cause words.
-type LeaseLostError struct {
-	Key   string
-	Fence int64
-	// Cause is why, in the words of the metric pgfence.lease.lost:
-	// "expired" or "taken_over" (found by Release), "local_deadline",
-	// "release_failed", or "unknown" (a renewal found the lease gone: the
-	// context ends at once, without a read to tell expired from taken
-	// over); "released" when Renew is called after Release.
-	Cause  string
-	reason string
-}
-
-// Error names the key, the fence and why the lease was lost.
-func (e *LeaseLostError) Error() string {
-	return fmt.Sprintf("pglease: lease lost: %q (fence %d): %s", e.Key, e.Fence, e.reason)
-}
-
-// Is reports pgfence.ErrLeaseLost.
-func (e *LeaseLostError) Is(target error) bool { return target == pgfence.ErrLeaseLost }
-
-// WaitError is returned by Acquire when it stops waiting: its maximum wait
+// waitError is what Acquire returns when it stops waiting: its maximum wait
 // passed or its context ended while another owner held the key. It satisfies
-// errors.Is(err, pgfence.ErrNotAcquired), and errors.Is(err, context.DeadlineExceeded)
-// (or Canceled) when the context ended it.
-type WaitError struct {
-	Key      string
-	Waited   time.Duration
-	Attempts int
-	// Cause is the context's cause when the context ended the wait, nil when
+// errors.Is(err, pgfence.ErrNotAcquired), and errors.Is(err,
+// context.DeadlineExceeded) (or Canceled) when the context ended it; its
+// text says how long it waited and the last transient error.
+type waitError struct {
+	key      string
+	waited   time.Duration
+	attempts int
+	// cause is the context's cause when the context ended the wait, nil when
 	// the maximum wait did.
-	Cause error
-	// LastErr is the last transient error seen while retrying, if any.
-	LastErr error
+	cause error
+	// lastErr is the last transient error seen while retrying, if any.
+	lastErr error
 }
 
-// Error names the key and why the wait ended.
-func (e *WaitError) Error() string {
-	msg := fmt.Sprintf("pglease: %q not acquired after waiting %v (%d attempts)", e.Key, e.Waited.Round(time.Millisecond), e.Attempts)
-	if e.Cause != nil {
-		msg += ": " + e.Cause.Error()
+func (e *waitError) Error() string {
+	msg := fmt.Sprintf("pglease: %q not acquired after waiting %v (%d attempts)", e.key, e.waited.Round(time.Millisecond), e.attempts)
+	if e.cause != nil {
+		msg += ": " + e.cause.Error()
 	} else {
 		msg += ": maximum wait reached"
 	}
-	if e.LastErr != nil {
-		msg += "; last error: " + e.LastErr.Error()
+	if e.lastErr != nil {
+		msg += "; last error: " + e.lastErr.Error()
 	}
 	return msg
 }
 
-// Is reports pgfence.ErrNotAcquired.
-func (e *WaitError) Is(target error) bool { return target == pgfence.ErrNotAcquired }
+func (e *waitError) Is(target error) bool { return target == pgfence.ErrNotAcquired }
 
 // Unwrap returns the context's cause and the last transient error.
-func (e *WaitError) Unwrap() []error {
+func (e *waitError) Unwrap() []error {
 	var errs []error
-	if e.Cause != nil {
-		errs = append(errs, e.Cause)
+	if e.cause != nil {
+		errs = append(errs, e.cause)
 	}
-	if e.LastErr != nil {
-		errs = append(errs, e.LastErr)
+	if e.lastErr != nil {
+		errs = append(errs, e.lastErr)
 	}
 	return errs
 }

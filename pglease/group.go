@@ -138,10 +138,8 @@ func (c *Client) answer(ctx context.Context, r *acqReq) (*Lease, error) {
 	case r.err != nil && !r.ambiguous:
 		return nil, r.err
 	case r.err != nil:
-		c.stats.ambiguous.Add(1)
 		return c.resolveAmbiguous(ctx, r.key, r.token, r.ttl, r.sent, r.err, r.batchN)
 	default:
-		c.stats.notAcquired.Add(1)
 		return nil, notAcquired(r.key)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/fencedb"
+	"github.com/pgfence/pgfence/internal/testsupport/otelxtest"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/pglease"
 )
@@ -104,7 +105,8 @@ func TestGroupAcquireBatchAnswerLostGrantsKept(t *testing.T) {
 	pool, proxy := proxiedPoolN(t, 4)
 	direct := pgtest.Pool(t)
 	q := fencedb.New(direct)
-	c := newClient(t, pool, pglease.WithoutAutoRenew())
+	met := otelxtest.New(t)
+	c := newClient(t, pool, pglease.WithoutAutoRenew(), pglease.WithMeterProvider(met.Provider))
 
 	var fired <-chan struct{}
 	batch := runFaultedBatch(t, c, direct, 4, ctx, func() {
@@ -133,8 +135,8 @@ func TestGroupAcquireBatchAnswerLostGrantsKept(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if s := c.Stats(); s.AmbiguousAcquires < int64(len(batch)) {
-		t.Fatalf("Stats.AmbiguousAcquires = %d, want at least %d (one per caller of the cut batch)", s.AmbiguousAcquires, len(batch))
+	if n := met.Collect().Value("pgfence.lease.ambiguous.resolutions"); n < float64(len(batch)) {
+		t.Fatalf("pgfence.lease.ambiguous.resolutions = %v, want at least %d (one per caller of the cut batch)", n, len(batch))
 	}
 }
 

@@ -102,13 +102,10 @@ func (c *Client) trySet(ctx context.Context, keys []string, ttl time.Duration) (
 	case err == nil: // no row: the token was abandoned (never for a new token)
 		return nil, fmt.Errorf("%w: key set %q", pgfence.ErrNotAcquired, keys)
 	case errors.As(err, &pe) && pe.Code == pgerr.KeySetHeld:
-		c.stats.notAcquired.Add(1)
 		return nil, fmt.Errorf("%w: %s", pgfence.ErrNotAcquired, strings.TrimPrefix(pe.Message, "pgfence: "))
 	case pgerr.IsLockNotAvailable(err):
-		c.stats.notAcquired.Add(1)
 		return nil, fmt.Errorf("%w: key set %q (another acquisition was in progress)", pgfence.ErrNotAcquired, keys)
 	case mayHaveExecuted(err):
-		c.stats.ambiguous.Add(1)
 		return c.resolveSet(ctx, keys, token, ttl, sent, err)
 	default:
 		return nil, c.explain(strings.Join(keys, ","), err)

@@ -172,18 +172,14 @@ func (c *Client) grantSlotAs(ctx context.Context, key string, ttl time.Duration,
 	case err == nil:
 		return c.startRow(key, token, g.Fence, g.ExpiresAt, ttl, sent, row.at(g.Slot))
 	case isNotAcquired(err), errors.Is(err, errAbandonedPlace): // a fair waiter's refusal
-		c.stats.notAcquired.Add(1)
 		return nil, err
 	case isNoRows(err):
-		c.stats.notAcquired.Add(1)
 		return nil, notAcquired(key)
 	case pgerr.IsLockNotAvailable(err):
-		c.stats.notAcquired.Add(1)
 		return nil, fmt.Errorf("%w: %q (other acquisitions of the key were in progress)", pgfence.ErrNotAcquired, key)
 	case pgerr.Is(err, pgerr.PermitsMismatch):
 		return nil, fmt.Errorf("%w: %w", ErrPermitsMismatch, err)
 	case mayHaveExecuted(err):
-		c.stats.ambiguous.Add(1)
 		return c.resolveSlot(ctx, key, token, ttl, sent, row, err)
 	default:
 		return nil, c.explain(key, err)

@@ -95,7 +95,6 @@ func (c *Client) startRow(key, token string, fence int64, expiresAt time.Time, t
 	}
 	c.leases[l] = struct{}{}
 	c.mu.Unlock()
-	c.stats.acquired.Add(1)
 	c.met.leaseStarted()
 	return l, nil
 }
@@ -110,7 +109,7 @@ func (c *Client) schedule(ttl time.Duration) keepalive.Schedule {
 
 // lostError is the cause of l's context when it is lost with cause.
 func (l *Lease) lostError(cause keepalive.Cause) error {
-	return &LeaseLostError{Key: l.key, Fence: l.fence, Cause: cause.String(), reason: cause.Reason()}
+	return &pgfence.LeaseLostError{Key: l.key, Fence: l.fence, Cause: cause.String()}
 }
 
 // Key is the lock key.
@@ -123,7 +122,7 @@ func (l *Lease) Fence() int64 { return l.fence }
 
 // Context ends when the lease is lost or released: Context().Done() is
 // closed then, and context.Cause(l.Context()) is nil while the lease is held
-// and afterwards says why it ended (pgfence.ErrLeaseLost, as a *LeaseLostError, or
+// and afterwards says why it ended (pgfence.ErrLeaseLost, as a *pgfence.LeaseLostError, or
 // ErrReleased, wrapped with details). The context carries no deadline: the
 // local one moves with every renewal (see Deadline).
 func (l *Lease) Context() context.Context { return l.ctx }
@@ -156,7 +155,6 @@ func (l *Lease) lose(cause error) bool {
 	l.stopTimers()
 	l.mu.Unlock()
 	l.cancel(cause)
-	l.c.stats.lost.Add(1)
 	l.c.cfg.logger.Warn("pglease: lease lost", "key", l.key, "fence", l.fence, "cause", cause)
 	return true
 }
@@ -230,7 +228,7 @@ func (l *Lease) renewable() error {
 	ended, released := l.ended, l.released
 	l.mu.Unlock()
 	if released {
-		return &LeaseLostError{Key: l.key, Fence: l.fence, Cause: "released", reason: "it was released"}
+		return &pgfence.LeaseLostError{Key: l.key, Fence: l.fence, Cause: "released"}
 	}
 	if ended {
 		return context.Cause(l.ctx)
@@ -263,7 +261,6 @@ func (l *Lease) renewed(ctx context.Context, sent, expiresAt time.Time, err erro
 
 // renewFailed counts and logs an auto-renewal that failed transiently.
 func (l *Lease) renewFailed(err error) {
-	l.c.stats.renewFailures.Add(1)
 	l.c.met.renewFailed()
 	l.c.cfg.logger.Warn("pglease: renewal failed; retrying until the local deadline", "key", l.key, "fence", l.fence, "err", err)
 }
@@ -379,9 +376,6 @@ func (l *Lease) releasedRow(ctx context.Context, released bool, err error) error
 		result = fmt.Errorf("%w before it was released", l.lostError(keepalive.Expired))
 	}
 	if result != nil {
-		if !wasEnded {
-			l.c.stats.lost.Add(1)
-		}
 		l.cancel(result)
 	} else {
 		l.cancel(releasedError{l.key, l.fence})

@@ -16,7 +16,6 @@ import (
 	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/fencedb"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
-	"github.com/pgfence/pgfence/migrations"
 	"github.com/pgfence/pgfence/pglease"
 )
 
@@ -34,11 +33,7 @@ func newClient(t *testing.T, pool *pgxpool.Pool, opts ...pglease.Option) *pgleas
 // tests that count or sweep whole tables while other tests run: two pools
 // of one test share the schema, which pgtest.SchemaPool cannot do.
 func inSchema(t *testing.T, schema string) func(*pgxpool.Config) {
-	return func(cfg *pgxpool.Config) {
-		if err := migrations.UseSchema(cfg, schema); err != nil {
-			t.Fatal(err)
-		}
-	}
+	return pgtest.InSchema(schema)
 }
 
 func uniqueKey(t *testing.T) string {
@@ -210,12 +205,6 @@ func TestExpiryByDatabaseClock(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-
-	t.Run("stats count the grant, the loss and the refusal", func(t *testing.T) {
-		if sa, sb := a.Stats(), b.Stats(); sa.Acquired != 1 || sa.Lost != 1 || sb.Acquired != 1 || sb.NotAcquired < 1 {
-			t.Fatalf("stats: a %+v, b %+v", sa, sb)
-		}
-	})
 }
 
 // A renewal of an expired lease must not resurrect it even when nobody else
@@ -331,7 +320,7 @@ func TestStalledRenewalLosesLease(t *testing.T) {
 	if late := ended.Sub(<-fired); late > margin/2 {
 		t.Fatalf("context ended %v after a timer armed for the local deadline fired, want within %v", late, margin/2)
 	}
-	var lost *pglease.LeaseLostError
+	var lost *pgfence.LeaseLostError
 	if !errors.As(context.Cause(l.Context()), &lost) || !errors.Is(context.Cause(l.Context()), pgfence.ErrLeaseLost) {
 		t.Fatalf("cause = %v, want a *LeaseLostError satisfying pgfence.ErrLeaseLost", context.Cause(l.Context()))
 	}
@@ -364,7 +353,7 @@ func TestLostRenewalEndsLeaseAtOnce(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("lease not ended after a renewal found it gone")
 	}
-	var lost *pglease.LeaseLostError
+	var lost *pgfence.LeaseLostError
 	if !errors.As(context.Cause(l.Context()), &lost) || !errors.Is(context.Cause(l.Context()), pgfence.ErrLeaseLost) {
 		t.Fatalf("cause = %v, want a *LeaseLostError satisfying pgfence.ErrLeaseLost", context.Cause(l.Context()))
 	}
@@ -387,25 +376,24 @@ func TestAcquireWaitsAndGivesUp(t *testing.T) {
 	pgtest.Step(t, "the wait gives up after the maximum wait", func(t *testing.T) {
 		start := time.Now()
 		_, err := waiter.Acquire(ctx, key, time.Second)
-		var we *pglease.WaitError
-		if !errors.As(err, &we) || !errors.Is(err, pgfence.ErrNotAcquired) {
-			t.Fatalf("err = %v, want *WaitError that is pgfence.ErrNotAcquired", err)
+		if !errors.Is(err, pgfence.ErrNotAcquired) {
+			t.Fatalf("err = %v, want pgfence.ErrNotAcquired", err)
 		}
 		if waited := time.Since(start); waited < 300*time.Millisecond || waited > 2*time.Second {
 			t.Fatalf("waited %v for a 300ms maximum", waited)
 		}
-		if we.Attempts < 2 || !strings.Contains(err.Error(), "waiting") {
-			t.Fatalf("wait error: %v (attempts %d)", err, we.Attempts)
+		if !strings.Contains(err.Error(), "waiting") || strings.Contains(err.Error(), "(1 attempts)") {
+			t.Fatalf("wait error: %v, want one that says it waited, after more than one attempt", err)
 		}
 	})
 
 	w2 := newClient(t, pool, pglease.WithBackoff(5*time.Millisecond, 50*time.Millisecond))
 	pgtest.Step(t, "released mid-wait, the waiter gets the key", func(t *testing.T) {
-		// Released once the waiter has been refused at least once.
+		// Released once the waiter has most likely been refused at least
+		// once (its first attempt is immediate, its backoff 5-50ms); the
+		// test holds either way.
 		go func() {
-			for deadline := time.Now().Add(5 * time.Second); w2.Stats().NotAcquired == 0 && time.Now().Before(deadline); {
-				time.Sleep(time.Millisecond)
-			}
+			time.Sleep(100 * time.Millisecond)
 			l.Release(context.Background())
 		}()
 		got, err := w2.Acquire(ctx, key, time.Second)

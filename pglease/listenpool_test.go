@@ -10,9 +10,8 @@ import (
 	"github.com/pgfence/pgfence/pglease"
 )
 
-// WithListenPool needs a pool and WithWakeOnRelease (given before or
-// after it), and says so.
-func TestWithListenPoolOptions(t *testing.T) {
+// WithWakeOnRelease takes at most one listen pool, not nil, and says so.
+func TestWakeOnReleaseListenPool(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	for _, c := range []struct {
@@ -20,10 +19,10 @@ func TestWithListenPoolOptions(t *testing.T) {
 		opts []pglease.Option
 		want string // "" for accepted
 	}{
-		{"nil pool", []pglease.Option{pglease.WithWakeOnRelease(), pglease.WithListenPool(nil)}, "nil listen pool"},
-		{"without wake-on-release", []pglease.Option{pglease.WithListenPool(pool)}, "add WithWakeOnRelease"},
-		{"fair waiting alone", []pglease.Option{pglease.WithFairWaiting(), pglease.WithListenPool(pool)}, "add WithWakeOnRelease"},
-		{"before wake-on-release", []pglease.Option{pglease.WithListenPool(pool), pglease.WithWakeOnRelease()}, ""},
+		{"nil pool", []pglease.Option{pglease.WithWakeOnRelease(nil)}, "nil listen pool"},
+		{"two pools", []pglease.Option{pglease.WithWakeOnRelease(pool, pool)}, "at most one listen pool"},
+		{"a pool", []pglease.Option{pglease.WithWakeOnRelease(pool)}, ""},
+		{"a pool, fair", []pglease.Option{pglease.WithFairWaiting(), pglease.WithWakeOnRelease(pool)}, ""},
 	} {
 		cl, err := pglease.New(pool, c.opts...)
 		switch {

@@ -74,7 +74,7 @@ func newMetrics(mp metric.MeterProvider, pool *pgxpool.Pool) *metrics {
 		acquisitons: otelx.Must(m.Int64Counter("pgfence.lease.acquisitions", metric.WithUnit("{call}"),
 			metric.WithDescription("TryAcquire and Acquire calls by op and outcome: one per call, not per attempt."))),
 		waited: otelx.Must(m.Float64Counter("pgfence.lease.wait.duration", metric.WithUnit("s"),
-			metric.WithDescription("Total time Acquire calls spent until they returned (Stats.Waited)."))),
+			metric.WithDescription("Total time Acquire calls spent until they returned."))),
 		held: otelx.Must(m.Int64UpDownCounter("pgfence.lease.held", metric.WithUnit("{lease}"),
 			metric.WithDescription("Leases held by this process now."))),
 		heldFor: otelx.Must(m.Float64Histogram("pgfence.lease.held.duration", metric.WithUnit("s"),
@@ -83,7 +83,7 @@ func newMetrics(mp metric.MeterProvider, pool *pgxpool.Pool) *metrics {
 		lostCount: otelx.Must(m.Int64Counter("pgfence.lease.lost", metric.WithUnit("{lease}"),
 			metric.WithDescription("Leases lost, by cause (expired, taken_over, local_deadline, release_failed, unknown)."))),
 		renewFails: otelx.Must(m.Int64Counter("pgfence.lease.renew.failures", metric.WithUnit("{renewal}"),
-			metric.WithDescription("Auto-renewal attempts that failed transiently (Stats.RenewFailures)."))),
+			metric.WithDescription("Auto-renewal attempts that failed transiently."))),
 	}
 	met.resolutions = otelx.Must(m.Int64Counter("pgfence.lease.ambiguous.resolutions", metric.WithUnit("{acquisition}"),
 		metric.WithDescription("Acquisitions whose answer was lost, by how they were settled (outcome: adopted, given_back, failed) and where "+

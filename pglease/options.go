@@ -35,7 +35,7 @@ type config struct {
 	maxWait       time.Duration // 0: no maximum
 	resolveWait   time.Duration
 	wakeOnRelease bool
-	listenPool    *pgxpool.Pool // WithListenPool; nil: the client's pool
+	listenPool    *pgxpool.Pool // WithWakeOnRelease's; nil: the client's pool
 	fair          bool          // WithFairWaiting
 	observePoll   time.Duration // Observe's polling interval
 	logger        *slog.Logger
@@ -149,7 +149,7 @@ func WithMaxWait(d time.Duration) Option {
 // With this option the client's releases send NOTIFY pgfence_lease_released
 // with the key as payload from within the release statement itself, so the
 // notification is delivered only at its commit, once the lease is free; and
-// the client keeps one connection, taken from the pool (or WithListenPool's)
+// the client keeps one connection, taken from the pool (or the listen pool's)
 // for good on the first Acquire that has to wait (or the first Observe) and
 // held until Close, that LISTENs on that channel and wakes this client's
 // waiters for the released key (all of them: one wins, the others sleep
@@ -168,47 +168,35 @@ func WithMaxWait(d time.Duration) Option {
 //
 // LISTEN needs a server session of its own, which a transaction or
 // statement pooler (PgBouncer's usual pool modes) does not give: behind one,
-// give the listener a pool that bypasses it (WithListenPool). Without one,
-// the client finds the pooler the first time its listener would start,
-// sends no LISTEN through it, and its waiters poll (see WithListenPool).
-func WithWakeOnRelease() Option {
-	return func(c *config) error { c.wakeOnRelease = true; return nil }
-}
-
-// WithListenPool gives the wake-on-release listener (WithWakeOnRelease) a
-// pool of its own, for its one LISTEN connection only: for a client whose
-// pool goes through a transaction or statement pooler such as PgBouncer,
-// where LISTEN cannot work, a pool that reaches the same database directly
-// (or through a session pooler). Every other statement, the releases'
-// NOTIFY included, still goes through the client's pool. The listener takes
-// one connection from it for good on the first wait (or Observe) and holds
-// it until Close; close the pool after the client. MaxConns 1 suffices.
+// give the listener a pool of its own that bypasses it, listen: one that
+// reaches the same database directly (or through a session pooler), for its
+// one LISTEN connection only. Every other statement, the releases' NOTIFY
+// included, still goes through the client's pool. The listener takes one
+// connection from it for good on the first wait (or Observe) and holds it
+// until Close; close the pool after the client. MaxConns 1 suffices.
 //
-// Default: the client's own pool. The first time the listener would start,
-// it checks what lies in front of PostgreSQL (this pool's as well): behind
-// a transaction or statement pooler it sends no LISTEN (a LISTEN there stays
-// behind on a pooled server session, and its notifications go to other
-// clients or are dropped), the client logs a warning once and counts
-// pgfence.listen.disabled, and waiters poll: fair waiters
-// (WithFairWaiting) near the backoff's minimum, as without
-// WithWakeOnRelease, and the others with their backoff. New refuses the
-// option without WithWakeOnRelease, and a nil pool, with pgfence.ErrInvalidInput.
-func WithListenPool(pool *pgxpool.Pool) Option {
+// Without a listen pool, the client's own pool serves. The first time the
+// listener would start, it checks what lies in front of PostgreSQL (the
+// listen pool's as well): behind a transaction or statement pooler it sends
+// no LISTEN (a LISTEN there stays behind on a pooled server session, and
+// its notifications go to other clients or are dropped), the client logs a
+// warning once and counts pgfence.listen.disabled, and waiters poll: fair
+// waiters (WithFairWaiting) near the backoff's minimum, as without
+// WithWakeOnRelease, and the others with their backoff. More than one listen
+// pool, or a nil one, is refused with pgfence.ErrInvalidInput.
+func WithWakeOnRelease(listen ...*pgxpool.Pool) Option {
 	return func(c *config) error {
-		if pool == nil {
-			return invalid("nil listen pool: give WithListenPool a pool that connects directly to PostgreSQL, or drop the option")
+		switch {
+		case len(listen) > 1:
+			return invalid("WithWakeOnRelease takes at most one listen pool, got %d", len(listen))
+		case len(listen) == 1 && listen[0] == nil:
+			return invalid("nil listen pool: give WithWakeOnRelease a pool that connects directly to PostgreSQL, or none")
+		case len(listen) == 1:
+			c.listenPool = listen[0]
 		}
-		c.listenPool = pool
+		c.wakeOnRelease = true
 		return nil
 	}
-}
-
-// check refuses the options that make no sense together.
-func (c *config) check() error {
-	if c.listenPool != nil && !c.wakeOnRelease {
-		return invalid("WithListenPool is for the wake-on-release listener: add WithWakeOnRelease, or drop WithListenPool")
-	}
-	return nil
 }
 
 // WithLogger sets where the client reports renewals that failed, leases lost

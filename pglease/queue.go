@@ -30,7 +30,7 @@ import (
 // Whoever releases, the database wakes only the first waiters that could
 // be granted (NOTIFY with their owner tokens as the payloads, from a
 // trigger on the release), not every waiter. A waiter hears it with
-// WithWakeOnRelease (behind a transaction pooler, with WithListenPool too);
+// WithWakeOnRelease (behind a transaction pooler, with a listen pool);
 // the others keep sleeping, and so the statements per hand-off stay the
 // same however many wait. Without wake-ups a waiter polls. Default: off; waiters retry with jittered backoff in no
 // particular order.

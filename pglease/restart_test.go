@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgfence/pgfence"
 	"github.com/pgfence/pgfence/internal/testsupport/dbenv"
+	"github.com/pgfence/pgfence/internal/testsupport/otelxtest"
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 	"github.com/pgfence/pgfence/migrations"
 	"github.com/pgfence/pgfence/pglease"
@@ -46,7 +47,8 @@ func TestServerRestartUnderLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 	const ttl = 3 * time.Second
-	c := newClient(t, pool, pglease.WithRenewInterval(250*time.Millisecond))
+	met := otelxtest.New(t)
+	c := newClient(t, pool, pglease.WithRenewInterval(250*time.Millisecond), pglease.WithMeterProvider(met.Provider))
 	l, err := c.TryAcquire(ctx, "report:nightly", ttl)
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +72,7 @@ func TestServerRestartUnderLeases(t *testing.T) {
 		if err := l.Renew(ctx); err != nil {
 			t.Fatalf("renew after restart: %v", err)
 		}
-		if c.Stats().RenewFailures == 0 {
+		if met.Collect().Value("pgfence.lease.renew.failures") == 0 {
 			t.Fatal("no renewal failed during the outage: the test did not exercise the retry")
 		}
 	})

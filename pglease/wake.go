@@ -34,9 +34,9 @@ func newWaker(c *Client) *waker {
 	ctx, stop := context.WithCancel(context.Background())
 	pool, pooled := c.pool, "pglease: the client's pool goes through a transaction or statement pooler (PgBouncer in "+
 		"transaction mode, say), where LISTEN cannot work; no LISTEN is sent and waiters poll instead of waking on release: "+
-		"give the client WithListenPool with a pool that connects directly to PostgreSQL"
+		"give WithWakeOnRelease a pool that connects directly to PostgreSQL"
 	if c.cfg.listenPool != nil {
-		pool, pooled = c.cfg.listenPool, "pglease: the pool given to WithListenPool goes through a transaction or statement "+
+		pool, pooled = c.cfg.listenPool, "pglease: the pool given to WithWakeOnRelease goes through a transaction or statement "+
 			"pooler too, where LISTEN cannot work; no LISTEN is sent and waiters poll instead of waking on release: "+
 			"connect that pool directly to PostgreSQL (or through a session pooler)"
 	}

@@ -115,11 +115,11 @@ func checkServer(ctx context.Context, d *doctor) error {
 // transactionPoolerLimits is what a transaction pooler takes away, as
 // docs/pgbouncer.md lists it.
 const transactionPoolerLimits = "docs/pgbouncer.md:\n" +
-	"LISTEN wake-ups (pglease.WithWakeOnRelease, with or without WithFairWaiting; claim.Runner's WithListen) need WithListenPool " +
-	"with a pool that connects directly, else waiters poll;\n" +
+	"LISTEN wake-ups (pglease.WithWakeOnRelease, with or without WithFairWaiting; claim.Runner's WithListen) need a listen pool " +
+	"given to them that connects directly, else waiters poll;\n" +
 	"migrations need a direct connection;\n" +
 	"session-level advisory locks (advisory.SessionLock) do not work: use advisory.TryDo or Do;\n" +
-	"a search_path startup parameter (migrations.UseSchema) is refused: use --schema / WithSchema;\n" +
+	"a search_path startup parameter (RuntimeParams) is refused: use --schema / WithSchema;\n" +
 	"your own queries need default_query_exec_mode=cache_describe (or exec) in their pool's URL"
 
 func checkPooler(ctx context.Context, d *doctor) error {

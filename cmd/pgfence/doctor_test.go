@@ -112,7 +112,7 @@ func TestDoctorBouncer(t *testing.T) {
 	if f.Status != statusWarn || !strings.Contains(f.Title, "transaction pooler") {
 		t.Fatalf("pooler finding %+v\n%s", f, r)
 	}
-	for _, want := range []string{"WithListenPool", "migrations need a direct connection", "advisory.SessionLock", "docs/pgbouncer.md"} {
+	for _, want := range []string{"need a listen pool", "migrations need a direct connection", "advisory.SessionLock", "docs/pgbouncer.md"} {
 		if !strings.Contains(f.Do, want) {
 			t.Errorf("the pooler finding's advice lacks %q: %q", want, f.Do)
 		}

@@ -245,18 +245,17 @@ func (a *app) acquireFailure(pool *pgxpool.Pool, where string, o execOpts, err e
 	if errors.As(err, &ee) {
 		return a.exitCode(ee)
 	}
-	var we *pglease.WaitError
 	switch {
 	case errors.Is(err, pgf.ErrNotAcquired):
 		holder := ""
 		if o.mutex() { // the holder of a mutex lease is one row to show
 			holder = a.holder(pool, o.key)
 		}
-		if len(o.keys) > 1 && !errors.As(err, &we) {
+		if len(o.keys) > 1 && o.wait <= 0 {
 			return a.exitCode(fail(o.conflictCode, "%v (exit %d; none of the keys was taken)", err, o.conflictCode))
 		}
-		if errors.As(err, &we) {
-			return a.exitCode(fail(exitWaitExpired, "pgfence: %q is still held%s after waiting %v; gave up (exit %d)", o.key, holder, we.Waited.Round(time.Millisecond), exitWaitExpired))
+		if o.wait > 0 { // Acquire waited (--wait) and gave up
+			return a.exitCode(fail(exitWaitExpired, "pgfence: %q is still held%s after waiting %v; gave up (exit %d)", o.key, holder, o.wait, exitWaitExpired))
 		}
 		if o.skipIfHeld {
 			return a.exitCode(fail(o.conflictCode, "pgfence: %q is held%s; skipped (exit %d)", o.key, holder, o.conflictCode))

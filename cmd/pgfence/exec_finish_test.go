@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pgfence/pgfence/pglease"
+	pgf "github.com/pgfence/pgfence"
 )
 
 type fakeLease struct {
@@ -29,7 +29,7 @@ func (f *fakeLease) Release(context.Context) error {
 // command's code.
 func TestFinishHolding(t *testing.T) {
 	t.Parallel()
-	lostErr := &pglease.LeaseLostError{Key: "k", Fence: 7, Cause: "local_deadline"}
+	lostErr := &pgf.LeaseLostError{Key: "k", Fence: 7, Cause: "local_deadline"}
 	unreachable := errors.New("pglease: releasing \"k\": dial tcp: connection refused")
 	for _, tc := range []struct {
 		name     string

@@ -39,13 +39,11 @@ func run(ctx context.Context, env *story.Env, v *story.Verdict) error {
 	if _, err := env.Pool.Exec(ctx, schema); err != nil {
 		return err
 	}
-	stock, err := lockless.NewCounter(ctx, env.Pool, lockless.CounterSpec{
-		Table: lockless.Table{Name: "inventory"}, Key: "sku", Quantity: "quantity"})
+	stock, err := lockless.NewCounter(ctx, env.Pool, lockless.Table{Name: "inventory"}, "sku", "quantity")
 	if err != nil {
 		return err
 	}
-	accounts, err := lockless.NewVersioned(ctx, env.Pool, lockless.VersionedSpec{
-		Table: lockless.Table{Name: "accounts"}, Key: "account_id", Version: "version"})
+	accounts, err := lockless.NewVersioned(ctx, env.Pool, lockless.Table{Name: "accounts"}, "account_id", "version")
 	if err != nil {
 		return err
 	}

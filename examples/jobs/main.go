@@ -195,14 +195,14 @@ func rescued(ctx context.Context, env *story.Env, v *story.Verdict) error {
 
 	// The rescuer (any runner's rescue loop; here called directly) returns
 	// the job once its lease has expired by the database clock.
-	var rescue claim.RescueResult
+	var requeued int64
 	if err := story.WaitFor(ctx, func() bool {
-		rescue, err = fast.Rescue(ctx, 10)
-		return err == nil && rescue.Requeued == 1
+		requeued, _, err = fast.Rescue(ctx, 10)
+		return err == nil && requeued == 1
 	}); err != nil {
 		return err
 	}
-	env.Logf("rescuer", "job %d's lease expired: requeued (%d)", id, rescue.Requeued)
+	env.Logf("rescuer", "job %d's lease expired: requeued (%d)", id, requeued)
 
 	js, err = fast.Claim(ctx, 1, lease)
 	if err != nil || len(js) != 1 {

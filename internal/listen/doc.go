@@ -52,6 +52,7 @@
 // connection and returns, and its subscribers get their wake-ups from
 // polling alone. A session pooler keeps a server session per client
 // connection, and LISTEN works through it. pglease and claim let the
-// application give the listener a pool of its own (WithListenPool) that
+// application give the listener a pool of its own (a listen pool, given to
+// WithWakeOnRelease or WithListen) that
 // reaches PostgreSQL directly.
 package listen

@@ -24,7 +24,7 @@ import (
 // without.
 
 // column is one way of reaching PostgreSQL: the clients' pool and, for
-// clients that listen, the pool given to WithListenPool (nil: none).
+// clients that listen, the listen pool given to WithWakeOnRelease and WithListen (nil: none).
 type column struct {
 	name       string
 	pool       *pgxpool.Pool
@@ -36,7 +36,7 @@ func directColumn(t *testing.T) column { return column{"direct", pgtest.Pool(t),
 func bouncerColumn(t *testing.T) column { return column{"PgBouncer", pgtest.BouncerPool(t), nil} }
 
 func listenPoolColumn(t *testing.T) column {
-	return column{"PgBouncer + WithListenPool", pgtest.BouncerPool(t), pgtest.Pool(t, func(c *pgxpool.Config) { c.MaxConns = 1 })}
+	return column{"PgBouncer + listen pool", pgtest.BouncerPool(t), pgtest.Pool(t, func(c *pgxpool.Config) { c.MaxConns = 1 })}
 }
 
 // leaseMode is a row of the hand-off comparison: how the waiters wait.
@@ -83,9 +83,10 @@ func newPair(t *testing.T, col column, mode leaseMode, log *slog.Logger) pair {
 		opts = append(opts, pglease.WithLogger(log))
 	}
 	if mode.wake {
-		opts = append(opts, pglease.WithWakeOnRelease())
 		if col.listenPool != nil {
-			opts = append(opts, pglease.WithListenPool(col.listenPool))
+			opts = append(opts, pglease.WithWakeOnRelease(col.listenPool))
+		} else {
+			opts = append(opts, pglease.WithWakeOnRelease())
 		}
 	}
 	if mode.fair {
@@ -176,9 +177,10 @@ func startRunner(t *testing.T, col column, listen bool, poll time.Duration, log 
 	opts := []claim.Option{claim.WithWorkers(1), claim.WithPollInterval(poll), claim.WithRescueInterval(-1)}
 	if listen {
 		r.channel = fmt.Sprintf("pgfence_listen_test_%d", n)
-		opts = append(opts, claim.WithListen(r.channel))
 		if col.listenPool != nil {
-			opts = append(opts, claim.WithListenPool(col.listenPool))
+			opts = append(opts, claim.WithListen(r.channel, col.listenPool))
+		} else {
+			opts = append(opts, claim.WithListen(r.channel))
 		}
 	}
 	rn, err := claim.NewRunner(c, func(context.Context, *claim.Job) error {
@@ -265,7 +267,7 @@ func within(t *testing.T, what string, got, base []time.Duration, ratio float64,
 
 const handoffs = 20
 
-// With WithListenPool on a direct pool, waiters and runners behind PgBouncer
+// With a listen pool on a direct pool, waiters and runners behind PgBouncer
 // are woken about as fast as with every connection direct, and no server
 // session of the bouncer listens. The medians of 20 hand-offs each,
 // interleaved, are within 2x on an idle machine; the test allows 3x and 3 ms
@@ -277,13 +279,13 @@ func TestBehindBouncerWithListenPool(t *testing.T) {
 			pairs := []pair{newPair(t, direct, mode, nil), newPair(t, viaBouncer, mode, nil)}
 			key := fmt.Sprintf("%s/%d", t.Name(), mrand.Int64())
 			got := interleaved(handoffs, 2, func(i int) time.Duration { return pairs[i].handoff(t, key, hold()) })
-			within(t, "hand-off behind PgBouncer with WithListenPool vs direct", got[1], got[0], 3, 3*time.Millisecond)
+			within(t, "hand-off behind PgBouncer with a listen pool vs direct", got[1], got[0], 3, 3*time.Millisecond)
 		})
 	}
 	t.Run("claim", func(t *testing.T) {
 		runners := []*runner{startRunner(t, direct, true, 5*time.Second, nil), startRunner(t, viaBouncer, true, 5*time.Second, nil)}
 		got := interleaved(handoffs, 2, func(i int) time.Duration { return runners[i].pickup(t, gap()) })
-		within(t, "job pickup behind PgBouncer with WithListenPool vs direct", got[1], got[0], 3, 3*time.Millisecond)
+		within(t, "job pickup behind PgBouncer with a listen pool vs direct", got[1], got[0], 3, 3*time.Millisecond)
 		noneListening(t)
 	})
 	noneListening(t)
@@ -337,7 +339,7 @@ func TestBehindBouncerWithoutListenPool(t *testing.T) {
 const tableVariable = "PGFENCE_WAKE_TABLE"
 
 // TestWakeTable measures the hand-off of each way of waiting, and a claim
-// Runner's pickup, directly, behind PgBouncer with WithListenPool and
+// Runner's pickup, directly, behind PgBouncer with a listen pool and
 // behind PgBouncer without, the cells of a row interleaved, and logs them
 // as a Markdown table. It runs only when PGFENCE_WAKE_TABLE sets the number
 // of hand-offs per cell:
@@ -347,14 +349,14 @@ func TestWakeTable(t *testing.T) {
 	n := tableRuns(t)
 	cols := []column{directColumn(t), listenPoolColumn(t), bouncerColumn(t)}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n| %d hand-offs per cell, p50 (p90) | direct | PgBouncer + WithListenPool | PgBouncer |\n|---|---|---|---|\n", n)
+	fmt.Fprintf(&b, "\n| %d hand-offs per cell, p50 (p90) | direct | PgBouncer + listen pool | PgBouncer |\n|---|---|---|---|\n", n)
 	row := func(name string, got [][]time.Duration, listens bool) {
 		cell := func(ds []time.Duration) string {
 			return fmt.Sprintf("%v (%v)", median(ds).Round(100*time.Microsecond), percentile(ds, 90).Round(100*time.Microsecond))
 		}
 		if listens {
 			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", name, cell(got[0]), cell(got[1]), cell(got[2]))
-		} else { // nothing listens: WithListenPool does not apply
+		} else { // nothing listens: a listen pool does not apply
 			fmt.Fprintf(&b, "| %s | %s | (no listener) | %s |\n", name, cell(got[0]), cell(got[1]))
 		}
 	}

@@ -195,5 +195,5 @@ func registerPool(meter metric.Meter, pool *pgxpool.Pool) metric.Registration {
 func ListenDisabled(meter metric.Meter) metric.Int64Counter {
 	return Must(meter.Int64Counter("pgfence.listen.disabled", metric.WithUnit("{listener}"),
 		metric.WithDescription("Listeners (pglease's WithWakeOnRelease, a claim Runner's WithListen) that found a transaction "+
-			"or statement pooler in front of PostgreSQL and send no LISTEN, so their waiters poll: give them WithListenPool.")))
+			"or statement pooler in front of PostgreSQL and send no LISTEN, so their waiters poll: give WithWakeOnRelease or WithListen a listen pool that connects directly.")))
 }

@@ -69,8 +69,8 @@ func TestMetricsJobs(t *testing.T) {
 		t.Fatalf("fail with attempts left: %+v %v", res, err)
 	}
 	expire(t, pool, ids[3])
-	if res, err := c.Rescue(ctx, 10); err != nil || res.Requeued != 1 {
-		t.Fatalf("rescue: %+v %v", res, err)
+	if requeued, _, err := c.Rescue(ctx, 10); err != nil || requeued != 1 {
+		t.Fatalf("rescue: %d %v", requeued, err)
 	}
 	if err := c.Complete(ctx, byID[ids[3]]); !errors.Is(err, pgfence.ErrLeaseLost) {
 		t.Fatalf("completion after a rescue: %v", err)

@@ -85,7 +85,7 @@ func TestMetricsPayoutStale(t *testing.T) {
 	r := otelxtest.New(t)
 	pool := pgtest.Pool(t)
 	counter := new(pgtest.StaleCount)
-	intents, err := payouts.New(ctx, pool, payouts.WithStaleHook(counter.Hook), payouts.WithMeterProvider(r.Provider))
+	intents, err := payouts.New(ctx, pool, pgguard.WithStaleHook(counter.Hook), pgguard.WithMeterProvider(r.Provider))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,11 +97,13 @@ func TestMetricsPayoutStale(t *testing.T) {
 	if _, err := intents.BeginSubmit(ctx, pool, "po_metrics", newer); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := intents.BeginSubmit(ctx, pool, "po_metrics", older); !errors.Is(err, pgguard.ErrStaleFence) {
-		t.Fatalf("older holder's transition: %v, want ErrStaleFence", err)
+	_, err = intents.BeginSubmit(ctx, pool, "po_metrics", older)
+	var se *pgguard.StaleFenceError
+	if !errors.As(err, &se) {
+		t.Fatalf("older holder's transition: %v, want a *StaleFenceError", err)
 	}
 	s := r.Collect()
-	if got := s.Value("pgfence.guard.stale", attribute.String("table", intents.Table())); got != 1 {
-		t.Errorf("stale{table=%s} = %v, want 1 (Counter: %v)", intents.Table(), got, counter.ByTable())
+	if got := s.Value("pgfence.guard.stale", attribute.String("table", se.Table)); got != 1 {
+		t.Errorf("stale{table=%s} = %v, want 1 (Counter: %v)", se.Table, got, counter.ByTable())
 	}
 }

