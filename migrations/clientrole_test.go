@@ -298,9 +298,7 @@ INSERT INTO `+own+" DEFAULT VALUES"); err != nil {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := migrations.UseSchema(cfg, r.Schema); err != nil {
-			t.Fatal(err)
-		}
+		cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{r.Schema}.Sanitize()
 		sp, err := pgxpool.NewWithConfig(ctx, cfg)
 		if err != nil {
 			t.Fatal(err)
