@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -14,6 +15,24 @@ import (
 
 	"github.com/pgfence/pgfence/internal/testsupport/pgtest"
 )
+
+// queuedBehind starts the waiters one at a time, each once the one before
+// it has taken its place in key's queue (a row of pgfence_waiters), so that
+// the order they started in is the order they queued in, however slowly
+// each process starts. It returns once all are queued; wg waits for them.
+func queuedBehind(t *testing.T, wg *sync.WaitGroup, key string, waiters []func()) {
+	t.Helper()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	for i, w := range waiters {
+		wg.Go(w)
+		waitFor(t, fmt.Sprintf("waiter %d to queue", i+1), func() bool {
+			var n int
+			err := pool.QueryRow(ctx, `SELECT count(*) FROM pgfence_waiters WHERE lock_key = $1`, key).Scan(&n)
+			return err == nil && n >= i+1
+		})
+	}
+}
 
 // intervals reads a log of "in|out NANOS ..." lines and returns the most
 // runs inside at once and how many runs started.
@@ -144,26 +163,30 @@ func TestExecHoldAtLeast(t *testing.T) {
 	wantCode(t, pgfence(t, nil, "exec", "--database-url", pgtest.URL(), "--key", key, "--", "true"), 0)
 }
 
-// A holder keeps a key for 2 s while five exec --wait start 300 ms apart:
-// they run in the order they started, 1 2 3 4 5.
+// A holder keeps a key while five exec --wait queue one after another:
+// they run in the order they queued, 1 2 3 4 5.
 func TestExecWaitIsFIFO(t *testing.T) {
 	t.Parallel()
 	key := randomName("fifo:")
 	log := filepath.Join(t.TempDir(), "log")
 	started := filepath.Join(t.TempDir(), "started")
 	holder, _ := startExec(t, []string{"STARTED=" + started}, "exec", "--database-url", pgtest.URL(), "--key", key, "--",
-		"sh", "-c", `touch "$STARTED"; sleep 2.5`)
+		"sh", "-c", `touch "$STARTED"; while [ ! -e "$STARTED.go" ]; do sleep 0.05; done`)
 	waitFor(t, "the holder", func() bool { _, err := os.Stat(started); return err == nil })
 	var wg sync.WaitGroup
+	var waiters []func()
 	for i := 1; i <= 5; i++ {
-		wg.Go(func() {
-			r := pgfence(t, []string{"LOG=" + log}, "exec", "--database-url", pgtest.URL(), "--key", key, "--wait", "30s", "--",
+		waiters = append(waiters, func() {
+			r := pgfence(t, []string{"LOG=" + log}, "exec", "--database-url", pgtest.URL(), "--key", key, "--wait", "60s", "--",
 				"sh", "-c", `echo `+strconv.Itoa(i)+` >> "$LOG"`)
 			if r.code != 0 {
 				t.Errorf("waiter %d: %s", i, r)
 			}
 		})
-		time.Sleep(300 * time.Millisecond)
+	}
+	queuedBehind(t, &wg, key, waiters)
+	if err := os.WriteFile(started+".go", nil, 0o644); err != nil {
+		t.Fatal(err)
 	}
 	wg.Wait()
 	waitExit(t, holder)
@@ -173,34 +196,44 @@ func TestExecWaitIsFIFO(t *testing.T) {
 	}
 }
 
-// A semaphore of 2 permits, one held for 8 s and one for 2.5 s, while five
-// exec --permits 2 --wait start 300 ms apart: they run one after another
-// on the freed permit, in the order they started, 1 2 3 4 5.
+// A semaphore of 2 permits, both held, while five exec --permits 2 --wait
+// queue one after another; then one permit is freed and the other kept:
+// they run one after another on the freed permit, in the order they
+// queued, 1 2 3 4 5.
 func TestExecPermitsWaitIsFIFO(t *testing.T) {
 	t.Parallel()
 	key := randomName("fifo-sem:")
 	log := filepath.Join(t.TempDir(), "log")
 	started := filepath.Join(t.TempDir(), "started")
 	env := []string{"STARTED=" + started}
-	long, _ := startExec(t, env, "exec", "--database-url", pgtest.URL(), "--key", key, "--permits", "2", "--", "sh", "-c", `touch "$STARTED.long"; sleep 8`)
-	holder, _ := startExec(t, env, "exec", "--database-url", pgtest.URL(), "--key", key, "--permits", "2", "--", "sh", "-c", `touch "$STARTED"; sleep 2.5`)
+	long, _ := startExec(t, env, "exec", "--database-url", pgtest.URL(), "--key", key, "--permits", "2", "--",
+		"sh", "-c", `touch "$STARTED.long"; while [ ! -e "$STARTED.long.go" ]; do sleep 0.05; done`)
+	holder, _ := startExec(t, env, "exec", "--database-url", pgtest.URL(), "--key", key, "--permits", "2", "--",
+		"sh", "-c", `touch "$STARTED"; while [ ! -e "$STARTED.go" ]; do sleep 0.05; done`)
 	waitFor(t, "the holders", func() bool {
 		_, err := os.Stat(started)
 		_, err2 := os.Stat(started + ".long")
 		return err == nil && err2 == nil
 	})
 	var wg sync.WaitGroup
+	var waiters []func()
 	for i := 1; i <= 5; i++ {
-		wg.Go(func() {
-			r := pgfence(t, []string{"LOG=" + log}, "exec", "--database-url", pgtest.URL(), "--key", key, "--permits", "2", "--wait", "30s", "--",
+		waiters = append(waiters, func() {
+			r := pgfence(t, []string{"LOG=" + log}, "exec", "--database-url", pgtest.URL(), "--key", key, "--permits", "2", "--wait", "60s", "--",
 				"sh", "-c", `echo `+strconv.Itoa(i)+` >> "$LOG"; sleep 0.2`)
 			if r.code != 0 {
 				t.Errorf("waiter %d: %s", i, r)
 			}
 		})
-		time.Sleep(300 * time.Millisecond)
+	}
+	queuedBehind(t, &wg, key, waiters)
+	if err := os.WriteFile(started+".go", nil, 0o644); err != nil {
+		t.Fatal(err)
 	}
 	wg.Wait()
+	if err := os.WriteFile(started+".long.go", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	waitExit(t, holder)
 	waitExit(t, long)
 	data, _ := os.ReadFile(log)
@@ -209,7 +242,7 @@ func TestExecPermitsWaitIsFIFO(t *testing.T) {
 	}
 }
 
-// An --exclusive holder for 2.5 s while exec --wait start 300 ms apart as
+// An --exclusive holder while exec --wait queue one after another as
 // shared 1, shared 2, exclusive 3, shared 4: 1 and 2 run together, 3 after
 // both ended, 4 (though shared) only after 3.
 func TestExecSharedExclusiveWaitIsFIFO(t *testing.T) {
@@ -218,19 +251,23 @@ func TestExecSharedExclusiveWaitIsFIFO(t *testing.T) {
 	log := filepath.Join(t.TempDir(), "log")
 	started := filepath.Join(t.TempDir(), "started")
 	holder, _ := startExec(t, []string{"STARTED=" + started}, "exec", "--database-url", pgtest.URL(), "--key", key, "--exclusive", "--",
-		"sh", "-c", `touch "$STARTED"; sleep 2.5`)
+		"sh", "-c", `touch "$STARTED"; while [ ! -e "$STARTED.go" ]; do sleep 0.05; done`)
 	waitFor(t, "the holder", func() bool { _, err := os.Stat(started); return err == nil })
 	var wg sync.WaitGroup
+	var waiters []func()
 	for i, kind := range []string{"--shared", "--shared", "--exclusive", "--shared"} {
-		wg.Go(func() {
+		waiters = append(waiters, func() {
 			n := strconv.Itoa(i + 1)
-			r := pgfence(t, []string{"LOG=" + log}, "exec", "--database-url", pgtest.URL(), "--key", key, kind, "--wait", "30s", "--",
+			r := pgfence(t, []string{"LOG=" + log}, "exec", "--database-url", pgtest.URL(), "--key", key, kind, "--wait", "60s", "--",
 				"sh", "-c", `echo +`+n+` >> "$LOG"; sleep 0.5; echo -`+n+` >> "$LOG"`)
 			if r.code != 0 {
 				t.Errorf("waiter %s: %s", n, r)
 			}
 		})
-		time.Sleep(300 * time.Millisecond)
+	}
+	queuedBehind(t, &wg, key, waiters)
+	if err := os.WriteFile(started+".go", nil, 0o644); err != nil {
+		t.Fatal(err)
 	}
 	wg.Wait()
 	waitExit(t, holder)
