@@ -387,7 +387,7 @@ func triedAcquire(t *testing.T, pool *pgxpool.Pool, app string) bool {
 	t.Helper()
 	var n int
 	err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-		WHERE application_name = $1 AND (query LIKE '%INSERT INTO /* TEMPLATE: schema */lock_leases%' OR query LIKE '%pgfence_acquire_kind(%')`, app).Scan(&n)
+		WHERE application_name = $1 AND (query LIKE '%pgfence_lease_acquire(%' OR query LIKE '%pgfence_attempt(%')`, app).Scan(&n)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,9 +32,7 @@ func passwordRole(t *testing.T, password string) string {
 	for _, stmt := range []string{
 		"CREATE ROLE " + q + " LOGIN PASSWORD '" + password + "'",
 		"GRANT CREATE ON DATABASE " + pgx.Identifier{dbName}.Sanitize() + " TO " + q,
-		"GRANT USAGE ON SCHEMA public TO " + q,
-		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO " + q,
-		"GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA public TO " + q,
+		"GRANT pgfence_client TO " + q,
 	} {
 		if _, err := pool.Exec(ctx, stmt); err != nil {
 			t.Fatalf("%s: %v", stmt, err)
