@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -387,14 +388,24 @@ func TestAcquireWaitsAndGivesUp(t *testing.T) {
 		}
 	})
 
-	w2 := newClient(t, pool, pglease.WithBackoff(5*time.Millisecond, 50*time.Millisecond))
+	// w2's sessions carry an application_name of their own, so that
+	// pg_stat_activity shows when one of them has tried the key.
+	app := "pgfence-midwait-" + strconv.FormatInt(rand.Int64(), 36)
+	w2 := newClient(t, pgtest.Pool(t, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["application_name"] = app }),
+		pglease.WithBackoff(5*time.Millisecond, 50*time.Millisecond))
 	pgtest.Step(t, "released mid-wait, the waiter gets the key", func(t *testing.T) {
-		// Released once the waiter has most likely been refused at least
-		// once (its first attempt is immediate, its backoff 5-50ms); the
-		// test holds either way.
+		// Released once the waiter has tried the held key (and so been
+		// refused) at least once.
 		go func() {
-			time.Sleep(100 * time.Millisecond)
-			l.Release(context.Background())
+			defer l.Release(context.Background())
+			for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+				var n int
+				if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+					WHERE application_name = $1 AND query LIKE '%pgfence_lease_acquire(%'`, app).Scan(&n); err == nil && n > 0 {
+					return
+				}
+			}
+			t.Errorf("the waiter never tried the held key")
 		}()
 		got, err := w2.Acquire(ctx, key, time.Second)
 		if err != nil {
