@@ -288,17 +288,26 @@ func TestListShowsKinds(t *testing.T) {
 	t.Parallel()
 	p := randomName("kinds:")
 	db := pgtest.URL()
-	startExec(t, nil, "exec", "--database-url", db, "--key", p+"dev", "--permits", "2", "--", "sleep", "5")
-	startExec(t, nil, "exec", "--database-url", db, "--key", p+"rw", "--shared", "--", "sleep", "5")
-	startExec(t, nil, "exec", "--database-url", db, "--key", p+"m", "--", "sleep", "5")
+	// The holders hold until the test has read everything: gate opens them.
+	gate := []string{"GATE=" + filepath.Join(t.TempDir(), "gate")}
+	hold := []string{"--", "sh", "-c", `while [ ! -e "$GATE" ]; do sleep 0.05; done`}
+	t.Cleanup(func() { os.WriteFile(strings.TrimPrefix(gate[0], "GATE="), nil, 0o644) })
+	startExec(t, gate, append([]string{"exec", "--database-url", db, "--key", p + "dev", "--permits", "2"}, hold...)...)
+	startExec(t, gate, append([]string{"exec", "--database-url", db, "--key", p + "rw", "--shared"}, hold...)...)
+	startExec(t, gate, append([]string{"exec", "--database-url", db, "--key", p + "m"}, hold...)...)
 	waitFor(t, "the holders", func() bool {
 		r := pgfence(t, nil, "list", "--database-url", db)
 		return strings.Contains(r.stdout, p+"dev") && strings.Contains(r.stdout, p+"rw") && strings.Contains(r.stdout, p+"m ")
 	})
-	startExec(t, nil, "exec", "--database-url", db, "--key", p+"m", "--wait", "20s", "--owner", "first", "--", "true")
-	time.Sleep(300 * time.Millisecond)
-	startExec(t, nil, "exec", "--database-url", db, "--key", p+"m", "--wait", "20s", "--owner", "second", "--", "true")
-	startExec(t, nil, "exec", "--database-url", db, "--key", p+"rw", "--exclusive", "--wait", "20s", "--owner", "writer", "--", "true")
+	startExec(t, nil, "exec", "--database-url", db, "--key", p+"m", "--wait", "60s", "--owner", "first", "--", "true")
+	pool := pgtest.Pool(t)
+	waitFor(t, "the first waiter to queue", func() bool {
+		var n int
+		err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pgfence_waiters WHERE lock_key = $1`, p+"m").Scan(&n)
+		return err == nil && n == 1
+	})
+	startExec(t, nil, "exec", "--database-url", db, "--key", p+"m", "--wait", "60s", "--owner", "second", "--", "true")
+	startExec(t, nil, "exec", "--database-url", db, "--key", p+"rw", "--exclusive", "--wait", "60s", "--owner", "writer", "--", "true")
 	var out string
 	waitFor(t, "the waiters listed", func() bool {
 		out = pgfence(t, nil, "list", "--database-url", db).stdout
