@@ -22,7 +22,10 @@ func TestRunnerRetriesFailedRenewal(t *testing.T) {
 	// Only the renew statements re-check the expiry; the Runner sends the
 	// batched one. The first is cut 20ms after it was sent.
 	fired := proxy.CutAfterSending(`"expires_at" > now()`, 20*time.Millisecond)
-	const ttl = 6 * time.Second // renewal every 2s, retry after 250ms
+	// Renewal every 4s, retry after 250ms. The TTL is long so that a loaded
+	// machine's reconnect after the cut cannot blur the retry with the
+	// next round.
+	const ttl = 12 * time.Second
 	results := make(chan claim.Result, 1)
 	retried := make(chan time.Duration, 1)
 	p, err := claim.NewRunner(c, func(ctx context.Context, j *claim.Job) error {
@@ -49,9 +52,10 @@ func TestRunnerRetriesFailedRenewal(t *testing.T) {
 	if r.Outcome != claim.Completed || r.Err != nil || r.HandlerErr != nil {
 		t.Fatalf("result %+v, want completed with the lease kept", r)
 	}
-	// The cut, then 250ms, then a round trip: well under the 2s interval (and
-	// under the old rule's wait for the next round, a sixth of the TTL).
-	if took := <-retried; took > 700*time.Millisecond {
+	// The cut, then 250ms, then a new connection and a round trip: well
+	// under the 4s interval, and under the wait for the next round that a
+	// retry at a sixth of the TTL would take (2s).
+	if took := <-retried; took > 1500*time.Millisecond {
 		t.Fatalf("the renewal was retried %v after it failed, want about 250ms", took)
 	}
 	if row := getJob(t, direct, id); row.state != "completed" {
