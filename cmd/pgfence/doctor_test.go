@@ -480,3 +480,23 @@ func TestDoctorFsyncOff(t *testing.T) {
 		t.Fatalf("durability = %+v, want a warning naming fsync and how to turn it on\n%s", f, r)
 	}
 }
+
+// Run as the documented service role, a member of pgfence_client only:
+// the privileges are ok, and the tombstones it may not read (by design)
+// are no warning.
+func TestDoctorClientRole(t *testing.T) {
+	t.Parallel()
+	r := pgtest.ClientRoles(t)
+	rep, res := doctorJSON(t, nil, "--database-url", r.AppURL, "--schema", r.Schema)
+	if f := oneFinding(t, rep, res, "privileges"); f.Status != statusOK || !strings.Contains(f.Title, "member of pgfence_client") {
+		t.Fatalf("privileges = %+v\n%s", f, res)
+	}
+	if f := oneFinding(t, rep, res, "tombstones"); f.Status != statusOK || !strings.Contains(f.Do, "owner") {
+		t.Fatalf("tombstones = %+v\n%s", f, res)
+	}
+	for _, f := range rep.Findings {
+		if f.Status != statusOK && !fastTestServer(f) {
+			t.Errorf("%s: %s %q (read %q)", f.Check, f.Status, f.Title, f.Read)
+		}
+	}
+}
