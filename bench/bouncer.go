@@ -134,8 +134,7 @@ func bouncerLeases(ctx context.Context, e *env, rep *report, route routeFunc) er
 		row := newBouncerRow("lease pairs", clients)
 		for round := range e.opts.rounds {
 			per := map[string]float64{}
-			for i := range bouncerLeaseOrder {
-				name := bouncerLeaseOrder[(i+round)%len(bouncerLeaseOrder)]
+			for _, name := range rotated(bouncerLeaseOrder, round) {
 				if row.status[name] != "" {
 					continue
 				}
@@ -174,8 +173,7 @@ func bouncerJobs(ctx context.Context, e *env, rep *report, route routeFunc) erro
 		row := newBouncerRow("jobs", workers)
 		for round := range e.opts.rounds {
 			per := map[string]float64{}
-			for i := range bouncerJobOrder {
-				name := bouncerJobOrder[(i+round)%len(bouncerJobOrder)]
+			for _, name := range rotated(bouncerJobOrder, round) {
 				if row.status[name] != "" {
 					continue
 				}

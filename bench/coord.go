@@ -55,8 +55,7 @@ func runCoord(ctx context.Context, e *env, rep *report) error {
 	for _, clients := range e.opts.clients {
 		row := &coordRow{clients: clients, rates: map[string]sample{}}
 		for round := range e.opts.rounds {
-			for i := range coordOrder {
-				name := coordOrder[(i+round)%len(coordOrder)]
+			for _, name := range rotated(coordOrder, round) {
 				rate, err := turn(ctx, clients, e.opts.duration, func(*rand.Rand) string { return "" }, ops[name])
 				if err != nil {
 					rep.failures++

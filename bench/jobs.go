@@ -70,8 +70,7 @@ func runJobs(ctx context.Context, e *env, rep *report) error {
 		row := &jobRow{workers: workers, rates: map[string]sample{}, status: map[string]string{}}
 		for round := range e.opts.rounds {
 			perRound := map[string]float64{}
-			for i := range jobOrder {
-				name := jobOrder[(i+round)%len(jobOrder)]
+			for _, name := range rotated(jobOrder, round) {
 				if row.status[name] != "" {
 					continue
 				}

@@ -254,8 +254,7 @@ func runLeases(ctx context.Context, e *env, rep *report) error {
 			row := &leaseRow{workload: w.name, clients: clients, rates: map[string]sample{}, status: map[string]string{}}
 			for round := range e.opts.rounds {
 				perRound := map[string]float64{}
-				for i := range cs {
-					c := cs[(i+round)%len(cs)] // the first contender rotates
+				for _, c := range rotated(cs, round) {
 					if c.skip != nil {
 						row.status[c.name] = "skipped: " + c.skip.Error()
 						continue

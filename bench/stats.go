@@ -120,3 +120,14 @@ func ms(d time.Duration) string {
 		return fmt.Sprintf("%.0f ms", f)
 	}
 }
+
+// rotated is order starting at its round-th member (modulo its length), so
+// that the contender who goes first changes from round to round and a slow
+// spell of the machine does not fall on one contender.
+func rotated[T any](order []T, round int) []T {
+	out := make([]T, 0, len(order))
+	for i := range order {
+		out = append(out, order[(i+round)%len(order)])
+	}
+	return out
+}
